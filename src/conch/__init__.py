@@ -1,0 +1,66 @@
+"""Conch: an open table format for large multimodal and ML datasets.
+
+Keyed tables whose schema is a tree of column groups, stored as key-sorted Vortex fragments in an
+LSM tree, committed through a table-wide write-ahead log, read with fresh-record semantics.
+
+>>> import conch, pyarrow as pa                                         # doctest: +SKIP
+>>> cat = conch.connect("warehouse")                                    # doctest: +SKIP
+>>> t = cat.create_table("audio", [("id", pa.uint64())])               # doctest: +SKIP
+>>> t.write([{"id": 1, "silence_ratio": 0.05, "audio": {"bytes": b"..."}}])  # doctest: +SKIP
+>>> cat.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.1).to_arrow()   # doctest: +SKIP
+"""
+
+from conch.catalog import Catalog, connect
+from conch.errors import (
+    ColumnNotFoundError,
+    CommitConflictError,
+    CommitStateUnknownError,
+    ConchError,
+    CorruptFileError,
+    DuplicateKeyError,
+    InvalidKeyError,
+    KeyTypeError,
+    LevelError,
+    MissingDependencyError,
+    SchemaError,
+    TableExistsError,
+    TableNotFoundError,
+    TimeTravelError,
+)
+from conch.expr import Col, Expr
+from conch.keys import KeyPrefix, KeyRange
+from conch.scan import Scan, ScanMetrics
+from conch.table import Table, TableColumn
+from conch.txn import Commit
+from conch.write import WriteOptions
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Catalog",
+    "Col",
+    "ColumnNotFoundError",
+    "Commit",
+    "CommitConflictError",
+    "CommitStateUnknownError",
+    "ConchError",
+    "CorruptFileError",
+    "DuplicateKeyError",
+    "Expr",
+    "InvalidKeyError",
+    "KeyPrefix",
+    "KeyRange",
+    "KeyTypeError",
+    "LevelError",
+    "MissingDependencyError",
+    "Scan",
+    "ScanMetrics",
+    "SchemaError",
+    "Table",
+    "TableColumn",
+    "TableExistsError",
+    "TableNotFoundError",
+    "TimeTravelError",
+    "WriteOptions",
+    "connect",
+]

@@ -1,0 +1,64 @@
+"""The error hierarchy: one root, `ConchError`, mixed with builtins where natural.
+
+Every error names what was wrong (table, column, key, version) and, where it can, how to fix it.
+A commit conflict and a commit whose outcome is unknown are different errors: the first is safe
+to retry, the second needs the caller to look at the table's history first.
+"""
+
+from __future__ import annotations
+
+
+class ConchError(Exception):
+    """Root of every error Conch raises on purpose."""
+
+
+class SchemaError(ConchError, ValueError):
+    """A schema is malformed, or data does not match a table's schema."""
+
+
+class ColumnNotFoundError(SchemaError, LookupError):
+    """A column path names no column of the table."""
+
+
+class KeyTypeError(ConchError, TypeError):
+    """Key values do not have (and cannot be safely cast to) the key schema's types."""
+
+
+class InvalidKeyError(ConchError, ValueError):
+    """A key value is null, NaN, oversized, or otherwise not a valid key."""
+
+
+class DuplicateKeyError(InvalidKeyError):
+    """One write holds the same key twice: the write's rows have no order to pick a winner."""
+
+
+class LevelError(ConchError, ValueError):
+    """Expressions from levels that cannot be combined (siblings, unrelated branches)."""
+
+
+class TableNotFoundError(ConchError, LookupError):
+    """No table of that name in the catalog."""
+
+
+class TableExistsError(ConchError, ValueError):
+    """A table of that name already exists."""
+
+
+class CommitConflictError(ConchError):
+    """A concurrent commit made this one invalid; nothing was committed, retrying is safe."""
+
+
+class CommitStateUnknownError(ConchError):
+    """The metastore did not say whether the commit happened; check `Table.history()`."""
+
+
+class CorruptFileError(ConchError, OSError):
+    """A data or metadata file is missing, truncated or not what the manifest says."""
+
+
+class TimeTravelError(ConchError, ValueError):
+    """A time-travel bound is malformed or older than what the table retains."""
+
+
+class MissingDependencyError(ConchError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""

@@ -1,0 +1,323 @@
+"""Value-filter expressions over a table's columns (DESIGN §2).
+
+`Table["audio.bytes"]` is a `Col`; comparisons, `& | ~`, `.is_null()` and `.isin()` build an
+immutable tree. Evaluation follows SQL three-valued logic: a comparison with null is null, and a
+row passes a filter only where it is true.
+
+Two passes read the tree: `evaluate` (on assembled fresh records, as Arrow) and `may_match`
+(on per-fragment min/max/null-count statistics, to skip reading values that cannot pass).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class Expr:
+    """Base of every filter expression node. Operators build new nodes; nothing is evaluated."""
+
+    __slots__ = ()
+
+    def __and__(self, other: Expr) -> Expr:
+        return And(self, _expr(other))
+
+    def __or__(self, other: Expr) -> Expr:
+        return Or(self, _expr(other))
+
+    def __invert__(self) -> Expr:
+        return Not(self)
+
+    def __eq__(self, other: object) -> Expr:  # type: ignore[override]
+        return Cmp("==", self, _expr(other))
+
+    def __ne__(self, other: object) -> Expr:  # type: ignore[override]
+        return Cmp("!=", self, _expr(other))
+
+    def __lt__(self, other: Any) -> Expr:
+        return Cmp("<", self, _expr(other))
+
+    def __le__(self, other: Any) -> Expr:
+        return Cmp("<=", self, _expr(other))
+
+    def __gt__(self, other: Any) -> Expr:
+        return Cmp(">", self, _expr(other))
+
+    def __ge__(self, other: Any) -> Expr:
+        return Cmp(">=", self, _expr(other))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        raise TypeError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
+
+    def is_null(self) -> Expr:
+        return IsNull(self)
+
+    def is_not_null(self) -> Expr:
+        return Not(IsNull(self))
+
+    def isin(self, values: Iterable[Any]) -> Expr:
+        return IsIn(self, tuple(values))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Col(Expr):
+    """A column, by its full dotted path."""
+
+    path: str
+
+    def __repr__(self) -> str:
+        return self.path
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Lit(Expr):
+    value: Any
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Cmp(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.op} {self.right!r})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class And(Expr):
+    left: Expr
+    right: Expr
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} & {self.right!r})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Or(Expr):
+    left: Expr
+    right: Expr
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} | {self.right!r})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Not(Expr):
+    operand: Expr
+
+    def __repr__(self) -> str:
+        return f"~{self.operand!r}"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IsNull(Expr):
+    operand: Expr
+
+    def __repr__(self) -> str:
+        return f"{self.operand!r}.is_null()"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IsIn(Expr):
+    operand: Expr
+    values: tuple[Any, ...]
+
+    def __repr__(self) -> str:
+        return f"{self.operand!r}.isin({list(self.values)!r})"
+
+
+def _expr(v: Any) -> Expr:
+    return v if isinstance(v, Expr) else Lit(v)
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+_ARROW = {
+    "==": pc.equal,
+    "!=": pc.not_equal,
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
+_PY: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
+
+
+def columns(e: Expr) -> list[str]:
+    """The column paths an expression reads, in first-use order."""
+    out: list[str] = []
+
+    def walk(n: Expr) -> None:
+        if isinstance(n, Col):
+            if n.path not in out:
+                out.append(n.path)
+        elif isinstance(n, Cmp | And | Or):
+            walk(n.left)
+            walk(n.right)
+        elif isinstance(n, Not | IsNull | IsIn):
+            walk(n.operand)
+
+    walk(e)
+    return out
+
+
+def conjuncts(e: Expr) -> list[Expr]:
+    """Split a filter into its top-level AND terms."""
+    if isinstance(e, And):
+        return conjuncts(e.left) + conjuncts(e.right)
+    return [e]
+
+
+def evaluate(e: Expr, get: Callable[[str], pa.Array]) -> pa.Array:
+    """Evaluate on Arrow columns (`get(path)`), with SQL three-valued logic."""
+    if isinstance(e, Col):
+        return get(e.path)
+    if isinstance(e, Lit):
+        return pa.scalar(e.value)
+    if isinstance(e, Cmp):
+        left, right = evaluate(e.left, get), evaluate(e.right, get)
+        left, right = _align(left, right)
+        return _ARROW[e.op](left, right)
+    if isinstance(e, And):
+        return pc.and_kleene(evaluate(e.left, get), evaluate(e.right, get))
+    if isinstance(e, Or):
+        return pc.or_kleene(evaluate(e.left, get), evaluate(e.right, get))
+    if isinstance(e, Not):
+        return pc.invert(evaluate(e.operand, get))
+    if isinstance(e, IsNull):
+        return pc.is_null(evaluate(e.operand, get))
+    if isinstance(e, IsIn):
+        arr = evaluate(e.operand, get)
+        res = pc.is_in(arr, value_set=pa.array(list(e.values), type=arr.type))
+        # SQL: `null IN (...)` is null, not false.
+        return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), res)
+    raise TypeError(f"cannot evaluate {e!r}")
+
+
+def _align(left: Any, right: Any) -> tuple[Any, Any]:
+    """Cast a literal to its column's type so comparisons are typed, not Python-coerced."""
+    if isinstance(right, pa.Scalar) and isinstance(left, pa.Array | pa.ChunkedArray):
+        right = _cast_scalar(right, left.type)
+    elif isinstance(left, pa.Scalar) and isinstance(right, pa.Array | pa.ChunkedArray):
+        left = _cast_scalar(left, right.type)
+    return left, right
+
+
+def _cast_scalar(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:
+    if s.type == t or not s.is_valid:
+        return s
+    try:
+        return s.cast(t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return s
+
+
+def mask(e: Expr, get: Callable[[str], pa.Array]) -> np.ndarray:
+    """Rows where the filter is true (null counts as false)."""
+    res = evaluate(e, get)
+    if isinstance(res, pa.ChunkedArray):
+        res = res.combine_chunks()
+    return np.asarray(pc.fill_null(res, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def may_match(e: Expr, stats: Callable[[str], tuple[Any, Any, int, int] | None]) -> bool:
+    """False only if statistics prove no row satisfies `e`.
+
+    `stats(path)` gives `(min, max, null_count, rows)` for one fragment, or None when unknown.
+    """
+    if isinstance(e, And):
+        return may_match(e.left, stats) and may_match(e.right, stats)
+    if isinstance(e, Or):
+        return may_match(e.left, stats) or may_match(e.right, stats)
+    if isinstance(e, IsNull) and isinstance(e.operand, Col):
+        st = stats(e.operand.path)
+        return st is None or st[2] > 0
+    if isinstance(e, Not) and isinstance(e.operand, IsNull) and isinstance(e.operand.operand, Col):
+        st = stats(e.operand.operand.path)
+        return st is None or st[2] < st[3]
+    if isinstance(e, IsIn) and isinstance(e.operand, Col):
+        st = stats(e.operand.path)
+        if st is None:
+            return True
+        lo, hi, nulls, rows = st
+        if nulls == rows:
+            return False
+        if lo is None or hi is None:
+            return True
+        try:
+            return any(v is not None and lo <= v <= hi for v in e.values)
+        except TypeError:
+            return True
+    if isinstance(e, Cmp):
+        col, op, lit = _col_op_lit(e)
+        if col is None:
+            return True
+        st = stats(col)
+        if st is None:
+            return True
+        lo, hi, nulls, rows = st
+        if nulls == rows or lit is None:
+            return False  # every comparison with null is null
+        if lo is None or hi is None:
+            return True
+        try:
+            if op == "<":
+                return bool(lo < lit)
+            if op == "<=":
+                return bool(lo <= lit)
+            if op == ">":
+                return bool(hi > lit)
+            if op == ">=":
+                return bool(hi >= lit)
+            if op == "==":
+                return bool(lo <= lit <= hi)
+            if op == "!=":
+                return not (lo == hi == lit)
+        except TypeError:
+            return True
+    return True
+
+
+def _col_op_lit(e: Cmp) -> tuple[str | None, str, Any]:
+    if isinstance(e.left, Col) and isinstance(e.right, Lit):
+        return e.left.path, e.op, e.right.value
+    if isinstance(e.right, Col) and isinstance(e.left, Lit):
+        return e.right.path, _FLIP[e.op], e.left.value
+    return None, e.op, None
+
+
+def rename(e: Expr, f: Callable[[str], str]) -> Expr:
+    """The same tree with every column path mapped through `f`."""
+    if isinstance(e, Col):
+        return Col(f(e.path))
+    if isinstance(e, Cmp):
+        return Cmp(e.op, rename(e.left, f), rename(e.right, f))
+    if isinstance(e, And):
+        return And(rename(e.left, f), rename(e.right, f))
+    if isinstance(e, Or):
+        return Or(rename(e.left, f), rename(e.right, f))
+    if isinstance(e, Not):
+        return Not(rename(e.operand, f))
+    if isinstance(e, IsNull):
+        return IsNull(rename(e.operand, f))
+    if isinstance(e, IsIn):
+        return IsIn(rename(e.operand, f), e.values)
+    return e
+
+
+def python_compare(op: str, a: Any, b: Any) -> bool:
+    return _PY[op](a, b)

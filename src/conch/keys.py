@@ -1,0 +1,297 @@
+"""Keys: validation, the order-preserving byte encoding, and key predicates (DESIGN §1, §3).
+
+One byte encoding of composite keys defines key order, key spans in manifests, key ranges and
+prefixes: `a < b` (tuple order) iff `encode(a) < encode(b)` (byte order), and the encoding of a
+key prefix is a byte prefix of the encoding of every key that extends it.
+
+- integers: big-endian with the sign bit flipped;
+- floats: IEEE bits, all flipped when negative, else the sign bit flipped (-0.0 is 0.0; NaN is
+  rejected as a key);
+- timestamps: their int64 value;
+- utf8 / binary: bytes with 0x00 escaped as 0x00 0xFF, terminated by 0x00 0x00.
+
+Hot paths (merging runs) compare typed Arrow columns directly; the encoding is used where keys
+of any schema must be compared as one value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conch.errors import DuplicateKeyError, InvalidKeyError, KeyTypeError, SchemaError
+
+MAX_KEY_BYTES = 1024
+
+
+# ----- validation ---------------------------------------------------------------------------
+def validate_key_columns(table: pa.Table, key_fields: Sequence[pa.Field], what: str = "write") -> pa.Table:
+    """Cast the key columns of `table` to the key schema and check every value is a valid key."""
+    for f in key_fields:
+        if f.name not in table.column_names:
+            raise SchemaError(
+                f"{what} is missing key column {f.name!r}; key columns are {[k.name for k in key_fields]}"
+            )
+    for f in key_fields:
+        idx = table.column_names.index(f.name)
+        col = table.column(idx)
+        if col.type != f.type:
+            col = _cast_key(col, f)
+            table = table.set_column(idx, pa.field(f.name, f.type, nullable=False), col)
+        if col.null_count:
+            row = pc.index(pc.is_null(col), True).as_py()
+            raise InvalidKeyError(f"key column {f.name!r} is null at row {row}; keys are never null")
+        if pa.types.is_floating(f.type) and pc.any(pc.is_nan(col)).as_py():
+            row = pc.index(pc.is_nan(col), True).as_py()
+            raise InvalidKeyError(f"key column {f.name!r} is NaN at row {row}; NaN is not a key")
+        if pa.types.is_string(f.type) or pa.types.is_binary(f.type):
+            lengths = pc.binary_length(col)
+            longest = pc.max(lengths).as_py() or 0
+            if longest > MAX_KEY_BYTES:
+                row = pc.index(pc.greater(lengths, MAX_KEY_BYTES), True).as_py()
+                raise InvalidKeyError(
+                    f"key column {f.name!r} at row {row} is {longest} bytes; keys hold at most {MAX_KEY_BYTES} bytes"
+                )
+    return table
+
+
+def _cast_key(col: pa.ChunkedArray, f: pa.Field) -> pa.ChunkedArray:
+    src = col.type
+    same_family = (
+        (pa.types.is_integer(src) and (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)))
+        or (pa.types.is_floating(src) and pa.types.is_floating(f.type))
+        or (pa.types.is_timestamp(src) and pa.types.is_timestamp(f.type))
+        or (_is_stringy(src) and pa.types.is_string(f.type))
+        or (_is_binaryish(src) and pa.types.is_binary(f.type))
+        or pa.types.is_null(src)
+    )
+    if not same_family:
+        raise KeyTypeError(f"key column {f.name!r} must be {f.type}, got {src}")
+    try:
+        return col.cast(f.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise KeyTypeError(f"key column {f.name!r}: cannot cast {src} to {f.type} safely ({e})") from e
+
+
+def _is_stringy(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _is_binaryish(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t) or _is_stringy(t)
+
+
+def check_unique_sorted(keys: pa.Table) -> None:
+    """Raise `DuplicateKeyError` naming the first key that appears twice in sorted `keys`."""
+    n = keys.num_rows
+    if n < 2:
+        return
+    same = np.ones(n - 1, dtype=bool)
+    for col in keys.columns:
+        same &= equal_adjacent(col)
+    if same.any():
+        i = int(np.argmax(same))
+        key = {name: keys.column(name)[i].as_py() for name in keys.column_names}
+        raise DuplicateKeyError(
+            f"key {key} appears more than once in one write; a write must hold each key once "
+            "(combine the rows, or write them in separate commits)"
+        )
+
+
+def equal_adjacent(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Boolean array of length n-1: element i+1 equals element i."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_timestamp(arr.type):
+        v = arr.to_numpy(zero_copy_only=False)
+        return np.asarray(v[1:] == v[:-1])
+    eq = pc.equal(arr.slice(1), arr.slice(0, len(arr) - 1))
+    return np.asarray(eq.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+# ----- encoding -----------------------------------------------------------------------------
+def encode_column(arr: pa.Array | pa.ChunkedArray) -> list[bytes] | np.ndarray:
+    """Encode one key column: a numpy `S<w>` array for fixed-width types, else a list of bytes."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        arr = arr.cast(pa.int64())
+        t = arr.type
+    if pa.types.is_integer(t):
+        v = arr.to_numpy(zero_copy_only=False)
+        width = v.dtype.itemsize
+        if pa.types.is_signed_integer(t):
+            u = v.astype(f"<i{width}").view(f"<u{width}") ^ np.array(1 << (8 * width - 1), dtype=f"<u{width}")
+        else:
+            u = v.astype(f"<u{width}")
+        return np.asarray(u.astype(f">u{width}").view(f"S{width}"))
+    if pa.types.is_floating(t):
+        v = arr.cast(pa.float64()).to_numpy(zero_copy_only=False) + 0.0  # -0.0 -> 0.0
+        bits = v.view("<u8")
+        sign = bits >> np.uint64(63)
+        flipped = np.where(sign == 1, ~bits, bits | np.uint64(1 << 63))
+        return np.asarray(flipped.astype(">u8").view("S8"))
+    if pa.types.is_string(t) or pa.types.is_binary(t) or _is_binaryish(t):
+        return [
+            (b.encode() if isinstance(b, str) else b).replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+            for b in arr.to_pylist()
+        ]
+    raise KeyTypeError(f"cannot encode keys of type {t}")
+
+
+def encode_keys(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.BinaryArray:
+    """Encode rows of key columns as order-preserving byte strings."""
+    if not columns:
+        return pa.array([], pa.binary())
+    parts = [encode_column(c) for c in columns]
+    if len(parts) == 1:
+        p = parts[0]
+        return pa.array(list(p) if isinstance(p, np.ndarray) else p, pa.binary())
+    n = len(columns[0])
+    rows = [b"".join(bytes(p[i]) for p in parts) for i in range(n)]
+    return pa.array(rows, pa.binary())
+
+
+def encode_key(values: Sequence[Any], fields: Sequence[pa.Field]) -> bytes:
+    """Encode one key, or a key prefix when `values` is shorter than `fields`."""
+    if len(values) > len(fields):
+        raise InvalidKeyError(f"key {tuple(values)} has more parts than the key {[f.name for f in fields]}")
+    out = b""
+    for v, f in zip(values, fields, strict=False):
+        if v is None:
+            raise InvalidKeyError(f"key column {f.name!r} is null; keys are never null")
+        try:
+            arr = pa.array([v], f.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            raise KeyTypeError(f"key column {f.name!r} must be {f.type}, got {v!r}") from e
+        if pa.types.is_floating(f.type) and v != v:
+            raise InvalidKeyError(f"key column {f.name!r} is NaN; NaN is not a key")
+        enc = encode_column(arr)
+        out += bytes(enc[0])
+    return out
+
+
+# ----- key predicates (key filtration) -------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    """Keys `k` with `start <= k < end` in key order; either bound may be a key prefix or None."""
+
+    start: tuple[Any, ...] | None = None
+    end: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPrefix:
+    """Keys whose leading columns equal `values`."""
+
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KeySet:
+    """Exactly these keys (encoded, sorted, unique)."""
+
+    encoded: pa.BinaryArray
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRange:
+    """A key predicate reduced to bytes: `lo <= enc(k) < hi` (None = unbounded)."""
+
+    lo: bytes | None
+    hi: bytes | None
+
+
+KeyPredicate = KeyRange | KeyPrefix | KeySet
+
+
+def _prefix_successor(b: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with `b`."""
+    stripped = b.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def to_key_predicate(keys: Any, fields: Sequence[pa.Field]) -> KeyPredicate:
+    """Normalize the `keys=` argument of a scan or delete."""
+    if isinstance(keys, KeyRange | KeyPrefix | KeySet):
+        return keys
+    table = key_table(keys, fields)
+    enc = encode_keys(table.columns)
+    return KeySet(pc.unique(pc.take(enc, pc.sort_indices(enc))))
+
+
+def key_table(keys: Any, fields: Sequence[pa.Field]) -> pa.Table:
+    """Exact keys (list of values or tuples, dicts, or an Arrow table) as a validated key table."""
+    names = [f.name for f in fields]
+    if isinstance(keys, pa.RecordBatch):
+        keys = pa.Table.from_batches([keys])
+    if isinstance(keys, pa.Table):
+        table = keys
+    else:
+        if hasattr(keys, "to_dict") and hasattr(keys, "columns"):  # pandas
+            table = pa.Table.from_pandas(keys, preserve_index=False)
+        else:
+            rows = list(keys) if not isinstance(keys, str | bytes | int | float) else [keys]
+            if rows and isinstance(rows[0], dict):
+                table = pa.Table.from_pylist(rows)
+            else:
+                tuples = [r if isinstance(r, tuple) else (r,) for r in rows]
+                for r in tuples:
+                    if len(r) != len(fields):
+                        raise InvalidKeyError(f"key {r} does not match key columns {names}")
+                cols = list(zip(*tuples, strict=True)) if tuples else [[] for _ in names]
+                try:
+                    table = pa.table(
+                        {n: pa.array(list(c), f.type) for n, c, f in zip(names, cols, fields, strict=True)}
+                    )
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                    raise KeyTypeError(f"keys {tuples[:3]}... do not match key columns {fields}: {e}") from e
+    missing = [n for n in names if n not in table.column_names]
+    if missing:
+        raise SchemaError(f"key table is missing key columns {missing}")
+    return validate_key_columns(table.select(names), fields, "key table")
+
+
+def predicate_bounds(pred: KeyPredicate, fields: Sequence[pa.Field]) -> EncodedRange:
+    """The tightest encoded range containing every key the predicate admits."""
+    if isinstance(pred, KeyRange):
+        lo = encode_key(pred.start, fields) if pred.start is not None else None
+        hi = encode_key(pred.end, fields) if pred.end is not None else None
+        return EncodedRange(lo, hi)
+    if isinstance(pred, KeyPrefix):
+        p = encode_key(pred.values, fields)
+        return EncodedRange(p, _prefix_successor(p))
+    if len(pred.encoded) == 0:
+        return EncodedRange(b"", b"")
+    last = pred.encoded[-1].as_py()
+    return EncodedRange(pred.encoded[0].as_py(), last + b"\x00")
+
+
+def predicate_mask(pred: KeyPredicate, encoded: pa.BinaryArray, fields: Sequence[pa.Field]) -> pa.BooleanArray:
+    """Which of the encoded keys the predicate admits."""
+    if isinstance(pred, KeySet):
+        return pc.is_in(encoded, value_set=pred.encoded)
+    return range_mask(predicate_bounds(pred, fields), encoded)
+
+
+def range_mask(r: EncodedRange, encoded: pa.BinaryArray) -> pa.BooleanArray:
+    mask = pa.array(np.ones(len(encoded), dtype=bool))
+    if r.lo is not None:
+        mask = pc.and_(mask, pc.greater_equal(encoded, pa.scalar(r.lo, pa.binary())))
+    if r.hi is not None:
+        mask = pc.and_(mask, pc.less(encoded, pa.scalar(r.hi, pa.binary())))
+    return mask
+
+
+def span_overlaps(r: EncodedRange, lo: bytes, hi: bytes) -> bool:
+    """Does the inclusive key span [lo, hi] meet the predicate's range?"""
+    if r.lo is not None and hi < r.lo:
+        return False
+    return not (r.hi is not None and lo >= r.hi)

@@ -1,0 +1,54 @@
+"""The metastore interface: a catalog of tables and, per table, an append-only log with CAS.
+
+The whole commit protocol rests on one primitive, `append(table_id, expected_seq, entry)`: it
+adds entry number `expected_seq + 1` only if the log's last entry is still `expected_seq`, and
+assigns the commit time (µs since the epoch, strictly increasing per table). Anything that can
+do that atomically can be a metastore.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class TableRecord:
+    name: str
+    id: str
+    created_us: int
+    props: str  # JSON: key schema, initial schema
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    seq: int
+    time: int  # commit time, µs since the epoch
+    entry: str  # JSON document of operations
+
+
+class Metastore(Protocol):
+    def create_table(self, record: TableRecord) -> None:
+        """Register a table; raises `TableExistsError` if the name is taken."""
+
+    def get_table(self, name: str) -> TableRecord:
+        """Raises `TableNotFoundError`."""
+
+    def list_tables(self) -> list[TableRecord]: ...
+
+    def drop_table(self, name: str) -> TableRecord:
+        """Forget a table and its log; raises `TableNotFoundError`."""
+
+    def append(self, table_id: str, expected_seq: int, entry: str) -> LogEntry:
+        """Append entry `expected_seq + 1`; raises `CommitConflictError` if the log moved on."""
+
+    def read_log(self, table_id: str, after_seq: int = 0, upto_seq: int | None = None) -> list[LogEntry]: ...
+
+    def last_seq(self, table_id: str) -> int: ...
+
+    def latest_snapshot(self, table_id: str, at_or_before_seq: int | None = None) -> tuple[int, str] | None:
+        """The newest flushed snapshot (seq, path) at or before a sequence number."""
+
+    def add_snapshot(self, table_id: str, seq: int, path: str) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,127 @@
+"""`Scan`: a lazy scan; results as Arrow, pandas or Polars, streamed in key order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from conch._deps import optional_import
+from conch.scan.execute import ScanExecutor, ScanMetrics, output_schema
+from conch.scan.plan import ScanPlan, plan_scan
+from conch.schema import join_path
+
+if TYPE_CHECKING:
+    from conch.table import Table
+
+
+class Scan:
+    """A scan of fresh records. Build with `Table.scan`; nothing is read until a `to_*` call."""
+
+    def __init__(
+        self,
+        table: Table,
+        columns: tuple[Any, ...],
+        where: Any = None,
+        keys: Any = None,
+        asof: int | datetime | None = None,
+        since: int | datetime | None = None,
+        level: str | None = None,
+        limit: int | None = None,
+    ) -> None:
+        self.table = table
+        state = table.state_at(asof)
+        self._plan = plan_scan(state, columns, where=where, keys=keys, asof=asof, since=since, level=level)
+        self._limit = limit
+        self._metrics: ScanMetrics | None = None
+
+    @property
+    def plan(self) -> ScanPlan:
+        return self._plan
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The output schema: key columns, then projected columns nested by group."""
+        return output_schema(self._plan.schema, self._plan.level, self._plan.columns)
+
+    def _executor(self) -> ScanExecutor:
+        cat = self.table.catalog
+        ex = ScanExecutor(self._plan, cat.format, cat.key_cache, cat.storage.abspath, limit=self._limit)
+        self._metrics = ex.metrics
+        return ex
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self._executor().batches()
+
+    def to_record_batches(self) -> pa.RecordBatchReader:
+        """A streaming reader: bounded memory, batches in key order."""
+        ex = self._executor()
+        return pa.RecordBatchReader.from_batches(ex.output_schema(), ex.batches())
+
+    def to_arrow(self) -> pa.Table:
+        ex = self._executor()
+        return pa.Table.from_batches(list(ex.batches()), schema=ex.output_schema())
+
+    def to_pandas(self) -> Any:
+        optional_import("pandas")
+        return self.to_arrow().to_pandas()
+
+    def to_polars(self) -> Any:
+        pl = optional_import("polars")
+        return pl.from_arrow(self.to_arrow())
+
+    def to_pylist(self) -> list[dict[str, Any]]:
+        return self.to_arrow().to_pylist()
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self._executor().batches())
+
+    def metrics(self) -> ScanMetrics:
+        """What the last run of this scan read (fragments, rows and bytes per group)."""
+        if self._metrics is None:
+            raise RuntimeError("the scan has not run yet: call to_arrow() or iterate it first")
+        return self._metrics
+
+    def explain(self) -> str:
+        """The plan: what is read at each step and what was pruned before reading."""
+        p = self._plan
+        schema = p.schema
+        lines = [f"Scan {self.table.name} level={p.level or '<root>'}"]
+        if p.asof is not None or p.since is not None:
+            lines.append(f"  time filter: since={p.since} asof={p.asof}")
+        if p.key_predicate is not None:
+            lines.append(f"  key filter: {p.key_predicate}")
+        lines.append(
+            f"  1. merge key spaces: {len(p.key_spaces)} considered"
+            f" (pruned: {p.pruned.get('key_spaces_time', 0)} by time, {p.pruned.get('key_spaces_span', 0)} by key span),"
+            f" {len(p.tombstones)} tombstone sets"
+        )
+        step = 2
+        if p.filter is not None:
+            groups = sorted({c.group for c in p.filter_columns})
+            frs = sum(len(p.fragments.get(g, [])) for g in groups)
+            names = ", ".join(join_path(p.level, g) or "<root>" for g in groups)
+            lines.append(
+                f"  {step}. filter {p.filter!r} on fresh cells of group(s) {names}: {frs} fragments,"
+                " stats pruning per fresh cell → row mask"
+            )
+            step += 1
+        for g in sorted({c.group for c in p.columns}):
+            cols = [c.path for c in p.columns if c.group == g]
+            frs = p.fragments.get(g, [])
+            lines.append(
+                f"  {step}. take {join_path(p.level, g) or '<root>'} {cols}: {len(frs)} fragments, rows by key mask"
+            )
+        lines.append(f"  output: {', '.join(schema.key_names(p.level) + [c.path for c in p.columns])} (sorted by key)")
+        if self._metrics is not None:
+            m = self._metrics
+            lines.append(
+                f"  last run: {m.keys_out} keys, {m.rows_out} rows out, fragments read {m.fragments_read}/"
+                f"{m.fragments_considered}, pruned by stats {m.fragments_pruned_by_stats}, bytes read {sum(m.bytes_read.values())}"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.explain()

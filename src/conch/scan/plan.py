@@ -1,0 +1,178 @@
+"""Scan planning (DESIGN §5, spec/001): resolve columns to groups, choose the key spaces and
+fragments a scan must consider, and prune what it provably does not need.
+
+Pruning here never changes which cell is fresh: a key space or fragment is dropped only when it
+is outside the time interval (its cells are not considered at all, spec/000) or holds no key the
+key predicate admits. Statistics-based pruning happens later, per fresh cell (see `execute`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from conch.errors import ColumnNotFoundError, LevelError, TimeTravelError
+from conch.expr import Expr, columns, rename
+from conch.keys import EncodedRange, KeyPredicate, predicate_bounds, span_overlaps, to_key_predicate
+from conch.manifest import Fragment, KeySpace, TableState
+from conch.schema import Column, Schema, join_path
+
+
+@dataclass
+class ScanPlan:
+    """Everything a scan will read, decided before any data file is opened."""
+
+    state: TableState
+    level: str
+    columns: list[Column]  # projected
+    filter: Expr | None  # over full column paths
+    filter_columns: list[Column]
+    key_predicate: KeyPredicate | None
+    key_range: EncodedRange | None
+    asof: int | None
+    since: int | None
+    key_spaces: list[KeySpace]
+    tombstones: list[KeySpace]
+    fragments: dict[str, list[Fragment]]  # by group
+    pruned: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def schema(self) -> Schema:
+        return self.state.schema
+
+    @property
+    def key_fields(self) -> list[Any]:
+        return self.schema.key_fields(self.level)
+
+
+def to_time(t: int | datetime | None, what: str) -> int | None:
+    """Commit times are µs since the epoch; datetimes (naive = UTC) are converted."""
+    if t is None:
+        return None
+    if isinstance(t, datetime):
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=UTC)
+        return int(t.timestamp() * 1_000_000)
+    if isinstance(t, int) and not isinstance(t, bool):
+        return t
+    raise TimeTravelError(f"{what} must be a commit time (int µs) or a datetime, got {t!r}")
+
+
+def resolve_columns(schema: Schema, level: str | None, selectors: tuple[Any, ...]) -> tuple[str, list[Column]]:
+    """Column selectors (paths, groups, `Col`s) → the scan level and its columns."""
+    paths = [s.path if hasattr(s, "path") else s for s in selectors]
+    if level is not None:
+        schema.level(level)
+    if not paths:
+        lvl = level or ""
+        return lvl, schema.columns_of(lvl)
+    out: list[Column] = []
+    levels: set[str] = set()
+    for p in paths:
+        if not isinstance(p, str):
+            raise ColumnNotFoundError(f"column selectors are paths like 'audio.bytes', got {p!r}")
+        candidates = [join_path(level, p), p] if level else [p]
+        for cand in candidates:
+            try:
+                lvl, cols = schema.resolve(cand)
+                break
+            except ColumnNotFoundError:
+                continue
+        else:
+            schema.resolve(candidates[0])  # raises with the list of known columns
+            raise AssertionError
+        levels.add(lvl)
+        out.extend(c for c in cols if c not in out)
+    if level is not None:
+        levels.add(level)
+    if len(levels) > 1:
+        raise LevelError(
+            f"columns {paths} come from levels {sorted(levels)}; a scan reads one level "
+            "(use the nested expression API to broadcast or reduce across levels)"
+        )
+    return levels.pop(), out
+
+
+def plan_scan(
+    state: TableState,
+    selectors: tuple[Any, ...],
+    where: Expr | None = None,
+    keys: Any = None,
+    asof: int | datetime | None = None,
+    since: int | datetime | None = None,
+    level: str | None = None,
+) -> ScanPlan:
+    schema = state.schema
+    asof_us, since_us = to_time(asof, "asof"), to_time(since, "since")
+    if asof_us is not None and since_us is not None and since_us > asof_us:
+        raise TimeTravelError(f"since ({since_us}) is after asof ({asof_us}): the interval is empty")
+    lvl, cols = resolve_columns(schema, level, selectors)
+    filt, filt_cols = None, []
+    if where is not None:
+        if not isinstance(where, Expr):
+            raise TypeError(f"where= takes a Conch expression like t['x'] < 1, got {where!r}")
+
+        def full(p: str) -> str:
+            if schema.has_column(p):
+                return p
+            if lvl and schema.has_column(join_path(lvl, p)):
+                return join_path(lvl, p)
+            schema.column(p)  # raises ColumnNotFoundError
+            return p
+
+        filt = rename(where, full)
+        filt_cols = [schema.column(p) for p in columns(filt)]
+        other = {c.level for c in filt_cols} - {lvl}
+        if other:
+            raise LevelError(f"filter {where!r} reads level(s) {sorted(other)} but the scan is of level {lvl!r}")
+    key_fields = schema.key_fields(lvl)
+    pred = to_key_predicate(keys, key_fields) if keys is not None else None
+    bounds = predicate_bounds(pred, key_fields) if pred is not None else None
+
+    pruned = {"key_spaces_time": 0, "key_spaces_span": 0, "fragments_of_pruned_key_spaces": 0}
+    ancestors = {a.path for a in schema.ancestry(lvl)}
+    data_ks: list[KeySpace] = []
+    tombs: list[KeySpace] = []
+    for ks in state.key_spaces.values():
+        if ks.kind == "tombstone":
+            if ks.level in ancestors and (asof_us is None or ks.time <= asof_us):
+                tombs.append(ks)
+            continue
+        if ks.level != lvl:
+            continue
+        if (asof_us is not None and ks.time > asof_us) or (since_us is not None and ks.time < since_us):
+            pruned["key_spaces_time"] += 1
+            continue
+        if bounds is not None and not span_overlaps(bounds, bytes.fromhex(ks.min_key), bytes.fromhex(ks.max_key)):
+            pruned["key_spaces_span"] += 1
+            continue
+        data_ks.append(ks)
+    data_ks.sort(key=lambda k: (k.time, k.seq, k.id))
+    live = {ks.id for ks in data_ks}
+    needed_groups = {c.group for c in cols} | {c.group for c in filt_cols}
+    frags: dict[str, list[Fragment]] = {g: [] for g in needed_groups}
+    for fr in state.fragments.values():
+        if fr.level != lvl or fr.group not in needed_groups:
+            continue
+        if fr.key_space in live:
+            frags[fr.group].append(fr)
+        else:
+            pruned["fragments_of_pruned_key_spaces"] += 1
+    for g in frags:
+        frags[g].sort(key=lambda f: (f.key_space, f.start))
+    return ScanPlan(
+        state=state,
+        level=lvl,
+        columns=cols,
+        filter=filt,
+        filter_columns=filt_cols,
+        key_predicate=pred,
+        key_range=bounds,
+        asof=asof_us,
+        since=since_us,
+        key_spaces=data_ks,
+        tombstones=tombs,
+        fragments=frags,
+        pruned=pruned,
+    )

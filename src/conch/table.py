@@ -1,0 +1,221 @@
+"""`Table`: a keyed, column-grouped table; writes, deletes, scans, history and manifests."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from conch import maintenance
+from conch.expr import Col
+from conch.manifest import TableState
+from conch.metastore.base import LogEntry, TableRecord
+from conch.scan import Scan
+from conch.scan.plan import to_time
+from conch.schema import Schema, type_name
+from conch.txn import Commit, commit
+from conch.write import TableFiles, stage_delete, stage_write
+
+if TYPE_CHECKING:
+    from conch.catalog import Catalog
+
+FLUSH_EVERY = 64  # WAL entries between automatic snapshot flushes
+
+
+class TableColumn(Col):
+    """A column reference bound to its table: `t["audio.bytes"]`, usable in `where=`."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: Table, path: str) -> None:
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "table", table)
+
+
+class TableSchema:
+    """A table's schema tree; prints in the style of spec/002."""
+
+    def __init__(self, name: str, schema: Schema) -> None:
+        self.name = name
+        self.tree = schema
+
+    def __str__(self) -> str:
+        return self.tree.render(self.name)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def to_arrow(self) -> pa.Schema:
+        """The schema as Arrow: key columns, then groups as structs and levels as lists."""
+        return pa.schema([*self.tree.key_schema, *self.tree.arrow_schema()])
+
+    @property
+    def key_schema(self) -> pa.Schema:
+        return self.tree.key_schema
+
+    @property
+    def columns(self) -> list[str]:
+        return [c.full_path for c in self.tree.columns]
+
+
+class Table:
+    """A Conch table. Get one from `Catalog.create_table` or `Catalog.table`.
+
+    >>> t = conch.connect(path).create_table("audio", [("id", pa.uint64())])  # doctest: +SKIP
+    >>> t.write([{"id": 1, "silence_ratio": 0.05}])  # doctest: +SKIP
+    """
+
+    def __init__(self, catalog: Catalog, record: TableRecord) -> None:
+        self.catalog = catalog
+        self.name = record.name
+        self.id = record.id
+        self._record = record
+        self._lock = threading.Lock()
+        self._state: TableState | None = None
+        self._log: list[LogEntry] = []
+        self.files = TableFiles(catalog.storage, self.id, catalog.format)
+
+    def __repr__(self) -> str:
+        return f"Table({self.name!r})"
+
+    # ----- state ------------------------------------------------------------------------
+    def _initial_state(self) -> TableState:
+        import json
+
+        props = json.loads(self._record.props)
+        return TableState(Schema.from_json(props["schema"]))
+
+    def state(self) -> TableState:
+        """The latest committed state (reads only the WAL entries new since the last call)."""
+        with self._lock:
+            ms = self.catalog.metastore
+            if self._state is None:
+                snap = ms.latest_snapshot(self.id)
+                if snap is not None:
+                    self._state = TableState.from_json(self.catalog.storage.read_bytes(snap[1]).decode())
+                else:
+                    self._state = self._initial_state()
+            new = ms.read_log(self.id, self._state.seq)
+            if new:
+                self._state = self._state.copy().replay(new)
+            return self._state
+
+    def state_at(self, asof: int | datetime | None) -> TableState:
+        """The state as of a commit time: the files live then (cells newer than it are ignored)."""
+        t = to_time(asof, "asof")
+        if t is None:
+            return self.state()
+        latest = self.state()
+        if t >= latest.time:
+            return latest
+        ms = self.catalog.metastore
+        entries = [e for e in ms.read_log(self.id) if e.time <= t]
+        if not entries:
+            return self._initial_state_for(latest)
+        seq = entries[-1].seq
+        snap = ms.latest_snapshot(self.id, seq)
+        if snap is not None:
+            state = TableState.from_json(self.catalog.storage.read_bytes(snap[1]).decode())
+        else:
+            state = self._initial_state()
+        return state.replay(e for e in entries if e.seq > state.seq)
+
+    def _initial_state_for(self, latest: TableState) -> TableState:
+        # Before the first commit the table was empty; keep today's schema so columns resolve.
+        return TableState(latest.schema)
+
+    def after_commit(self, seq: int) -> None:
+        if seq % FLUSH_EVERY == 0:
+            maintenance.flush(self)
+
+    # ----- schema -----------------------------------------------------------------------
+    @property
+    def schema(self) -> TableSchema:
+        return TableSchema(self.name, self.state().schema)
+
+    @property
+    def key_schema(self) -> pa.Schema:
+        return self.state().schema.key_schema
+
+    def __getitem__(self, path: str) -> TableColumn:
+        self.state().schema.resolve(path)  # raises ColumnNotFoundError early
+        return TableColumn(self, path)
+
+    # ----- writes -----------------------------------------------------------------------
+    def write(self, data: Any, level: str | None = None) -> Commit:
+        """Upsert `data` (Arrow, list of dicts, dict of lists, pandas, Polars) in one commit.
+
+        Key columns are required; any subset of value columns may be given; nested structs are
+        column groups; `list<struct<$: K>>` fields are child levels. `level` writes rows of a
+        child level directly (key columns: the level's full key, e.g. "scenes", "scenes.clips").
+        """
+        staged = stage_write(self.files, self.state(), data, level or "", self.catalog.write_options)
+        rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items())
+        return commit(self, staged, "write", summary=rows or "no rows")
+
+    def delete(self, keys: Any, level: str | None = None) -> Commit:
+        """Delete keys (a list of values or tuples, or an Arrow table of key columns).
+
+        Deleting a key removes its whole subtree of child levels.
+        """
+        staged = stage_delete(self.files, self.state(), keys, level or "")
+        n = sum(op["rows"] for op in staged.ops)
+        return commit(self, staged, "delete", summary=f"{n} keys at {level or 'root'}")
+
+    # ----- reads ------------------------------------------------------------------------
+    def scan(
+        self,
+        *columns: str | Col,
+        where: Col | Any = None,
+        keys: Any = None,
+        asof: int | datetime | None = None,
+        since: int | datetime | None = None,
+        level: str | None = None,
+        limit: int | None = None,
+    ) -> Scan:
+        """A lazy scan of fresh records (spec/000). Nothing is read until a `to_*` call.
+
+        `columns`: column paths or groups (default: every column of the level); `where`: a value
+        filter on fresh records; `keys`: exact keys, a `KeyRange` or a `KeyPrefix`; `asof` /
+        `since`: inclusive commit-time bounds; `level`: a child level such as "scenes.clips".
+        """
+        return Scan(self, columns, where=where, keys=keys, asof=asof, since=since, level=level, limit=limit)
+
+    def to_arrow(self) -> pa.Table:
+        return self.scan().to_arrow()
+
+    # ----- history and metadata ------------------------------------------------------------
+    def history(self) -> list[Commit]:
+        """Every commit, oldest first."""
+        import json
+
+        out = []
+        for e in self.catalog.metastore.read_log(self.id):
+            d = json.loads(e.entry)
+            out.append(Commit(e.seq, e.time, d.get("kind", "write"), d.get("summary", "")))
+        return out
+
+    def manifests(self, asof: int | datetime | None = None) -> dict[str, pa.Table]:
+        """Manifests as Arrow tables: `"key_spaces"`, then one per column group
+        (`"<level>/<group>"`, root group `"/"`)."""
+        state = self.state_at(asof)
+        out = {"key_spaces": state.key_space_manifest()}
+        for lvl in state.schema.levels:
+            for g in state.schema.groups(lvl):
+                out[f"{lvl}/{g}"] = state.fragment_manifest(lvl, g)
+        return out
+
+    def flush(self) -> int:
+        """Fold the WAL into a snapshot file now; returns the snapshot's sequence number."""
+        return maintenance.flush(self)
+
+    def vacuum(self, older_than_seconds: float = 3600.0, dry_run: bool = False) -> maintenance.VacuumResult:
+        """Remove files no commit references (leftovers of failed writers)."""
+        return maintenance.vacuum(self, older_than_seconds, dry_run)
+
+    def describe(self) -> str:
+        state = self.state()
+        keys = ", ".join(f"{f.name}: {type_name(f.type)}" for f in state.schema.key_schema)
+        return f"{self.name} ({keys}) — {len(state.key_spaces)} key spaces, {len(state.fragments)} fragments, seq {state.seq}"
