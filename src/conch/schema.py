@@ -179,7 +179,7 @@ class Schema:
                     if path in by_path:
                         raise SchemaError(f"{path!r} is a column; it cannot become a child level")
                     levels[path] = Level(path, lvl, (pa.field(CHILD_KEY, key_t, nullable=False),))
-                elif existing.own_key[0].type != key_t:
+                elif existing.own_key[0].type != key_t and not _castable(key_t, existing.own_key[0].type):
                     raise SchemaError(f"level {path!r} is keyed by {existing.own_key[0].type}, got {key_t}")
                 continue
             full = join_path(lvl, path)
@@ -337,6 +337,9 @@ class Schema:
 
 
 def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Values of `src` may be written to a `dst` column: checked (safe) casts between numbers."""
+    if pa.types.is_null(src):
+        return True
     numeric = (pa.types.is_integer, pa.types.is_floating)
     return any(f(src) for f in numeric) and any(f(dst) for f in numeric)
 

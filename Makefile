@@ -1,0 +1,35 @@
+# Everything a fresh machine needs: `make demo` (the main job) and `make test` (the checks).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev,spark]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/conch demo --warehouse demo-warehouse
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider
+
+test: lint typecheck unit
+
+bench: $(STAMP)
+	$(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) demo-warehouse .pytest_cache .mypy_cache .ruff_cache
