@@ -9,6 +9,7 @@ they are immutable, so a cached footer never goes stale.
 from __future__ import annotations
 
 import base64
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -26,7 +27,15 @@ def column_name(column_id: int) -> str:
 
 
 class VortexFormat:
-    """Fragments and key spaces as Vortex files."""
+    """Fragments and key spaces as Vortex files, with large values stored out of line.
+
+    Vortex 0.90's writer cuts every column into chunks of >= 8192 rows and a take reads whole
+    chunks, so a take of 100 rows of 20 KB blobs read a whole 400 MB file (measured: see
+    `docs/architecture.md`). Large-value columns (binary, utf8, fixed-size tensors) are therefore
+    written to a `<fragment>.blobs` file of concatenated values, and the Vortex file holds
+    `c<id>.off` / `c<id>.len` in their place. A take reads the small index rows, then exactly
+    the taken values' bytes (adjacent ranges coalesced); filters never touch the blob file.
+    """
 
     name = "vortex"
     suffix = ".vortex"
@@ -34,9 +43,15 @@ class VortexFormat:
     def __init__(self, cache_size: int = 512) -> None:
         self._open: OrderedDict[str, Any] = OrderedDict()
         self._cache_size = cache_size
+        self.blob_bytes_read = 0
 
-    def write(self, table: pa.Table, path: str) -> None:
+    def write(self, table: pa.Table, path: str, blob_columns: Sequence[str] = ()) -> int:
+        """Write a fragment; returns the bytes written (Vortex file + blob file)."""
+        total = 0
+        if blob_columns:
+            table, total = _write_blobs(table, path, blob_columns)
         vx.io.write(table, path)
+        return total + os.path.getsize(path)
 
     def _file(self, path: str) -> Any:
         f = self._open.get(path)
@@ -58,17 +73,130 @@ class VortexFormat:
         columns: Sequence[str],
         schema: pa.Schema,
         indices: np.ndarray | None = None,
+        blob_columns: Sequence[str] = (),
     ) -> pa.Table:
         """Read `columns` (all rows, or the sorted row `indices`) cast to `schema`."""
-        f = self._file(path)
         if indices is not None and len(indices) == 0:
             return schema.empty_table()
+        inline = [c for c in columns if c not in blob_columns]
+        blobs = [c for c in columns if c in blob_columns]
+        file_fields = [schema.field(c) for c in inline]
+        for c in blobs:
+            file_fields += [pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())]
+        file_schema = pa.schema(file_fields)
+        f = self._file(path)
         try:
             idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
-            reader = f.to_arrow(list(columns), indices=idx, schema=schema)
-            return reader.read_all()
+            table = f.to_arrow(file_schema.names, indices=idx, schema=file_schema).read_all()
         except Exception as e:
             raise CorruptFileError(f"cannot read {list(columns)} from fragment {path}: {e}") from e
+        if not blobs:
+            return table
+        out = []
+        with open(path + BLOB_SUFFIX, "rb") as bf:
+            for c in columns:
+                if c in blob_columns:
+                    arr, n = _read_blobs(bf, table.column(f"{c}.off"), table.column(f"{c}.len"), schema.field(c).type)
+                    self.blob_bytes_read += n
+                    out.append(arr)
+                else:
+                    out.append(table.column(c))
+        return pa.Table.from_arrays(out, schema=schema)
+
+
+BLOB_SUFFIX = ".blobs"
+
+
+def blob_storable(t: pa.DataType) -> bool:
+    """Types whose values can live in a blob file: binary, utf8, fixed-size lists of numbers."""
+    if isinstance(t, pa.ExtensionType):
+        return blob_storable(t.storage_type)
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        return True
+    return pa.types.is_fixed_size_list(t) and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))
+
+
+def _value_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(starts, lengths, data buffer) of each value of a blob-storable array."""
+    storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+    t = storage.type
+    if pa.types.is_fixed_size_list(t):
+        width = t.value_type.bit_width // 8 * t.list_size
+        flat = (
+            storage.flatten()
+            if storage.null_count == 0
+            else storage.fill_null(pa.scalar([0] * t.list_size, t)).flatten()
+        )
+        starts = np.arange(len(storage), dtype=np.int64) * width
+        lengths = np.full(len(storage), width, dtype=np.int64)
+        buf = flat.buffers()[1]
+        return starts, lengths, memoryview(buf)[flat.offset * (width // t.list_size) :]
+    big = storage.cast(pa.large_binary()) if pa.types.is_binary(t) else storage.cast(pa.large_string())
+    offs = np.frombuffer(big.buffers()[1], dtype=np.int64, count=len(big) + 1 + big.offset)[big.offset :]
+    data = big.buffers()[2]
+    return offs[:-1].copy(), np.diff(offs), memoryview(data) if data is not None else memoryview(b"")
+
+
+def _write_blobs(table: pa.Table, path: str, blob_columns: Sequence[str]) -> tuple[pa.Table, int]:
+    written = 0
+    with open(path + BLOB_SUFFIX, "wb") as bf:
+        for name in blob_columns:
+            arr = table.column(name).combine_chunks()
+            starts, lengths, data = _value_bytes(arr)
+            valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            lo = int(starts[0]) if len(starts) else 0
+            hi = int(starts[-1] + lengths[-1]) if len(starts) else 0
+            bf.write(data[lo:hi])
+            offsets = (starts - lo + written).astype(np.uint64)
+            written += hi - lo
+            idx = table.column_names.index(name)
+            table = table.remove_column(idx)
+            table = table.append_column(f"{name}.off", pa.array(offsets, pa.uint64(), mask=~valid))
+            table = table.append_column(f"{name}.len", pa.array(lengths.astype(np.uint32), pa.uint32(), mask=~valid))
+        bf.flush()
+        os.fsync(bf.fileno())
+    return table, written
+
+
+def _read_blobs(bf: Any, off: pa.ChunkedArray, length: pa.ChunkedArray, t: pa.DataType) -> tuple[pa.Array, int]:
+    """Read exactly the given byte ranges (adjacent ones in one read) into an Arrow array."""
+    valid = np.asarray(off.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    o = off.fill_null(0).to_numpy().astype(np.int64)
+    n = length.fill_null(0).to_numpy().astype(np.int64)
+    n[~valid] = 0
+    out = bytearray(int(n.sum()))
+    pos = 0
+    i = 0
+    fd = bf.fileno()
+    while i < len(o):
+        j = i
+        end = o[i] + n[i]
+        while j + 1 < len(o) and o[j + 1] == end:  # coalesce contiguous values
+            j += 1
+            end += n[j]
+        size = int(end - o[i])
+        if size:
+            out[pos : pos + size] = os.pread(fd, size, int(o[i]))
+        pos += size
+        i = j + 1
+    validity = pa.array(valid).buffers()[1] if not valid.all() else None
+    storage_t = t.storage_type if isinstance(t, pa.ExtensionType) else t
+    if pa.types.is_fixed_size_list(storage_t):
+        vt = storage_t.value_type
+        width = vt.bit_width // 8 * storage_t.list_size
+        data = np.zeros((len(o), width), dtype=np.uint8)
+        data[valid] = np.frombuffer(bytes(out), dtype=np.uint8).reshape(-1, width)
+        values = pa.Array.from_buffers(vt, len(o) * storage_t.list_size, [None, pa.py_buffer(data)])
+        arr: pa.Array = pa.FixedSizeListArray.from_arrays(values, storage_t.list_size, mask=pa.array(~valid))
+    else:
+        offsets = np.zeros(len(o) + 1, dtype=np.int64)
+        np.cumsum(n, out=offsets[1:])
+        big_t = pa.large_binary() if pa.types.is_binary(storage_t) else pa.large_string()
+        arr = pa.Array.from_buffers(big_t, len(o), [validity, pa.py_buffer(offsets), pa.py_buffer(bytes(out))])
+        arr = arr.cast(storage_t)
+    if isinstance(t, pa.ExtensionType):
+        arr = pa.ExtensionArray.from_storage(t, arr)
+    return arr, len(out)
 
 
 def column_stats(col: pa.ChunkedArray | pa.Array) -> tuple[Any, Any, int]:

@@ -63,6 +63,7 @@ class Fragment:
     seq: int = 0
     lsm: int = 0
     compacted_at: int | None = None
+    blob_columns: tuple[int, ...] = ()  # column ids stored out of line in `<path>.blobs`
 
 
 @dataclass
@@ -87,6 +88,7 @@ class TableState:
             elif kind == "add_fragment":
                 args = {k: v for k, v in op.items() if k != "op"}
                 args["column_ids"] = tuple(args["column_ids"])
+                args["blob_columns"] = tuple(args.get("blob_columns", ()))
                 fr = Fragment(**args)
                 self.fragments[fr.id] = replace(fr, time=op.get("time") or entry.time, seq=entry.seq)
             elif kind == "remove_key_space":
@@ -125,6 +127,7 @@ class TableState:
         frags = {}
         for f in d["fragments"]:
             f["column_ids"] = tuple(f["column_ids"])
+            f["blob_columns"] = tuple(f.get("blob_columns", ()))
             frags[f["id"]] = Fragment(**f)
         return cls(
             schema=Schema.from_json(d["schema"]),
@@ -195,6 +198,7 @@ _FRAGMENT_SCHEMA = pa.schema(
         ("seq", pa.int64()),
         ("lsm", pa.int64()),
         ("compacted_at", pa.int64()),
+        ("blob_columns", pa.list_(pa.int64())),
     ]
 )
 

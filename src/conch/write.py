@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.errors import SchemaError
-from conch.fragments import VortexFormat, column_name, column_stats, encode_stats
+from conch.fragments import BLOB_SUFFIX, VortexFormat, blob_storable, column_name, column_stats, encode_stats
 from conch.keys import check_unique_sorted, encode_keys, key_table, validate_key_columns
 from conch.manifest import TableState
 from conch.schema import CHILD_KEY, Column, Schema, is_child_level_type, join_path, normalize_type
@@ -42,8 +42,7 @@ class WriteOptions:
     chunk_rows: int = 1 << 20  # rows of input sorted and written as one run
     chunk_bytes: int = 256 << 20
     fragment_bytes: int = 128 << 20  # upper bound of one fragment file
-    large_value_bytes: int = 4096  # avg bytes per row above which a group is "large-value"
-    large_value_batch_rows: int = 64  # rows per Vortex chunk in large-value groups
+    large_value_bytes: int = 4096  # avg bytes per value above which a column is stored out of line
 
 
 @dataclass
@@ -320,17 +319,17 @@ def write_fragments(
     n = table.num_rows
     bytes_per_row = max(1, table.nbytes // max(n, 1))
     rows_per_fragment = max(1, opts.fragment_bytes // bytes_per_row)
-    large = bytes_per_row >= opts.large_value_bytes
+    # Large values go out of line so a take reads only the bytes of the rows it takes.
+    blob_ids = [c.id for c, data in cols if blob_storable(c.type) and data.nbytes / max(n, 1) >= opts.large_value_bytes]
     types = {c.id: c.type for c, _ in cols}
     for start in range(0, n, rows_per_fragment):
         part = table.slice(start, rows_per_fragment)
-        if large:
-            # Small Vortex chunks let a take read only the chunks holding the rows it takes.
-            part = pa.Table.from_batches(part.to_batches(max_chunksize=opts.large_value_batch_rows))
         frag_id = new_id()
         rel = files.fragment_path(level, group, frag_id)
-        files.format.write(part, files.storage.prepare(rel))
+        size = files.format.write(part, files.storage.prepare(rel), [column_name(i) for i in blob_ids])
         staged.files.append(rel)
+        if blob_ids:
+            staged.files.append(rel + BLOB_SUFFIX)
         stats = {c.id: column_stats(part.column(column_name(c.id))) for c, _ in cols}
         staged.ops.append(
             {
@@ -344,7 +343,8 @@ def write_fragments(
                 "path": rel,
                 "column_ids": [c.id for c, _ in cols],
                 "stats": encode_stats(stats, types),
-                "bytes": files.storage.size(rel),
+                "bytes": size,
+                "blob_columns": blob_ids,
             }
         )
 

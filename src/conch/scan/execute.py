@@ -50,13 +50,15 @@ class ScanMetrics:
     fragments_read: int = 0
     fragments_pruned_by_stats: int = 0
     rows_read: dict[str, int] = field(default_factory=dict)
-    bytes_read: dict[str, int] = field(default_factory=dict)
+    bytes_read: dict[str, int] = field(default_factory=dict)  # decoded Arrow bytes per group
+    blob_bytes_read: dict[str, int] = field(default_factory=dict)  # exact bytes read from blob files
     rows_out: int = 0
     pruned: dict[str, int] = field(default_factory=dict)
 
-    def add_read(self, group: str, rows: int, nbytes: int) -> None:
+    def add_read(self, group: str, rows: int, nbytes: int, blob_bytes: int = 0) -> None:
         self.rows_read[group] = self.rows_read.get(group, 0) + rows
         self.bytes_read[group] = self.bytes_read.get(group, 0) + nbytes
+        self.blob_bytes_read[group] = self.blob_bytes_read.get(group, 0) + blob_bytes
 
 
 class KeyCache:
@@ -287,9 +289,12 @@ class ScanExecutor:
             fr = unit.fragments[int(f)]
             rows = rk[sel]
             whole = len(rows) == fr.rows
-            t = self.format.read(self.abspath(fr.path), schema.names, schema, None if whole else rows)
+            blobs = [column_name(i) for i in fr.blob_columns]
+            before = self.format.blob_bytes_read
+            t = self.format.read(self.abspath(fr.path), schema.names, schema, None if whole else rows, blobs)
+            blob_bytes = self.format.blob_bytes_read - before
             self.metrics.fragments_read += 1
-            self.metrics.add_read(join_path(self.plan.level, unit.group) or "<root>", t.num_rows, t.nbytes)
+            self.metrics.add_read(join_path(self.plan.level, unit.group) or "<root>", t.num_rows, t.nbytes, blob_bytes)
             pieces.append(t)
             where.append(sel)
         if not pieces:
