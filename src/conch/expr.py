@@ -10,7 +10,6 @@ Two passes read the tree: `evaluate` (on assembled fresh records, as Arrow) and 
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -152,9 +151,6 @@ _ARROW = {
     ">": pc.greater,
     ">=": pc.greater_equal,
 }
-_PY: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-}  # fmt: skip
 
 
 def columns(e: Expr) -> list[str]:
@@ -319,5 +315,64 @@ def rename(e: Expr, f: Callable[[str], str]) -> Expr:
     return e
 
 
-def python_compare(op: str, a: Any, b: Any) -> bool:
-    return _PY[op](a, b)
+def parse(text: str) -> Expr:
+    """Parse a filter written like Python: `silence_ratio < 0.1 and audio.meta.size > 100`.
+
+    Supports comparisons (also chained), `and`/`or`/`not` (or `& | ~`), `in [...]`,
+    `is None` / `is not None`, and dotted column paths.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise ValueError(f"cannot parse filter {text!r}: {e.msg}") from None
+    ops = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+
+    def path(n: ast.AST) -> str:
+        if isinstance(n, ast.Name):
+            return n.id
+        if isinstance(n, ast.Attribute):
+            return f"{path(n.value)}.{n.attr}"
+        raise ValueError(f"expected a column path in filter {text!r}, got {ast.unparse(n)!r}")
+
+    def conv(n: ast.AST) -> Expr:
+        if isinstance(n, ast.BoolOp):
+            terms = [conv(v) for v in n.values]
+            out = terms[0]
+            for t in terms[1:]:
+                out = And(out, t) if isinstance(n.op, ast.And) else Or(out, t)
+            return out
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitAnd | ast.BitOr):
+            left, right = conv(n.left), conv(n.right)
+            return And(left, right) if isinstance(n.op, ast.BitAnd) else Or(left, right)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not | ast.Invert):
+            return Not(conv(n.operand))
+        if isinstance(n, ast.Compare):
+            terms: list[Expr] = []
+            left = n.left
+            for op, right in zip(n.ops, n.comparators, strict=True):
+                if isinstance(op, ast.In | ast.NotIn):
+                    values = ast.literal_eval(right)
+                    t: Expr = IsIn(operand(left), tuple(values))
+                    terms.append(Not(t) if isinstance(op, ast.NotIn) else t)
+                elif isinstance(op, ast.Is | ast.IsNot):
+                    t = IsNull(operand(left))
+                    terms.append(Not(t) if isinstance(op, ast.IsNot) else t)
+                else:
+                    terms.append(Cmp(ops[type(op)], operand(left), operand(right)))
+                left = right
+            out = terms[0]
+            for t in terms[1:]:
+                out = And(out, t)
+            return out
+        raise ValueError(f"unsupported filter syntax {ast.unparse(n)!r} in {text!r}")
+
+    def operand(n: ast.AST) -> Expr:
+        if isinstance(n, ast.Constant):
+            return Lit(n.value)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant):
+            return Lit(-n.operand.value)  # type: ignore[operator]
+        return Col(path(n))
+
+    return conv(tree)

@@ -114,8 +114,11 @@ def equal_adjacent(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 
 # ----- encoding -----------------------------------------------------------------------------
-def encode_column(arr: pa.Array | pa.ChunkedArray) -> list[bytes] | np.ndarray:
-    """Encode one key column: a numpy `S<w>` array for fixed-width types, else a list of bytes."""
+def encode_column(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | list[bytes]:
+    """Encode one key column: an (n, width) uint8 array for fixed-width types, else a list of bytes.
+
+    (Not numpy `S<w>` strings: those drop trailing NUL bytes, which breaks self-delimitation.)
+    """
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     t = arr.type
@@ -129,14 +132,14 @@ def encode_column(arr: pa.Array | pa.ChunkedArray) -> list[bytes] | np.ndarray:
             u = v.astype(f"<i{width}").view(f"<u{width}") ^ np.array(1 << (8 * width - 1), dtype=f"<u{width}")
         else:
             u = v.astype(f"<u{width}")
-        return np.asarray(u.astype(f">u{width}").view(f"S{width}"))
+        return np.ascontiguousarray(u.astype(f">u{width}")).view(np.uint8).reshape(len(v), width)
     if pa.types.is_floating(t):
         v = arr.cast(pa.float64()).to_numpy(zero_copy_only=False) + 0.0  # -0.0 -> 0.0
         bits = v.view("<u8")
         sign = bits >> np.uint64(63)
         flipped = np.where(sign == 1, ~bits, bits | np.uint64(1 << 63))
-        return np.asarray(flipped.astype(">u8").view("S8"))
-    if pa.types.is_string(t) or pa.types.is_binary(t) or _is_binaryish(t):
+        return np.ascontiguousarray(flipped.astype(">u8")).view(np.uint8).reshape(len(v), 8)
+    if _is_binaryish(t):
         return [
             (b.encode() if isinstance(b, str) else b).replace(b"\x00", b"\x00\xff") + b"\x00\x00"
             for b in arr.to_pylist()
@@ -149,11 +152,13 @@ def encode_keys(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.BinaryArray
     if not columns:
         return pa.array([], pa.binary())
     parts = [encode_column(c) for c in columns]
-    if len(parts) == 1:
-        p = parts[0]
-        return pa.array(list(p) if isinstance(p, np.ndarray) else p, pa.binary())
     n = len(columns[0])
-    rows = [b"".join(bytes(p[i]) for p in parts) for i in range(n)]
+    if all(isinstance(p, np.ndarray) for p in parts):
+        block = np.ascontiguousarray(np.hstack(parts)) if len(parts) > 1 else parts[0]
+        width = block.shape[1]
+        fixed = pa.Array.from_buffers(pa.binary(width), n, [None, pa.py_buffer(block.tobytes())])
+        return fixed.cast(pa.binary())
+    rows = [b"".join(p[i].tobytes() if isinstance(p, np.ndarray) else p[i] for p in parts) for i in range(n)]
     return pa.array(rows, pa.binary())
 
 
@@ -172,7 +177,8 @@ def encode_key(values: Sequence[Any], fields: Sequence[pa.Field]) -> bytes:
         if pa.types.is_floating(f.type) and v != v:
             raise InvalidKeyError(f"key column {f.name!r} is NaN; NaN is not a key")
         enc = encode_column(arr)
-        out += bytes(enc[0])
+        first = enc[0]
+        out += first.tobytes() if isinstance(first, np.ndarray) else first
     return out
 
 
@@ -295,3 +301,40 @@ def span_overlaps(r: EncodedRange, lo: bytes, hi: bytes) -> bool:
     if r.lo is not None and hi < r.lo:
         return False
     return not (r.hi is not None and lo >= r.hi)
+
+
+def decode_key(data: bytes, fields: Sequence[pa.Field]) -> tuple[Any, ...]:
+    """Invert `encode_key` (used to show key spans); decodes as many columns as `data` holds."""
+    out: list[Any] = []
+    pos = 0
+    for f in fields:
+        if pos >= len(data):
+            break
+        t = f.type
+        if pa.types.is_integer(t) or pa.types.is_timestamp(t):
+            width = 8 if pa.types.is_timestamp(t) else t.bit_width // 8
+            u = int.from_bytes(data[pos : pos + width], "big")
+            signed = pa.types.is_timestamp(t) or pa.types.is_signed_integer(t)
+            v = u - (1 << (8 * width - 1)) if signed else u
+            out.append(pa.scalar(v, pa.int64()).cast(t).as_py() if pa.types.is_timestamp(t) else v)
+            pos += width
+        elif pa.types.is_floating(t):
+            u = int.from_bytes(data[pos : pos + 8], "big")
+            bits = u ^ (1 << 63) if u >> 63 else ~u & ((1 << 64) - 1)
+            out.append(float(np.array([bits], dtype=np.uint64).view(np.float64)[0]))
+            pos += 8
+        else:
+            raw = bytearray()
+            while pos < len(data):
+                b = data[pos]
+                if b == 0:
+                    if pos + 1 < len(data) and data[pos + 1] == 0xFF:
+                        raw.append(0)
+                        pos += 2
+                        continue
+                    pos += 2
+                    break
+                raw.append(b)
+                pos += 1
+            out.append(raw.decode("utf-8", "replace") if pa.types.is_string(t) else bytes(raw))
+    return tuple(out)

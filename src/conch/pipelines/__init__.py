@@ -1,0 +1,1 @@
+"""Data pipelines: dataset generation, ingestion, enrichment, and the end-to-end demo."""
