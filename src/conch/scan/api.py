@@ -101,26 +101,23 @@ class Scan:
         step = 2
         if p.filter is not None:
             groups = sorted({c.group for c in p.filter_columns})
-            frs = sum(len(p.fragments.get(g, [])) for g in groups)
+            n_frs = sum(len(p.fragments.get(g, [])) for g in groups)
             names = ", ".join(join_path(p.level, g) or "<root>" for g in groups)
             lines.append(
-                f"  {step}. filter {p.filter!r} on fresh cells of group(s) {names}: {frs} fragments,"
-                " stats pruning per fresh cell → row mask"
+                f"  {step}. row mask: filter {p.filter!r} on fresh cells of {names}: {n_frs} fragments;"
+                " stats pruning, then pushed into the Vortex scan where typed (→ ordinals), else on fresh records"
             )
             step += 1
         for g in sorted({c.group for c in p.columns}):
             cols = [c.path for c in p.columns if c.group == g]
-            frs = p.fragments.get(g, [])
             lines.append(
-                f"  {step}. take {join_path(p.level, g) or '<root>'} {cols}: {len(frs)} fragments, rows by key mask"
+                f"  {step}. take {join_path(p.level, g) or '<root>'} {cols}: {len(p.fragments.get(g, []))} fragments,"
+                " rows by key mask"
             )
         lines.append(f"  output: {', '.join(schema.key_names(p.level) + [c.path for c in p.columns])} (sorted by key)")
         if self._metrics is not None:
-            m = self._metrics
-            lines.append(
-                f"  last run: {m.keys_out} keys, {m.rows_out} rows out, fragments read {m.fragments_read}/"
-                f"{m.fragments_considered}, pruned by stats {m.fragments_pruned_by_stats}, bytes read {sum(m.bytes_read.values())}"
-            )
+            lines.append("  last run:")
+            lines += [f"    {line}" for line in self._metrics.render()]
         return "\n".join(lines)
 
     def __repr__(self) -> str:

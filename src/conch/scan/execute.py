@@ -1,21 +1,24 @@
 """Scan execution: fresh records, streamed in key order (DESIGN §2, §5; spec/000, spec/001).
 
-1. **Merge keys.** Read the considered key spaces (keys only, never values), apply the key
-   predicate, and merge them: per key, the newest tombstone time (own level or an ancestor's
-   prefix) and whether the key has any cell newer than it. With one key space and no tombstone
-   this is a zip, not a sort.
-2. **Find fresh cells.** Per set of columns that the same key spaces hold, the newest key space
-   holding the key after its tombstone holds the fresh cell; a key's row there maps to a
-   fragment and a row within it.
-3. **Filter.** For each single-column conjunct of the filter, fragments whose statistics prove it
-   false fail the keys whose fresh cell they hold, without reading values. The rest read the
-   filter columns' fresh cells, assemble them with nulls and evaluate the filter on the fresh
-   records: never on stale cells.
+1. **Join key spaces** (`keyspace.py`): read the considered key spaces (keys only), select the
+   key predicate's rows by binary search, and merge them: a zip when there is one run or the runs
+   hold identical key sets, a run merge otherwise. Per key: its newest tombstone (own level or an
+   ancestor's prefix) and whether it has a cell newer than that.
+2. **Find fresh cells.** Per set of columns that the same key spaces hold (a *read unit*), the
+   newest key space holding the key after its tombstone holds the fresh cell; a key's row there
+   maps (vectorised binary search) to a fragment and a row within it.
+3. **Row mask.** For each conjunct of the filter whose columns share a read unit: fragments whose
+   statistics (vectorised over Arrow arrays) prove it false fail the keys whose fresh cell they
+   hold; the rest run the conjunct *inside the Vortex scan* and return the ordinals of matching
+   rows, intersected with the rows that hold fresh cells. A fragment's verdict is only ever used
+   for keys whose fresh cell it holds, so stale cells are never evaluated (spec/000). Other
+   conjuncts are evaluated on assembled fresh records (SQL three-valued logic, in Arrow).
 4. **Take.** In batches of bounded bytes, read exactly the fresh rows of the projected columns
-   from each fragment (a Vortex take by row indices; whole fragments are read without indices)
-   and assemble record batches sorted by key.
+   from each fragment (a Vortex take by row index; blob columns read exactly the taken values)
+   and assemble record batches sorted by key. A fragment that many batches need (overlapping
+   LSM runs) is decoded once into a byte-bounded cache instead of once per batch.
 
-Memory: the keys of the considered key spaces (step 1) and one output batch of values.
+Memory: the keys of the considered key spaces, one output batch, and the bounded caches.
 """
 
 from __future__ import annotations
@@ -29,13 +32,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.expr import columns, conjuncts, may_match
+from conch.expr import And, Expr, columns, conjuncts
 from conch.expr import mask as filter_mask
-from conch.fragments import VortexFormat, column_name, decode_stats
-from conch.keys import encode_keys, equal_adjacent, predicate_mask
+from conch.fragments import ORDINAL, VortexFormat, column_name
+from conch.keys import encode_keys
 from conch.manifest import Fragment
+from conch.scan.keyspace import KeyCache, MergedKeys, merge_key_spaces, numeric_key, predicate_rows
 from conch.scan.plan import ScanPlan
+from conch.scan.pushdown import StatsCache, may_match_many, to_vortex
 from conch.schema import Column, Schema, join_path
+
+__all__ = ["KeyCache", "ScanExecutor", "ScanMetrics", "output_schema"]
+
+
+@dataclass
+class GroupMetrics:
+    """What one column group contributed to a scan."""
+
+    fragments_considered: int = 0
+    fragments_pruned_by_stats: int = 0
+    fragments_filtered: int = 0  # fragments a filter was pushed into
+    fragments_read: int = 0  # fragments values were taken from
+    rows_filtered: int = 0  # rows a pushed-down filter ran over
+    rows_read: int = 0  # rows of values decoded
+    bytes_read: int = 0  # bytes read from storage (Vortex segments + blob ranges)
+    bytes_decoded: int = 0  # Arrow bytes decoded
 
 
 @dataclass
@@ -46,65 +67,48 @@ class ScanMetrics:
     tombstones: int = 0
     keys_merged: int = 0
     keys_out: int = 0
+    merge: str = ""
     fragments_considered: int = 0
     fragments_read: int = 0
     fragments_pruned_by_stats: int = 0
-    rows_read: dict[str, int] = field(default_factory=dict)
-    bytes_read: dict[str, int] = field(default_factory=dict)  # decoded Arrow bytes per group
-    blob_bytes_read: dict[str, int] = field(default_factory=dict)  # exact bytes read from blob files
+    key_bytes_read: int = 0
     rows_out: int = 0
+    bytes_out: int = 0
+    groups: dict[str, GroupMetrics] = field(default_factory=dict)
     pruned: dict[str, int] = field(default_factory=dict)
 
-    def add_read(self, group: str, rows: int, nbytes: int, blob_bytes: int = 0) -> None:
-        self.rows_read[group] = self.rows_read.get(group, 0) + rows
-        self.bytes_read[group] = self.bytes_read.get(group, 0) + nbytes
-        self.blob_bytes_read[group] = self.blob_bytes_read.get(group, 0) + blob_bytes
+    def group(self, name: str) -> GroupMetrics:
+        return self.groups.setdefault(name, GroupMetrics())
 
+    @property
+    def rows_read(self) -> dict[str, int]:
+        return {g: m.rows_read for g, m in self.groups.items()}
 
-class KeyCache:
-    """Key spaces are immutable: cache their key tables (and encodings) by path."""
+    @property
+    def bytes_read(self) -> dict[str, int]:
+        """Bytes read from storage per group (Vortex segment reads and blob ranges)."""
+        return {g: m.bytes_read for g, m in self.groups.items()}
 
-    def __init__(self, fmt: VortexFormat, max_entries: int = 256) -> None:
-        self.format = fmt
-        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
-        self._encoded: OrderedDict[str, pa.BinaryArray] = OrderedDict()
-        self._max = max_entries
+    @property
+    def blob_bytes_read(self) -> dict[str, int]:
+        return self.bytes_read
 
-    def keys(self, path: str, fields: list[pa.Field]) -> pa.Table:
-        t = self._tables.get(path)
-        if t is None:
-            schema = pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(fields)])
-            t = self.format.read(path, schema.names, schema).rename_columns([f.name for f in fields])
-            self._put(self._tables, path, t)
-        return t
+    @property
+    def total_bytes_read(self) -> int:
+        return self.key_bytes_read + sum(m.bytes_read for m in self.groups.values())
 
-    def encoded(self, path: str, fields: list[pa.Field]) -> pa.BinaryArray:
-        e = self._encoded.get(path)
-        if e is None:
-            e = encode_keys(self.keys(path, fields).columns)
-            self._put(self._encoded, path, e)
-        return e
-
-    def _put(self, d: OrderedDict[str, Any], k: str, v: Any) -> None:
-        d[k] = v
-        if len(d) > self._max:
-            d.popitem(last=False)
-
-
-@dataclass
-class MergedKeys:
-    """The considered key-space rows, sorted by key then newest first.
-
-    `gid` numbers the distinct keys (row → key); `keys` holds one row per distinct key; `alive[g]`
-    says key g exists after tombstones; `row_ok[r]` says row r is newer than its key's tombstone.
-    """
-
-    keys: pa.Table
-    ks: np.ndarray  # row → index of its key space in the plan
-    row: np.ndarray  # row → row within its key space
-    gid: np.ndarray
-    alive: np.ndarray
-    row_ok: np.ndarray
+    def render(self) -> list[str]:
+        lines = [
+            f"keys: {self.key_spaces} key spaces merged by {self.merge or '-'} ({self.keys_merged} rows → "
+            f"{self.keys_out} live keys, {self.key_bytes_read} B read); {self.rows_out} rows out, {self.bytes_out} B"
+        ]
+        for g, m in sorted(self.groups.items()):
+            lines.append(
+                f"{g}: fragments {m.fragments_considered} considered, {m.fragments_pruned_by_stats} pruned by stats,"
+                f" {m.fragments_filtered} filtered in-file ({m.rows_filtered} rows), {m.fragments_read} read;"
+                f" rows read {m.rows_read}; bytes read {m.bytes_read} (decoded {m.bytes_decoded})"
+            )
+        return lines
 
 
 @dataclass
@@ -116,6 +120,37 @@ class ReadUnit:
     fragments: list[Fragment]
     frag: np.ndarray  # per output key: index into `fragments`, -1 = no cell (null)
     row: np.ndarray  # per output key: row within that fragment
+    shared: set[int] = field(default_factory=set)  # fragments many batches need: decode once
+
+    def subset(self, cols: list[Column]) -> ReadUnit:
+        return ReadUnit(self.group, cols, self.fragments, self.frag, self.row, self.shared)
+
+
+class _DecodedCache:
+    """Whole decoded fragments, LRU, bounded by Arrow bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._d: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
+        self._bytes = 0
+        self.max_bytes = max_bytes
+
+    def get(self, key: tuple[str, tuple[str, ...]]) -> pa.Table | None:
+        t = self._d.get(key)
+        if t is not None:
+            self._d.move_to_end(key)
+        return t
+
+    def put(self, key: tuple[str, tuple[str, ...]], t: pa.Table) -> None:
+        if t.nbytes > self.max_bytes:
+            return
+        self._d[key] = t
+        self._bytes += t.nbytes
+        while self._bytes > self.max_bytes:
+            _, old = self._d.popitem(last=False)
+            self._bytes -= old.nbytes
+
+
+_STATS = StatsCache()
 
 
 class ScanExecutor:
@@ -127,6 +162,7 @@ class ScanExecutor:
         abspath: Any,
         batch_bytes: int = 64 << 20,
         limit: int | None = None,
+        cache_bytes: int = 256 << 20,
     ) -> None:
         self.plan = plan
         self.format = fmt
@@ -135,59 +171,50 @@ class ScanExecutor:
         self.batch_bytes = batch_bytes
         self.limit = limit
         self.metrics = ScanMetrics(pruned=dict(plan.pruned))
+        self._decoded = _DecodedCache(cache_bytes)
+        self._seen: set[str] = set()  # fragments counted as considered
 
     # ----- output schema ----------------------------------------------------------------
     def output_schema(self) -> pa.Schema:
         return output_schema(self.plan.schema, self.plan.level, self.plan.columns)
 
-    # ----- step 1: merge keys -----------------------------------------------------------
+    def _group_name(self, group: str) -> str:
+        return join_path(self.plan.level, group) or "<root>"
+
+    # ----- step 1: join key spaces ------------------------------------------------------
     def _merge(self) -> MergedKeys:
         """Merge the considered key spaces into distinct keys, newest rows first per key."""
         plan = self.plan
         fields = plan.key_fields
-        names = [f.name for f in fields]
-        parts, ks_idx, ks_row = [], [], []
-        for i, ks in enumerate(plan.key_spaces):
+        numeric = numeric_key(fields)
+        before = self.format.bytes_read
+        parts, rows_l, nums = [], [], []
+        for ks in plan.key_spaces:
             path = self.abspath(ks.path)
             kt = self.key_cache.keys(path, fields)
-            rows = np.arange(kt.num_rows, dtype=np.int64)
+            num = self.key_cache.numeric(path, fields) if numeric else None
             if plan.key_predicate is not None:
-                m = predicate_mask(plan.key_predicate, self.key_cache.encoded(path, fields), fields)
-                rows = np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]
-                kt = kt.take(rows)
+                rows = predicate_rows(self.key_cache, path, fields, plan.key_predicate)
+                kt = kt.take(pa.array(rows))
+                num = num[rows] if num is not None else None
+            else:
+                rows = np.arange(kt.num_rows, dtype=np.int64)
             parts.append(kt)
-            ks_idx.append(np.full(len(rows), i, dtype=np.int32))
-            ks_row.append(rows)
-        self.metrics.key_spaces = len(parts)
-        self.metrics.tombstones = len(plan.tombstones)
+            rows_l.append(rows)
+            nums.append(num)
+        m = self.metrics
+        m.key_spaces = len(parts)
+        m.tombstones = len(plan.tombstones)
         if not parts:
             empty = pa.schema(fields).empty_table()
             z = np.zeros(0, dtype=np.int64)
             return MergedKeys(empty, z, z, z, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
         times = np.array([ks.time for ks in plan.key_spaces], dtype=np.int64)
-        kidx = np.concatenate(ks_idx)
-        krow = np.concatenate(ks_row)
-        self.metrics.keys_merged = len(kidx)
-        if len(parts) == 1:
-            keys = parts[0]
-            gid = np.arange(len(kidx), dtype=np.int64)
-            first = gid
-        else:
-            combined = pa.concat_tables(parts).append_column("__t", pa.array(-times[kidx]))
-            order = pc.sort_indices(combined, [*[(n, "ascending") for n in names], ("__t", "ascending")])
-            order_np = np.asarray(order)
-            combined = combined.take(order)
-            kidx, krow = kidx[order_np], krow[order_np]
-            new = np.ones(len(kidx), dtype=bool)
-            if len(kidx) > 1:
-                same = np.ones(len(kidx) - 1, dtype=bool)
-                for n in names:
-                    same &= equal_adjacent(combined.column(n))
-                new[1:] = ~same
-            gid = np.cumsum(new) - 1
-            first = np.nonzero(new)[0]
-            keys = combined.select(names).take(pa.array(first))
+        keys, kidx, krow, gid, first, strategy = merge_key_spaces(parts, rows_l, times, fields, nums)
+        m.keys_merged = len(kidx)
+        m.merge = strategy
         tomb = self._tombstone_times(keys)
+        m.key_bytes_read += self.format.bytes_read - before
         # Rows sorted newest first within a key: a key lives iff its newest row beats its tombstone.
         return MergedKeys(
             keys=keys,
@@ -196,6 +223,7 @@ class ScanExecutor:
             gid=gid,
             alive=times[kidx[first]] > tomb,
             row_ok=times[kidx] > tomb[gid],
+            strategy=strategy,
         )
 
     def _tombstone_times(self, keys: pa.Table) -> np.ndarray:
@@ -239,7 +267,10 @@ class ScanExecutor:
         remap[live_keys] = np.arange(len(live_keys))
         for (group, ks_set), ucols in by_set.items():
             frs = holders[(group, ks_set)]
-            self.metrics.fragments_considered += len(frs)
+            new = {f.id for f in frs} - self._seen
+            self._seen |= new
+            self.metrics.group(self._group_name(group)).fragments_considered += len(new)
+            self.metrics.fragments_considered += len(new)
             n_out = len(live_keys)
             frag = np.full(n_out, -1, dtype=np.int64)
             row = np.zeros(n_out, dtype=np.int64)
@@ -255,19 +286,15 @@ class ScanExecutor:
                 out_pos = remap[g]
                 keep = out_pos >= 0
                 idx, out_pos = idx[keep], out_pos[keep]
-                w_ks, w_row = kidx[idx], krow[idx]
-                # fragments per key space, sorted by start: a row maps by binary search
-                for ks_i in np.unique(w_ks):
-                    ks_id = plan.key_spaces[ks_i].id
-                    local = [(f.start, fi) for fi, f in enumerate(frs) if f.key_space == ks_id]
-                    local.sort()
-                    starts = np.array([s for s, _ in local], dtype=np.int64)
-                    ids = np.array([fi for _, fi in local], dtype=np.int64)
-                    sel = w_ks == ks_i
-                    rows = w_row[sel]
-                    which = np.searchsorted(starts, rows, side="right") - 1
-                    frag[out_pos[sel]] = ids[which]
-                    row[out_pos[sel]] = rows - starts[which]
+                # (key space, start row) of every fragment as one sortable code; a fresh row maps
+                # to its fragment by one vectorised binary search.
+                codes = np.array([ks_pos[f.key_space] * (1 << 40) + f.start for f in frs], dtype=np.int64)
+                fstart = np.array([f.start for f in frs], dtype=np.int64)
+                order = np.argsort(codes)
+                code = kidx[idx].astype(np.int64) * (1 << 40) + krow[idx]
+                which = order[np.searchsorted(codes[order], code, side="right") - 1]
+                frag[out_pos] = which
+                row[out_pos] = krow[idx] - fstart[which]
             units.append(ReadUnit(group, ucols, frs, frag, row))
         return units
 
@@ -276,25 +303,42 @@ class ScanExecutor:
         """Fresh values of a unit's columns at output key `positions` (sorted), in that order."""
         fk, rk = unit.frag[positions], unit.row[positions]
         schema = pa.schema([pa.field(column_name(c.id), c.type) for c in unit.columns])
+        gm = self.metrics.group(self._group_name(unit.group))
         pieces: list[pa.Table] = []
         where: list[np.ndarray] = []
-        for f in np.unique(fk):
-            sel = np.nonzero(fk == f)[0]
+        for f, sel in _split_by(fk):
             if f < 0:
                 pieces.append(
                     pa.table({n: pa.nulls(len(sel), t) for n, t in zip(schema.names, schema.types, strict=True)})
                 )
                 where.append(sel)
                 continue
-            fr = unit.fragments[int(f)]
+            fr = unit.fragments[f]
             rows = rk[sel]
-            whole = len(rows) == fr.rows
+            path = self.abspath(fr.path)
             blobs = [column_name(i) for i in fr.blob_columns]
-            before = self.format.blob_bytes_read
-            t = self.format.read(self.abspath(fr.path), schema.names, schema, None if whole else rows, blobs)
-            blob_bytes = self.format.blob_bytes_read - before
-            self.metrics.fragments_read += 1
-            self.metrics.add_read(join_path(self.plan.level, unit.group) or "<root>", t.num_rows, t.nbytes, blob_bytes)
+            before = self.format.bytes_read
+            if len(rows) == fr.rows:
+                t = self.format.read(path, schema.names, schema, None, blobs)
+                gm.rows_read += t.num_rows
+                gm.bytes_decoded += t.nbytes
+                gm.fragments_read += 1
+            elif f in unit.shared:
+                key = (path, tuple(schema.names))
+                whole = self._decoded.get(key)
+                if whole is None:
+                    whole = self.format.read(path, schema.names, schema, None, blobs)
+                    self._decoded.put(key, whole)
+                    gm.rows_read += whole.num_rows
+                    gm.bytes_decoded += whole.nbytes
+                    gm.fragments_read += 1
+                t = whole.take(pa.array(rows))
+            else:
+                t = self.format.read(path, schema.names, schema, rows, blobs)
+                gm.rows_read += t.num_rows
+                gm.bytes_decoded += t.nbytes
+                gm.fragments_read += 1
+            gm.bytes_read += self.format.bytes_read - before
             pieces.append(t)
             where.append(sel)
         if not pieces:
@@ -305,37 +349,132 @@ class ScanExecutor:
             table = table.take(pa.array(order))
         return {c.id: table.column(column_name(c.id)).combine_chunks() for c in unit.columns}
 
+    def _plan_sharing(self, units: list[ReadUnit], positions: np.ndarray, step: int) -> None:
+        """Mark fragments that several output batches take a large share of rows from (LSM runs
+        that overlap in key range): they are decoded once, not once per batch."""
+        if len(positions) <= step:
+            return
+        for u in units:
+            if not u.fragments:
+                continue
+            nf = len(u.fragments)
+            batches_touching = np.zeros(nf, dtype=np.int64)
+            need = np.zeros(nf, dtype=np.int64)
+            for start in range(0, len(positions), step):
+                fk = u.frag[positions[start : start + step]]
+                fk = fk[fk >= 0]
+                if len(fk):
+                    counts = np.bincount(fk, minlength=nf)
+                    need += counts
+                    batches_touching += counts > 0
+            rows = np.array([f.rows for f in u.fragments], dtype=np.int64)
+            inline = np.array([not f.blob_columns for f in u.fragments], dtype=bool)
+            share = (batches_touching > 1) & (need * 8 >= rows) & inline
+            u.shared = set(np.nonzero(share)[0].tolist())
+
+    # ----- step 3: the row mask -------------------------------------------------------------
     def _filter(self, units: list[ReadUnit], n: int) -> np.ndarray:
         """Output key positions whose fresh record passes the filter."""
         plan = self.plan
         assert plan.filter is not None
+        schema = plan.schema
         ok = np.ones(n, dtype=bool)
         unit_of = {c.full_path: u for u in units for c in u.columns}
+
+        def col_info(path: str) -> tuple[int, pa.DataType]:
+            c = schema.column(path)
+            return c.id, c.type
+
+        residual: list[Expr] = []
+        pushed: dict[int, tuple[ReadUnit, list[Expr]]] = {}
         for term in conjuncts(plan.filter):
             cols = columns(term)
-            if len(cols) != 1:
+            owners = {id(unit_of[c]) for c in cols}
+            if len(owners) != 1:
+                residual.append(term)
                 continue
-            unit = unit_of[cols[0]]
-            col = plan.schema.column(cols[0])
-            for fi, fr in enumerate(unit.fragments):
-                if not may_match(term, _fragment_stats(fr, col)):
-                    hit = unit.frag == fi
-                    if hit.any():
-                        self.metrics.fragments_pruned_by_stats += 1
-                        ok &= ~hit
-        survivors = np.nonzero(ok)[0]
-        passed: list[np.ndarray] = []
+            u = unit_of[cols[0]]
+            gm = self.metrics.group(self._group_name(u.group))
+            # keys with no cell in this unit: every column of the term is null for them
+            nulls = {c: pa.nulls(1, schema.column(c).type) for c in cols}
+            if not filter_mask(term, nulls.__getitem__)[0]:
+                ok &= u.frag >= 0
+            if u.fragments:
+                may = may_match_many(term, u.fragments, _STATS, col_info)
+                if not may.all():
+                    held = np.zeros(len(u.fragments), dtype=bool)
+                    held[np.unique(u.frag[u.frag >= 0])] = True
+                    dead = ~may & held
+                    gm.fragments_pruned_by_stats += int(dead.sum())
+                    self.metrics.fragments_pruned_by_stats += int(dead.sum())
+                    ok &= ~((u.frag >= 0) & ~may[np.maximum(u.frag, 0)])
+            if self._vortex_expr(term, u) is None:
+                residual.append(term)
+            else:
+                pushed.setdefault(id(u), (u, []))[1].append(term)
+        for u, terms in pushed.values():
+            fallback = self._push_down(u, terms, ok)
+            if len(fallback):
+                paths = list(dict.fromkeys(p for t in terms for p in columns(t)))
+                m = self._evaluate(_and(terms), [u.subset([schema.column(p) for p in paths])], fallback)
+                ok[fallback[~m]] = False
+        if residual:
+            survivors = np.nonzero(ok)[0]
+            needed = {p for t in residual for p in columns(t)}
+            sub = [u.subset(cs) for u in units if (cs := [c for c in u.columns if c.full_path in needed])]
+            m = self._evaluate(_and(residual), sub, survivors)
+            ok[survivors[~m]] = False
+        return np.nonzero(ok)[0]
+
+    def _vortex_expr(self, e: Expr, u: ReadUnit) -> Any | None:
+        """`e` as a Vortex expression over `u`'s files; None if a column is out of line or a
+        literal does not fit its column's type exactly."""
+        schema = self.plan.schema
+        blob_ids = {i for f in u.fragments for i in f.blob_columns}
+
+        def name(p: str) -> str | None:
+            cid = schema.column(p).id
+            return None if cid in blob_ids else column_name(cid)
+
+        return to_vortex(e, name, lambda p: schema.column(p).type)
+
+    def _push_down(self, u: ReadUnit, terms: list[Expr], ok: np.ndarray) -> np.ndarray:
+        """Run `terms` inside the Vortex scan of each fragment of `u` over the rows holding fresh
+        cells of still-passing keys; clears `ok` where they fail. Returns positions of fragments
+        that cannot take the filter (no ordinal column), to evaluate on fresh records instead."""
+        expr = self._vortex_expr(_and(terms), u)
+        gm = self.metrics.group(self._group_name(u.group))
+        cand = np.nonzero(ok & (u.frag >= 0))[0]
+        fallback: list[np.ndarray] = []
+        for f, sel in _split_by(u.frag[cand]):
+            pos = cand[sel]
+            fr = u.fragments[f]
+            path = self.abspath(fr.path)
+            before = self.format.bytes_read
+            if not self.format.has_column(path, ORDINAL):
+                fallback.append(pos)
+                continue
+            rows = u.row[pos]
+            matched = self.format.filter_rows(path, expr, None if len(rows) == fr.rows else rows)
+            ok[pos[~np.isin(rows, matched, assume_unique=True)]] = False
+            gm.fragments_filtered += 1
+            gm.rows_filtered += len(rows)
+            gm.bytes_read += self.format.bytes_read - before
+        return np.concatenate(fallback) if fallback else np.zeros(0, dtype=np.int64)
+
+    def _evaluate(self, e: Expr, units: list[ReadUnit], positions: np.ndarray) -> np.ndarray:
+        """The filter `e` on the assembled fresh records at `positions` (true = pass)."""
+        out = np.zeros(len(positions), dtype=bool)
         step = self._batch_rows(units)
-        for start in range(0, len(survivors), step):
-            pos = survivors[start : start + step]
+        for start in range(0, len(positions), step):
+            pos = positions[start : start + step]
             values: dict[str, pa.Array] = {}
             for u in units:
                 got = self._gather(u, pos)
                 for c in u.columns:
                     values[c.full_path] = got[c.id]
-            m = filter_mask(plan.filter, values.__getitem__)
-            passed.append(pos[m])
-        return np.concatenate(passed) if passed else np.zeros(0, dtype=np.int64)
+            out[start : start + len(pos)] = filter_mask(e, values.__getitem__)
+        return out
 
     def _batch_rows(self, units: list[ReadUnit]) -> int:
         per_row = 0.0
@@ -358,36 +497,44 @@ class ScanExecutor:
             positions = positions[: self.limit]
         units = self._units(plan.columns, merged, live)
         step = self._batch_rows(units)
+        self._plan_sharing(units, positions, step)
         emitted = False
         for start in range(0, len(positions), step):
             pos = positions[start : start + step]
             arrays: dict[int, pa.Array] = {}
             for u in units:
                 arrays.update(self._gather(u, pos))
-            key_part = keys.take(pa.array(pos))
+            key_part = keys.take(pa.array(pos)) if len(pos) != keys.num_rows else keys
             batch = assemble(schema, key_part, plan.level, plan.columns, arrays)
             self.metrics.rows_out += batch.num_rows
+            self.metrics.bytes_out += batch.nbytes
             emitted = True
             yield batch
+        self.metrics.fragments_read = sum(g.fragments_read for g in self.metrics.groups.values())
         if not emitted:
             yield pa.RecordBatch.from_pylist([], schema=schema)
 
 
-def _fragment_stats(fr: Fragment, col: Column) -> Any:
-    batch = decode_stats(fr.stats)
-    names = batch.schema.names
+def _and(terms: list[Expr]) -> Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = And(out, t)
+    return out
 
-    def get(path: str) -> tuple[Any, Any, int, int] | None:
-        if path != col.full_path or f"min.{col.id}" not in names:
-            return None
-        return (
-            batch.column(f"min.{col.id}")[0].as_py(),
-            batch.column(f"max.{col.id}")[0].as_py(),
-            batch.column(f"nulls.{col.id}")[0].as_py(),
-            fr.rows,
-        )
 
-    return get
+def _split_by(fk: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(value, ascending indices holding it) for each distinct value of `fk`: one stable sort,
+    not one scan per value (a scan can touch hundreds of fragments)."""
+    if len(fk) == 0:
+        return
+    if fk[0] == fk[-1] and (len(fk) < 3 or (fk == fk[0]).all()):
+        yield int(fk[0]), np.arange(len(fk))
+        return
+    order = np.argsort(fk, kind="stable")
+    s = fk[order]
+    cuts = np.flatnonzero(s[1:] != s[:-1]) + 1
+    for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(s)]):
+        yield int(s[a]), order[a:b]
 
 
 # ----- output shape ---------------------------------------------------------------------------

@@ -1,0 +1,196 @@
+"""Key-space joins (spec/001 "Join Needed Key Spaces"; DESIGN §5 step b).
+
+The considered key spaces (sorted runs of unique keys) are merged into one row per distinct key,
+newest run first within a key. Reading keys only, never values. Three cases, cheapest first:
+
+- **zip**: one key space, or several holding identical key sets (a table written group by group,
+  or a full rewrite of the same keys): no comparison sort; rows are interleaved by key position.
+- **numeric run merge**: one integer/float/timestamp key column: the runs are concatenated newest
+  first and stably arg-sorted with numpy, whose timsort merges the pre-sorted runs in
+  O(n log runs); stability keeps newer rows first among equal keys.
+- **general**: an Arrow multi-column sort with the run's time as the last sort key.
+
+Key predicates select rows of each run by binary search (runs are sorted), not by a scan.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conch.fragments import VortexFormat
+from conch.keys import KeyPredicate, KeySet, decode_key, encode_keys, equal_adjacent, predicate_bounds, predicate_mask
+
+
+class KeyCache:
+    """Key spaces are immutable: cache their key tables (and encodings) by path."""
+
+    def __init__(self, fmt: VortexFormat, max_entries: int = 256) -> None:
+        self.format = fmt
+        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._encoded: OrderedDict[str, pa.BinaryArray] = OrderedDict()
+        self._numpy: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._max = max_entries
+
+    def keys(self, path: str, fields: list[pa.Field]) -> pa.Table:
+        t = self._tables.get(path)
+        if t is None:
+            schema = pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(fields)])
+            t = self.format.read(path, schema.names, schema).rename_columns([f.name for f in fields])
+            t = t.combine_chunks()
+            self._put(self._tables, path, t)
+        return t
+
+    def encoded(self, path: str, fields: list[pa.Field]) -> pa.BinaryArray:
+        e = self._encoded.get(path)
+        if e is None:
+            e = encode_keys(self.keys(path, fields).columns)
+            self._put(self._encoded, path, e)
+        return e
+
+    def numeric(self, path: str, fields: list[pa.Field]) -> np.ndarray:
+        """The single numeric key column as numpy (timestamps as int64)."""
+        a = self._numpy.get(path)
+        if a is None:
+            col = self.keys(path, fields).column(0)
+            if pa.types.is_timestamp(col.type):
+                col = col.cast(pa.int64())
+            a = col.to_numpy()
+            self._put(self._numpy, path, a)
+        return a
+
+    def _put(self, d: OrderedDict[str, Any], k: str, v: Any) -> None:
+        d[k] = v
+        if len(d) > self._max:
+            d.popitem(last=False)
+
+
+def numeric_key(fields: Sequence[pa.Field]) -> bool:
+    """One key column whose numpy order is key order (ints, timestamps; floats: -0.0 == 0.0 is
+    the key encoding's rule too, and NaN keys are refused at write)."""
+    if len(fields) != 1:
+        return False
+    t = fields[0].type
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t)
+
+
+@dataclass
+class MergedKeys:
+    """The considered key-space rows, sorted by key then newest first.
+
+    `gid` numbers the distinct keys (row → key); `keys` holds one row per distinct key; `alive[g]`
+    says key g exists after tombstones; `row_ok[r]` says row r is newer than its key's tombstone.
+    """
+
+    keys: pa.Table
+    ks: np.ndarray  # row → index of its key space in the plan
+    row: np.ndarray  # row → row within its key space
+    gid: np.ndarray
+    alive: np.ndarray
+    row_ok: np.ndarray
+    strategy: str = "zip"
+
+
+def predicate_rows(cache: KeyCache, path: str, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
+    """Rows of a sorted key space that the key predicate admits, by binary search."""
+    if isinstance(pred, KeySet):
+        if numeric_key(fields):
+            keys = cache.numeric(path, fields)
+            want = np.array([decode_key(b, fields)[0] for b in pred.encoded.to_pylist()], dtype=keys.dtype)
+            return np.unique(_exact(keys, want)).astype(np.int64)
+        m = predicate_mask(pred, cache.encoded(path, fields), fields)
+        return np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]
+    r = predicate_bounds(pred, fields)
+    enc = cache.encoded(path, fields)
+    lo = 0 if r.lo is None else bisect.bisect_left(_Bytes(enc), r.lo)
+    hi = len(enc) if r.hi is None else bisect.bisect_left(_Bytes(enc), r.hi)
+    return np.arange(lo, max(lo, hi), dtype=np.int64)
+
+
+def _exact(keys: np.ndarray, want: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(keys, want)
+    ok = pos < len(keys)
+    pos = pos[ok]
+    return pos[keys[pos] == want[ok]]
+
+
+class _Bytes(Sequence[bytes]):
+    """A sorted BinaryArray seen as a sequence of bytes, for `bisect` (O(log n) element reads)."""
+
+    def __init__(self, arr: pa.BinaryArray) -> None:
+        self.arr = arr
+
+    def __len__(self) -> int:
+        return len(self.arr)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.arr[i].as_py()
+
+
+def merge_key_spaces(
+    parts: list[pa.Table], rows: list[np.ndarray], times: np.ndarray, fields: list[pa.Field], numeric: list[Any]
+) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
+    """Merge sorted runs `parts` (key space i's selected keys, at rows `rows[i]`, committed at
+    `times[i]`; runs are in ascending time order) into (distinct keys, ks, row, gid, first, strategy):
+    rows sorted by key, newest first within a key, `first[g]` = row index of key g's newest row.
+    `numeric[i]` is run i's key column as numpy when `numeric_key`, else None.
+    """
+    m = len(parts)
+    names = [f.name for f in fields]
+    n0 = parts[0].num_rows
+    if m == 1:
+        gid = np.arange(n0, dtype=np.int64)
+        return parts[0], np.zeros(n0, dtype=np.int32), rows[0], gid, gid, "zip"
+    if all(p.num_rows == n0 for p in parts) and _identical(parts, numeric):
+        # zip: identical key sets; row j of every run holds key j. Newest run first per key.
+        newest_first = np.arange(m - 1, -1, -1, dtype=np.int32)
+        ks = np.tile(newest_first, n0)
+        row = np.stack([rows[i] for i in newest_first], axis=1).reshape(-1)
+        gid = np.repeat(np.arange(n0, dtype=np.int64), m)
+        return parts[0], ks, row, gid, np.arange(n0, dtype=np.int64) * m, "zip"
+    # Concatenate newest run first, so a stable sort leaves newer rows first among equal keys.
+    order_runs = list(range(m - 1, -1, -1))
+    ks_all = np.concatenate([np.full(parts[i].num_rows, i, dtype=np.int32) for i in order_runs])
+    row_all = np.concatenate([rows[i] for i in order_runs])
+    if numeric[0] is not None:
+        vals = np.concatenate([numeric[i] for i in order_runs])
+        order = np.argsort(vals, kind="stable")
+        sorted_vals = vals[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = sorted_vals[1:] != sorted_vals[:-1]
+        strategy = "numeric run merge"
+        combined = pa.concat_tables([parts[i] for i in order_runs])
+    else:
+        combined = pa.concat_tables([parts[i] for i in order_runs])
+        seq = pa.array(np.arange(len(ks_all), dtype=np.int64))
+        order = np.asarray(
+            pc.sort_indices(
+                combined.append_column("__seq", seq), [*[(n, "ascending") for n in names], ("__seq", "ascending")]
+            )
+        )
+        sorted_t = combined.take(pa.array(order))
+        new = np.ones(len(order), dtype=bool)
+        if len(order) > 1:
+            same = np.ones(len(order) - 1, dtype=bool)
+            for n in names:
+                same &= equal_adjacent(sorted_t.column(n))
+            new[1:] = ~same
+        strategy = "sort merge"
+    gid = np.cumsum(new) - 1
+    first = np.nonzero(new)[0]
+    keys = combined.take(pa.array(order[first]))
+    return keys, ks_all[order], row_all[order], gid, first, strategy
+
+
+def _identical(parts: list[pa.Table], numeric: list[Any]) -> bool:
+    if numeric[0] is not None:
+        a = numeric[0]
+        return all(np.array_equal(a, b) for b in numeric[1:])
+    return all(p.equals(parts[0]) for p in parts[1:])
