@@ -29,6 +29,7 @@ from conch.errors import (
 )
 from conch.expr import Col, Expr
 from conch.keys import KeyPrefix, KeyRange
+from conch.nested import _
 from conch.scan import Scan, ScanMetrics
 from conch.table import Table, TableColumn
 from conch.txn import Commit
@@ -62,5 +63,6 @@ __all__ = [
     "TableNotFoundError",
     "TimeTravelError",
     "WriteOptions",
+    "_",
     "connect",
 ]

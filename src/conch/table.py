@@ -139,18 +139,32 @@ class Table:
     def key_schema(self) -> pa.Schema:
         return self.state().schema.key_schema
 
+    def __getattr__(self, name: str) -> Any:
+        # The nested API's entry point (spec/002): `t.scenes` is a lazy reference to a level.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from conch.nested.api import root_member
+
+        return root_member(self, name)
+
     def __getitem__(self, path: str) -> TableColumn:
         self.state().schema.resolve(path)  # raises ColumnNotFoundError early
         return TableColumn(self, path)
 
     # ----- writes -----------------------------------------------------------------------
-    def write(self, data: Any, level: str | None = None) -> Commit:
+    def write(self, data: Any = None, level: str | None = None) -> Any:
         """Upsert `data` (Arrow, list of dicts, dict of lists, pandas, Polars) in one commit.
 
         Key columns are required; any subset of value columns may be given; nested structs are
         column groups; `list<struct<$: K>>` fields are child levels. `level` writes rows of a
         child level directly (key columns: the level's full key, e.g. "scenes", "scenes.clips").
+        Without `data`, returns a batching writer for `with t.write() as w: w.scenes["s1"].x = 1`
+        (spec/002), committed once when the block exits.
         """
+        if data is None:
+            from conch.nested.writes import BatchWriter
+
+            return BatchWriter(self)
         staged = stage_write(self.files, self.state(), data, level or "", self.catalog.write_options)
         rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items())
         return commit(self, staged, "write", summary=rows or "no rows")
