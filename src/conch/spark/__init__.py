@@ -1,0 +1,13 @@
+"""Conch on Apache Spark: the `conch` data source (read, write, pushdown) and a session helper.
+
+Importing this package imports PySpark (install with `pip install 'conch[spark]'`); the core
+`conch` package never does.
+
+>>> import conch.spark
+>>> spark = conch.spark.session()  # doctest: +SKIP
+>>> df = spark.read.format("conch").load("warehouse/audio")  # doctest: +SKIP
+"""
+
+from conch.spark.session import register, session
+
+__all__ = ["register", "session"]
