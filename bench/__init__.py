@@ -1,0 +1,1 @@
+"""Side-by-side scan benchmarks: `python -m bench` (see docs/performance.md)."""
