@@ -79,7 +79,33 @@ def _deferred_op(name: str) -> Callable[..., Deferred]:
     return op
 
 
-for _name in ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__pow__", "__neg__", "__abs__", "__invert__", "__and__", "__rand__", "__or__", "__ror__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"]:
+for _name in [
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__truediv__",
+    "__rtruediv__",
+    "__floordiv__",
+    "__rfloordiv__",
+    "__mod__",
+    "__pow__",
+    "__neg__",
+    "__abs__",
+    "__invert__",
+    "__and__",
+    "__rand__",
+    "__or__",
+    "__ror__",
+    "__eq__",
+    "__ne__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+]:
     setattr(Deferred, _name, _deferred_op(_name))
 
 _ = Deferred(lambda p: p, "_")

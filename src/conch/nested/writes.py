@@ -64,10 +64,8 @@ def _type_of(schema: Schema, level: str, group: str, rows: list[dict[str, Any]])
             fields.append(pa.field(name, pa.list_(_type_of(schema, full, "", items))))
         elif schema.has_column(full):
             fields.append(pa.field(name, schema.column(full).type))
-        elif (
-            any(c.path.startswith(path + ".") for c in schema.columns_of(level))
-            or (all(isinstance(v, dict) for v in values if v is not None)
-            and any(isinstance(v, dict) for v in values))
+        elif any(c.path.startswith(path + ".") for c in schema.columns_of(level)) or (
+            all(isinstance(v, dict) for v in values if v is not None) and any(isinstance(v, dict) for v in values)
         ):
             sub = [v for v in values if isinstance(v, dict)]
             fields.append(pa.field(name, _type_of(schema, level, path, sub)))
