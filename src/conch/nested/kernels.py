@@ -47,6 +47,8 @@ def lookup(target: list[pa.Array], n_target: int, probe: list[pa.Array], n_probe
         pos_c = np.minimum(pos, max(len(tv) - 1, 0))
         ok = (pos < len(tv)) & (tv[pos_c] == pv) if len(tv) else np.zeros(len(pv), dtype=bool)
         return np.where(ok, pos, -1).astype(np.int64)
+    if len(target) > 1 and pa.types.is_integer(target[-1].type) and n_target and n_probe:
+        return _lookup_by_parent(target, n_target, probe, n_probe)
     names = [f"k{i}" for i in range(len(target))]
     tt = pa.table([*target, pa.array(np.arange(n_target, dtype=np.int64))], names=[*names, "__t"])
     pt = pa.table([*probe, pa.array(np.arange(n_probe, dtype=np.int64))], names=[*names, "__p"])
@@ -54,6 +56,37 @@ def lookup(target: list[pa.Array], n_target: int, probe: list[pa.Array], n_probe
     out = np.full(n_probe, -1, dtype=np.int64)
     out[as_array(j["__p"]).to_numpy()] = as_array(j["__t"]).to_numpy()
     return out
+
+
+def _lookup_by_parent(target: list[pa.Array], n_target: int, probe: list[pa.Array], n_probe: int) -> np.ndarray:
+    """Composite keys ending in an integer: match the prefix runs first (few), then binary-search
+    (parent ordinal, integer key) pairs — both sides are sorted by exactly that pair."""
+    t_starts = run_starts(target[:-1], n_target)
+    p_starts = run_starts(probe[:-1], n_probe)
+    t_pref = [k.take(pa.array(t_starts)) for k in target[:-1]]
+    p_pref = [k.take(pa.array(p_starts)) for k in probe[:-1]]
+    p_ord = lookup(t_pref, len(t_starts), p_pref, len(p_starts))
+    t_ord = np.repeat(np.arange(len(t_starts), dtype=np.int64), np.diff(np.r_[t_starts, n_target]))
+    p_ord = np.repeat(p_ord, np.diff(np.r_[p_starts, n_probe]))
+    tk = target[-1].to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    pk = probe[-1].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    span = int(max(tk.max(), pk.max(initial=0))) + 1
+    if tk.min() < 0 or pk.min(initial=0) < 0 or span * (len(t_starts) + 1) >= 2**62:
+        names = [f"k{i}" for i in range(len(target))]  # keys too wide to pack: hash join
+        tt = pa.table([*target, pa.array(np.arange(n_target))], names=[*names, "__t"])
+        pt = pa.table([*probe, pa.array(np.arange(n_probe))], names=[*names, "__p"])
+        j = pt.join(tt, keys=names, join_type="inner")
+        out = np.full(n_probe, -1, dtype=np.int64)
+        out[as_array(j["__p"]).to_numpy()] = as_array(j["__t"]).to_numpy()
+        return out
+    tc = t_ord * span + tk
+    pc_ = p_ord * span + pk
+    pos = np.searchsorted(tc, pc_)
+    ok = (p_ord >= 0) & (pos < n_target)
+    ok[ok] &= tc[pos[ok]] == pc_[ok]
+    if probe[-1].null_count:
+        ok &= np.asarray(pc.is_valid(probe[-1]).to_numpy(zero_copy_only=False), dtype=bool)
+    return np.where(ok, pos, -1).astype(np.int64)
 
 
 def take_or_null(arr: pa.Array, idx: np.ndarray) -> pa.Array:
