@@ -43,7 +43,8 @@ class VortexFormat:
     name = "vortex"
     suffix = ".vortex"
 
-    def __init__(self, cache_size: int = 512, segment_cache_bytes: int = 256 << 20) -> None:
+    def __init__(self, cache_size: int = 1024, segment_cache_bytes: int = 256 << 20) -> None:
+        # Open files hold no descriptor (see _CountingReader): the bound is for footer memory.
         self._open: OrderedDict[str, tuple[Any, _CountingReader]] = OrderedDict()
         self._cache_size = cache_size
         # One byte-bounded cache of raw segments shared by every open file: repeated takes from
@@ -155,26 +156,30 @@ class VortexFormat:
 
 
 class _CountingReader:
-    """A `vortex.io.ReadBytesAt` over a local file that reports every byte Vortex reads."""
+    """A `vortex.io.ReadBytesAt` over a local file that reports every byte Vortex reads.
+
+    It holds no descriptor between reads (Vortex coalesces a scan's reads into a few large
+    ones), so the open-file cache can be large without approaching the process's fd limit.
+    """
 
     def __init__(self, path: str, count: Any) -> None:
-        self._fd = os.open(path, os.O_RDONLY)
+        self._path = path
+        self._size = os.path.getsize(path)
         self._count = count
 
     def size(self) -> int:
-        return os.fstat(self._fd).st_size
+        return self._size
 
     def read_at(self, offset: int, length: int) -> bytes:
         self._count(length)
-        return os.pread(self._fd, length, offset)
+        fd = os.open(self._path, os.O_RDONLY)
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __del__(self) -> None:
-        self.close()
+        pass
 
 
 BLOB_SUFFIX = ".blobs"

@@ -332,7 +332,7 @@ class ScanExecutor:
                     gm.rows_read += whole.num_rows
                     gm.bytes_decoded += whole.nbytes
                     gm.fragments_read += 1
-                t = whole.take(pa.array(rows))
+                t = _take(whole, rows)
             else:
                 t = self.format.read(path, schema.names, schema, rows, blobs)
                 gm.rows_read += t.num_rows
@@ -504,7 +504,7 @@ class ScanExecutor:
             arrays: dict[int, pa.Array] = {}
             for u in units:
                 arrays.update(self._gather(u, pos))
-            key_part = keys.take(pa.array(pos)) if len(pos) != keys.num_rows else keys
+            key_part = _take(keys, pos)
             batch = assemble(schema, key_part, plan.level, plan.columns, arrays)
             self.metrics.rows_out += batch.num_rows
             self.metrics.bytes_out += batch.nbytes
@@ -513,6 +513,15 @@ class ScanExecutor:
         self.metrics.fragments_read = sum(g.fragments_read for g in self.metrics.groups.values())
         if not emitted:
             yield pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def _take(t: pa.Table, rows: np.ndarray) -> pa.Table:
+    """Rows of `t`; a zero-copy slice when they are contiguous (full and range scans)."""
+    if len(rows) == t.num_rows:
+        return t
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return t.slice(int(rows[0]), len(rows))
+    return t.take(pa.array(rows))
 
 
 def _and(terms: list[Expr]) -> Expr:
