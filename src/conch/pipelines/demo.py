@@ -1,10 +1,22 @@
-"""The end-to-end demo on the embedded default: the spec/001 audio table, step by step.
+"""The README's main job: the spec/001 audio pipeline on Spark, into the embedded warehouse.
 
-Each step prints what it did and how long it took; long steps show a progress bar.
+1. start a local Spark session (the `conch` source registered, pushdown on);
+2. generate the audio dataset locally as Parquet files (keys, `audio_length`, `silence_ratio`,
+   `audio.bytes` of 2–30 KB of 16-bit PCM, `audio.meta`);
+3. ingest them with Spark: range-partitioned by `id`, one commit;
+4. enrich on Spark with `mapInArrow`: loudness and noisiness features from the audio bytes,
+   written as a new column group `features` without rewriting the existing groups;
+5. the typical scan, `scan(audio.bytes, where=silence_ratio < 0.1)`, in plain Python and on
+   Spark (filter pushed into Conch), with equal results;
+6. the manifests; 7. time travel to before the enrichment, in Python and on Spark.
+
+Each step prints what it did and how long it took; Spark jobs and generation show progress.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -13,81 +25,165 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import Progress
+from rich.table import Table as RichTable
 
 import conch
 from conch.pipelines.generate import AUDIO_SCHEMA, audio_batches
+from conch.pipelines.progress import spark_progress
 
 
 @contextmanager
-def step(console: Console, title: str) -> Iterator[dict[str, Any]]:
+def step(console: Console, title: str, timings: list[tuple[str, float]]) -> Iterator[dict[str, Any]]:
     info: dict[str, Any] = {}
     console.rule(f"[bold]{title}")
     t0 = time.perf_counter()
     yield info
     dt = time.perf_counter() - t0
+    timings.append((title, dt))
     console.print(f"[green]✓[/green] {title}: {info.get('what', '')} [dim]({dt:.2f}s)[/dim]", highlight=False)
 
 
-def _tracked(batches: Iterator[pa.RecordBatch], progress: Progress, task: Any) -> Iterator[pa.RecordBatch]:
-    for b in batches:
-        progress.advance(task, b.num_rows)
-        yield b
+def has_filter_node(plan: str) -> bool:
+    """Does a Spark physical plan keep a `Filter` operator (not `RuntimeFilters: []`)?"""
+    return re.search(r"(^|[\s*+-])Filter[\s(]", plan) is not None
 
 
-def run(warehouse: str, rows: int = 20_000, console: Console | None = None, fresh: bool = True) -> dict[str, Any]:
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def generate_parquet(directory: str, rows: int, files: int, console: Console) -> int:
+    """Write the audio dataset as `files` Parquet files; returns total bytes written."""
+    os.makedirs(directory, exist_ok=True)
+    per_file = -(-rows // files)
+    writers: list[pq.ParquetWriter] = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("generating audio", total=rows)
+        for batch in audio_batches(rows):
+            i = min(int(batch.column("id")[0].as_py()) // per_file, files - 1)
+            while len(writers) <= i:
+                writers.append(
+                    pq.ParquetWriter(os.path.join(directory, f"audio-{len(writers):03d}.parquet"), AUDIO_SCHEMA)
+                )
+            writers[i].write_batch(batch)
+            progress.advance(task, batch.num_rows)
+    for w in writers:
+        w.close()
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
+
+
+def _group_files(t: conch.Table) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for f in t.state().fragments.values():
+        out.setdefault(f.group or "<root>", set()).add(f.id)
+    return out
+
+
+def run(
+    warehouse: str, rows: int = 20_000, console: Console | None = None, fresh: bool = True, spark: Any = None
+) -> dict[str, Any]:
+    """Run the whole pipeline; returns the numbers it printed (tests check them). A session
+    passed in is used and left running; otherwise one is started and stopped."""
+    import conch.spark
+    from conch.pipelines.enrich import FEATURES_DDL, audio_features, enrich
+    from conch.pipelines.ingest import ingest
+
     console = console or Console()
+    warehouse = os.path.abspath(warehouse)
     if fresh:
         shutil.rmtree(warehouse, ignore_errors=True)
-    cat = conch.connect(warehouse)
+    source = os.path.join(warehouse, "_input")
+    timings: list[tuple[str, float]] = []
     results: dict[str, Any] = {}
-    with step(console, "Create the audio table (spec/001 schema)") as s:
+    started = time.perf_counter()
+
+    with step(console, "Start Spark (local[2], conch data source registered)", timings) as s:
+        own_session = spark is None
+        spark = spark if spark is not None else conch.spark.session("conch-demo")
+        s["what"] = f"Spark {spark.version}, master {spark.sparkContext.master}"
+
+    with step(console, "Generate the audio dataset locally (Parquet)", timings) as s:
+        nbytes = generate_parquet(source, rows, files=4, console=console)
+        s["what"] = f"{rows} rows, 4 files, {_mb(nbytes)} in {source}"
+
+    cat = conch.connect(warehouse)
+    with step(console, "Ingest with Spark: Parquet → table `audio` (one commit)", timings) as s:
         t = cat.create_table("audio", [("id", pa.uint64())], pa.schema(list(AUDIO_SCHEMA)[1:]))
         console.print(str(t.schema), highlight=False)
-        s["what"] = f"table {t.name!r} in {cat.uri}"
-
-    with step(console, "Write metadata (one commit)") as s:
-        meta = pa.Table.from_batches(list(audio_batches(rows))).select(["id", "audio_length", "silence_ratio"])
-        c_meta = t.write(meta)
-        s["what"] = f"{rows} rows, commit {c_meta.seq}"
-
-    with step(console, "Write audio blobs, streamed (one commit)") as s, Progress(console=console) as progress:
-        task = progress.add_task("audio", total=rows)
-        stream = (b.select(["id", "audio"]) for b in _tracked(audio_batches(rows), progress, task))
-        schema = pa.schema([AUDIO_SCHEMA.field("id"), AUDIO_SCHEMA.field("audio")])
-        c_audio = t.write(pa.RecordBatchReader.from_batches(schema, stream))
+        with spark_progress(spark, console, "ingest"):
+            ing = ingest(spark, source, warehouse, "audio", key=["id"])
         size = sum(f.bytes for f in t.state().fragments.values())
-        s["what"] = f"commit {c_audio.seq}, {size / 1e6:.1f} MB of fragments"
+        s["what"] = f"{ing.rows} rows from {ing.partitions} Spark tasks, commit {ing.seq}, {_mb(size)} of fragments"
+        results["ingested"] = ing.rows
 
-    with step(console, "Update silence_ratio for 1% of keys") as s:
-        upd = pa.table({"id": pa.array(range(0, rows, 100), pa.uint64())})
-        upd = upd.append_column("silence_ratio", pa.array([0.0] * upd.num_rows))
-        c_upd = t.write(upd)
-        s["what"] = f"{upd.num_rows} cells, commit {c_upd.seq}"
+    with step(console, "Enrich on Spark (mapInArrow): new column group `features`", timings) as s:
+        before = _group_files(t)
+        with spark_progress(spark, console, "enrich"):
+            enr = enrich(spark, warehouse, "audio", audio_features, ["audio.bytes", "audio_length"], FEATURES_DDL)
+        after = _group_files(t)
+        untouched = all(before[g] <= after.get(g, set()) for g in before)
+        new_groups = sorted(set(after) - set(before))
+        s["what"] = (
+            f"{enr.rows} rows, commit {enr.seq}; new group(s) {new_groups}; "
+            f"existing groups' {sum(len(v) for v in before.values())} fragments untouched: {untouched}"
+        )
+        results["enriched"], results["untouched"] = enr.rows, untouched
 
-    with step(console, "Delete 10 keys") as s:
-        c_del = t.delete(list(range(1, 11)))
-        s["what"] = f"commit {c_del.seq}"
-
-    with step(console, "The typical scan: audio.bytes where silence_ratio < 0.1") as s:
+    with step(console, "The typical scan: audio.bytes where silence_ratio < 0.1", timings) as s:
         scan = cat.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.1)
         out = scan.to_arrow()
-        m = scan.metrics()
-        returned = pc.sum(pc.binary_length(out.column("audio").combine_chunks().field("bytes"))).as_py() or 0
-        read = sum(m.blob_bytes_read.values())
         console.print(scan.explain(), highlight=False)
-        s["what"] = f"{out.num_rows} rows; audio bytes returned {returned / 1e6:.1f} MB, read {read / 1e6:.1f} MB"
-        results["scan_rows"] = out.num_rows
+        returned = pc.sum(pc.binary_length(out.column("audio").combine_chunks().field("bytes"))).as_py() or 0
+        df = spark.read.format("conch").option("columns", "audio.bytes,silence_ratio").load(f"{warehouse}/audio")
+        q = df.filter(df.silence_ratio < 0.1).select("id", "audio.bytes")
+        plan = q._jdf.queryExecution().executedPlan().toString()
+        with spark_progress(spark, console, "spark scan"):
+            spark_rows = q.count()
+        pushed = not has_filter_node(plan)
+        s["what"] = (
+            f"Python: {out.num_rows} rows, {_mb(returned)} of audio; Spark: {spark_rows} rows "
+            f"(filter pushed into Conch, no Spark Filter node: {pushed})"
+        )
+        results["scan_rows"], results["spark_scan_rows"], results["pushed"] = out.num_rows, spark_rows, pushed
 
-    with step(console, "Manifests") as s:
-        for name, m_table in t.manifests().items():
-            console.print(f"  {name or '/'}: {m_table.num_rows} entries")
-        s["what"] = "see `conch manifests audio` for the full listing"
+    with step(console, "Manifests", timings) as s:
+        grid = RichTable("manifest", "entries", "rows", "bytes")
+        for name, m in t.manifests().items():
+            grid.add_row(
+                name,
+                str(m.num_rows),
+                str(pc.sum(m.column("rows")).as_py() or 0),
+                _mb(pc.sum(m.column("bytes")).as_py() or 0),
+            )
+        console.print(grid)
+        s["what"] = (
+            "one key space per sorted run; per group, fragments aligned to it (`conch manifests audio` lists them)"
+        )
 
-    with step(console, "Time travel: the table before the update and the delete") as s:
-        before = t.scan("silence_ratio", asof=c_audio.time).to_arrow()
-        now = t.scan("silence_ratio").to_arrow()
-        s["what"] = f"{before.num_rows} rows as of commit {c_audio.seq}, {now.num_rows} rows now"
-        results["rows_before"], results["rows_now"] = before.num_rows, now.num_rows
+    with step(console, "Time travel: the table before the enrichment", timings) as s:
+        old = t.scan(asof=ing.time)
+        old_rows = old.to_arrow()
+        now_cols = t.schema.columns
+        sdf = spark.read.format("conch").option("asof", str(ing.time)).load(f"{warehouse}/audio")
+        spark_cols = [f.name for f in sdf.schema.fields]
+        spark_old = sdf.count()
+        s["what"] = (
+            f"as of commit {ing.seq}: {old_rows.num_rows} rows, columns {old_rows.column_names} "
+            f"(Spark: {spark_old} rows, {spark_cols}); now {len(now_cols)} columns incl. "
+            f"{[c for c in now_cols if c.startswith('features')]}"
+        )
+        results["rows_before"], results["spark_rows_before"] = old_rows.num_rows, spark_old
+        results["columns_before"], results["spark_columns_before"] = old_rows.column_names, spark_cols
+
+    if own_session:
+        spark.stop()
+    grid = RichTable("step", "seconds")
+    for title, dt in timings:
+        grid.add_row(title, f"{dt:.2f}")
+    grid.add_row("[bold]total", f"[bold]{time.perf_counter() - started:.2f}")
+    console.print(grid)
+    results["seconds"] = time.perf_counter() - started
     return results

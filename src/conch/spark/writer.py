@@ -244,7 +244,7 @@ class ConchWriter(DataSourceArrowWriter):
             what = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in rows.items()) or "no rows"
             staged = StagedWrite(state.schema, state.schema, [], ops=ops, files=files, rows=rows)
             kind = "overwrite" if self.overwrite else "write"
-            commit(table, staged, kind, summary=f"Spark {kind}: {what} from {len(done)} tasks")
+            commit(table, staged, kind, summary=f"Spark {kind}: {what} from {len(done)} tasks", rows=rows)
         except CommitStateUnknownError:
             raise  # the entry may be in the log: its files must stay
         except BaseException:
@@ -285,3 +285,13 @@ def check_disjoint(table: Any, messages: list[ConchCommitMessage]) -> None:
         keys = pa.concat_tables([cat.key_cache.keys(cat.storage.abspath(r[4]), fields) for r in cluster])
         order = pc.sort_indices(keys, [(f.name, "ascending") for f in fields])
         check_unique_sorted(keys.take(order))
+
+
+def committed_rows(table: Any, seq: int) -> dict[str, int]:
+    """Rows per level that the Spark commit at `seq` wrote (recorded in its WAL entry)."""
+    import json
+
+    for e in table.catalog.metastore.read_log(table.id, seq - 1):
+        if e.seq == seq:
+            return dict(json.loads(e.entry).get("rows", {}))
+    return {}

@@ -1,0 +1,29 @@
+"""The one local Spark session the Spark tests share (quiet, local[2], pushdown enabled).
+
+Imported by the Spark test modules; `spark_session()` starts Spark once per test run (about
+10 s), every later call returns the same session.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from typing import Any
+
+import pytest
+
+
+@functools.cache
+def spark_session() -> Any:
+    pytest.importorskip("pyspark")
+    import conch.spark
+
+    return conch.spark.session(
+        "conch-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.memory": "1g",
+            "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="conch-spark-"),
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
+        },
+    )

@@ -1,0 +1,332 @@
+"""The `conch` Spark data source: round trips, pushdown, distributed commits, time travel.
+
+One local Spark session for the whole run (`conftest_spark.spark_session`); small data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import conch
+
+pytest.importorskip("pyspark")
+
+from conftest_spark import spark_session  # noqa: E402
+
+from conch.pipelines.demo import has_filter_node  # noqa: E402
+from conch.spark.types import arrow_schema, spark_schema  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    return spark_session()
+
+
+def plan_of(df: Any) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def files_of(cat: conch.Catalog, t: conch.Table) -> set[str]:
+    return {f.path for f in cat.storage.list(t.id) if "/meta/" not in f.path}
+
+
+def as_spark(table: pa.Table) -> pa.Table:
+    """A Conch scan result cast to what Spark returns for it (e.g. uint64 → int64)."""
+    return table.cast(arrow_schema(spark_schema(table.schema)))
+
+
+def spark_arrow(df: Any) -> pa.Table:
+    return df.toArrow().sort_by([(df.columns[0], "ascending")])
+
+
+ALL_TYPES = pa.schema(
+    [
+        ("i8", pa.int8()),
+        ("i16", pa.int16()),
+        ("i32", pa.int32()),
+        ("i64", pa.int64()),
+        ("u8", pa.uint8()),
+        ("u16", pa.uint16()),
+        ("u32", pa.uint32()),
+        ("u64", pa.uint64()),
+        ("f32", pa.float32()),
+        ("f64", pa.float64()),
+        ("flag", pa.bool_()),
+        ("name", pa.string()),
+        ("blob", pa.binary()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("local_ts", pa.timestamp("us")),
+        ("day", pa.date32()),
+        ("price", pa.decimal128(10, 2)),
+        ("tags", pa.list_(pa.string())),
+        ("doc", pa.struct([("title", pa.string()), ("meta", pa.struct([("size", pa.uint32()), ("ok", pa.bool_())]))])),
+    ]
+)
+
+
+def all_types_rows(n: int, start: int = 0) -> pa.Table:
+    rows = []
+    for i in range(start, start + n):
+        null = i % 7 == 3
+        rows.append(
+            {
+                "id": i,
+                "i8": None if null else i % 100 - 50,
+                "i16": -i,
+                "i32": i * 1000,
+                "i64": i * 10**12,
+                "u8": i % 250,
+                "u16": i,
+                "u32": i * 7,
+                "u64": i * 10**9,
+                "f32": i / 4,
+                "f64": None if null else i / 3,
+                "flag": i % 2 == 0,
+                "name": f"name-{i}é",
+                "blob": bytes([i % 256]) * (i % 5),
+                "ts": dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i),
+                "local_ts": dt.datetime(2024, 1, 1) + dt.timedelta(minutes=i),
+                "day": dt.date(2024, 1, 1) + dt.timedelta(days=i),
+                "price": decimal.Decimal(i) / 4,
+                "tags": [f"t{i}", "x"] if not null else None,
+                "doc": {"title": f"doc {i}", "meta": {"size": i * 3, "ok": i % 3 == 0}},
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.uint64()), *ALL_TYPES]))
+
+
+# ----- round trips ------------------------------------------------------------------------------
+def test_round_trip_every_type(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    src = cat.create_table("src", [("id", pa.uint64())], ALL_TYPES)
+    src.write(all_types_rows(40))
+    expected = src.scan().to_arrow()
+
+    df = spark.read.format("conch").option("partitions", "3").load(str(tmp_path / "wh" / "src"))
+    assert df.rdd.getNumPartitions() == 3
+    assert spark_arrow(df).equals(as_spark(expected))
+
+    dst = cat.create_table("dst", [("id", pa.uint64())], ALL_TYPES)
+    df.write.format("conch").mode("append").save(str(tmp_path / "wh" / "dst"))
+    assert dst.scan().to_arrow().equals(expected)
+    assert dst.history()[-1].summary.startswith("Spark write: 40 rows")
+
+
+def test_child_level_read_and_write(spark: Any, tmp_path: Path) -> None:
+    clip = pa.struct([("$", pa.string()), ("score", pa.float64()), ("label", pa.struct([("name", pa.string())]))])
+    schema = pa.schema([("title", pa.string()), ("clips", pa.list_(clip))])
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("scenes", [("id", pa.int64())], schema)
+    t.write(
+        [
+            {"id": i, "title": f"s{i}", "clips": [{"$": f"c{j}", "score": i + j / 10, "label": {"name": "x"}} for j in range(3)]}
+            for i in range(5)
+        ]
+    )
+    path = str(tmp_path / "wh" / "scenes")
+    clips = spark.read.format("conch").option("level", "clips").load(path)
+    assert clips.columns == ["id", "clips", "score", "label"]
+    assert spark_arrow(clips.orderBy("id", "clips")).equals(t.scan(level="clips").to_arrow())
+
+    # Write child rows from Spark with their full keys: update one score, add a clip.
+    rows = spark.createDataFrame([(1, "c0", 9.5), (4, "c9", 1.0)], "id long, clips string, score double")
+    rows.write.format("conch").mode("append").option("level", "clips").save(path)
+    got = {(r["id"], r["clips"]): r["score"] for r in t.scan("score", level="clips").to_pylist()}
+    assert got[(1, "c0")] == 9.5 and got[(4, "c9")] == 1.0 and got[(1, "c1")] == 1.1
+    assert len(got) == 16
+
+
+# ----- pushdown --------------------------------------------------------------------------------
+def metrics(directory: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in directory.glob("*.json")]
+
+
+def test_pushdown_removes_filters_and_prunes(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())])
+    for run in range(4):  # four sorted runs with disjoint ids and score ranges: stats can prune
+        ids = list(range(run * 100, run * 100 + 100))
+        t.write({"id": ids, "score": [float(i) for i in ids], "name": [f"n{i % 10}" for i in ids]})
+    path = str(tmp_path / "wh" / "t")
+
+    mdir = tmp_path / "m1"
+    df = spark.read.format("conch").option("metricsDir", str(mdir)).load(path)
+    q = df.filter((df.score >= 120) & (df.score < 150) & df.name.isNotNull())
+    assert not has_filter_node(plan_of(q)), plan_of(q)
+    assert sorted(r.id for r in q.collect()) == list(range(120, 150))
+    m = metrics(mdir)
+    assert sum(x["fragments_pruned_by_stats"] for x in m) >= 1 or sum(x["key_spaces"] for x in m) < 4
+
+    mdir = tmp_path / "m2"
+    df = spark.read.format("conch").option("metricsDir", str(mdir)).load(path)
+    q = df.filter("id >= 250 and id < 260")  # a key filter: a key range, runs outside it are skipped
+    assert not has_filter_node(plan_of(q))
+    assert sorted(r.id for r in q.collect()) == list(range(250, 260))
+    m = metrics(mdir)
+    assert sum(x["key_spaces"] for x in m) == 1
+    assert sum(x["pruned"].get("key_spaces_span", 0) for x in m) >= 3
+
+    q = df.filter(df.name.startswith("n1") & df.id.isin(1, 11, 12, 300))  # LIKE stays in Spark
+    assert has_filter_node(plan_of(q))
+    assert sorted(r.id for r in q.collect()) == [1, 11]
+
+
+def test_filters_see_fresh_records_not_stale_cells(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())])
+    t.write({"id": [1, 2, 3], "x": [1.0, 1.0, 1.0]})
+    t.write({"id": [2], "x": [50.0]})  # key 2's stale x=1 must not match x < 10
+    t.write({"id": [3], "x": pa.array([None], pa.float64())})
+    df = spark.read.format("conch").load(str(tmp_path / "wh" / "t"))
+    assert sorted(r.id for r in df.filter("x < 10").collect()) == [1]
+    assert sorted(r.id for r in df.filter("x is null").collect()) == [3]
+    assert sorted(r.id for r in df.filter("not (x = 1)").collect()) == [2]
+
+
+# ----- writes ----------------------------------------------------------------------------------
+def test_spark_and_python_writers_commit_concurrently(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())], pa.schema([("v", pa.int64()), ("who", pa.string())]))
+    stop = threading.Event()
+    written: list[int] = []
+    errors: list[BaseException] = []
+
+    def python_writer() -> None:
+        # Its own catalog, as another process would have: commits race through the metastore's CAS.
+        py = conch.connect(tmp_path / "wh").table("t")
+        try:
+            while not stop.is_set() or len(written) < 5:
+                ids = list(range(100_000 + len(written) * 10, 100_000 + len(written) * 10 + 10))
+                py.write({"id": ids, "v": ids, "who": ["python"] * 10})
+                written.append(len(ids))
+        except BaseException as e:
+            errors.append(e)
+
+    # PySpark runs the job from this (main) thread: its data source registry is per JVM thread.
+    writer = threading.Thread(target=python_writer)
+    writer.start()
+    try:
+        df = spark.range(0, 20_000, numPartitions=4).selectExpr("id", "id * 2 as v", "'spark' as who")
+        df.write.format("conch").mode("append").save(str(tmp_path / "wh" / "t"))
+    finally:
+        stop.set()
+        writer.join()
+    assert not errors, errors
+    out = t.scan().to_arrow()
+    assert out.num_rows == 20_000 + sum(written)
+    assert pc.sum(pc.equal(out.column("who"), "spark")).as_py() == 20_000
+    kinds = [c.summary.startswith("Spark") for c in t.history()]
+    assert len(kinds) == 1 + len(written) and sum(kinds) == 1
+
+
+def test_overwrite_replaces_and_time_travel_still_sees_old(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())], pa.schema([("v", pa.int64())]))
+    first = t.write({"id": [1, 2, 3], "v": [1, 2, 3]})
+    spark.range(10, 12).selectExpr("id", "id as v").write.format("conch").mode("overwrite").save(
+        str(tmp_path / "wh" / "t")
+    )
+    assert t.scan().to_arrow().to_pydict()["id"] == [10, 11]
+    assert t.history()[-1].kind == "overwrite"
+    assert t.scan(asof=first.time).to_arrow().to_pydict()["id"] == [1, 2, 3]
+
+
+def test_failed_task_commits_nothing_and_leaves_no_files(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())], pa.schema([("v", pa.int64())]))
+    t.write({"id": [0], "v": [0]})
+    before_files, before_log = files_of(cat, t), len(t.history())
+
+    @F.udf("long")
+    def boom(i: int) -> int:
+        if i == 1_900:  # deep into partition 1, after it wrote several runs
+            raise RuntimeError("task failed on purpose")
+        return i
+
+    df = spark.range(0, 2_000, numPartitions=2).select("id", boom("id").alias("v"))
+    with pytest.raises(Exception, match="task failed on purpose"):
+        df.write.format("conch").mode("append").option("chunkRows", "200").save(str(tmp_path / "wh" / "t"))
+    assert len(t.history()) == before_log
+    assert files_of(cat, t) == before_files
+    assert t.vacuum(older_than_seconds=0).files_removed == 0
+
+
+def test_same_key_in_two_tasks_is_rejected(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())], pa.schema([("v", pa.int64())]))
+    before = files_of(cat, t)
+    df = spark.range(0, 100, numPartitions=2).selectExpr("id % 60 as id", "id as v")
+    with pytest.raises(Exception, match="appears more than once"):
+        df.write.format("conch").mode("append").save(str(tmp_path / "wh" / "t"))
+    assert t.history() == [] and files_of(cat, t) == before
+
+
+def test_schema_is_validated_before_any_file(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())], pa.schema([("v", pa.float64())]))
+    path = str(tmp_path / "wh" / "t")
+    with pytest.raises(Exception, match="mergeSchema"):
+        spark.range(3).selectExpr("id", "1.0d as v", "'x' as extra").write.format("conch").mode("append").save(path)
+    with pytest.raises(Exception, match="cannot be written"):
+        spark.range(3).selectExpr("id", "'text' as v").write.format("conch").mode("append").save(path)
+    with pytest.raises(Exception, match="key columns"):
+        spark.range(3).selectExpr("id as other", "1.0d as v").write.format("conch").mode("append").save(path)
+    assert t.history() == [] and files_of(cat, t) == set()
+
+    # A decimal (Spark's type for `id * 0.5`) casts to the double column; mergeSchema adds `extra`.
+    df = spark.range(3).selectExpr("id", "id * 0.5 as v", "'x' as extra")
+    df.write.format("conch").mode("append").option("mergeSchema", "true").save(path)
+    assert [c.kind for c in t.history()] == ["schema", "write"]
+    assert t.scan().to_arrow().to_pydict() == {"id": [0, 1, 2], "v": [0.0, 0.5, 1.0], "extra": ["x"] * 3}
+
+
+def test_write_creates_a_missing_table_with_the_key_option(spark: Any, tmp_path: Path) -> None:
+    df = spark.range(5).selectExpr("id", "concat('k', id) as name")
+    df.write.format("conch").mode("append").option("key", "name").save(str(tmp_path / "wh" / "new"))
+    t = conch.connect(tmp_path / "wh").table("new")
+    assert t.key_schema.names == ["name"]
+    assert t.scan().to_arrow().to_pydict()["name"] == [f"k{i}" for i in range(5)]
+
+
+# ----- time travel -----------------------------------------------------------------------------
+def test_asof_and_since_equal_table_scan(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())])
+    c1 = t.write({"id": [1, 2, 3], "x": [1.0, 2.0, 3.0]})
+    c2 = t.write({"id": [2, 4], "x": [20.0, 40.0]})
+    t.delete([1])
+    path = str(tmp_path / "wh" / "t")
+    for asof in (c1.time, c2.time):
+        df = spark.read.format("conch").option("asof", str(asof)).load(path)
+        assert spark_arrow(df).equals(t.scan(asof=asof).to_arrow())
+    iso = c1.datetime.isoformat()
+    assert spark.read.format("conch").option("asof", iso).load(path).count() == 3
+    since = spark.read.format("conch").option("since", str(c2.time)).load(path)
+    assert spark_arrow(since).equals(t.scan(since=c2.time).to_arrow())
+    latest = spark.read.format("conch").load(path)
+    assert spark_arrow(latest).equals(t.scan().to_arrow())
+
+
+def test_columns_option_projects_groups(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())])
+    t.write([{"id": i, "x": float(i), "audio": {"bytes": b"abc", "meta": {"size": 3}}} for i in range(4)])
+    df = spark.read.format("conch").option("columns", "audio.meta,x").load(str(tmp_path / "wh" / "t"))
+    assert df.columns == ["id", "audio", "x"]
+    assert df.filter(df.audio.meta.size == 3).count() == 4
+    assert not has_filter_node(plan_of(df.filter(df.audio.meta.size == 3)))
+    assert os.path.isdir(tmp_path / "wh")
