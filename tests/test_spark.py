@@ -21,10 +21,9 @@ import conch
 
 pytest.importorskip("pyspark")
 
-from conftest_spark import spark_session  # noqa: E402
-
-from conch.pipelines.demo import has_filter_node  # noqa: E402
-from conch.spark.types import arrow_schema, spark_schema  # noqa: E402
+from conch.pipelines.demo import has_filter_node
+from conch.spark.types import arrow_schema, spark_schema
+from conftest_spark import spark_session
 
 pytestmark = pytest.mark.spark
 
@@ -131,7 +130,11 @@ def test_child_level_read_and_write(spark: Any, tmp_path: Path) -> None:
     t = cat.create_table("scenes", [("id", pa.int64())], schema)
     t.write(
         [
-            {"id": i, "title": f"s{i}", "clips": [{"$": f"c{j}", "score": i + j / 10, "label": {"name": "x"}} for j in range(3)]}
+            {
+                "id": i,
+                "title": f"s{i}",
+                "clips": [{"$": f"c{j}", "score": i + j / 10, "label": {"name": "x"}} for j in range(3)],
+            }
             for i in range(5)
         ]
     )

@@ -31,6 +31,7 @@ from pyspark.sql import datasource as ds
 
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not
 from conch.keys import KeyRange
+from conch.spark.types import family
 
 _CMP: dict[type, str] = {
     ds.EqualTo: "==",
@@ -81,6 +82,8 @@ class FilterTranslator:
             return Lit(None)
         try:
             s = pa.scalar(value)
+            if family(s.type) != family(t):
+                return None  # e.g. a number against a string column: Spark's cast, not ours
             if s.type != t:
                 s.cast(t, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):

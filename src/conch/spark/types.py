@@ -107,7 +107,7 @@ def cast_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
 
 
 # ----- writes: which DataFrame types may be written to which Conch columns ---------------------
-def _family(t: pa.DataType) -> str:
+def family(t: pa.DataType) -> str:
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
         return "number"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
@@ -134,7 +134,7 @@ def _family(t: pa.DataType) -> str:
 def write_type(src: pa.DataType, dst: pa.DataType, path: str) -> pa.DataType:
     """The type a DataFrame column of type `src` is cast to before it is written to a Conch
     column of type `dst`; raises `SchemaError` when no checked cast exists."""
-    fs, fd = _family(src), _family(dst)
+    fs, fd = family(src), family(dst)
     if fs == "null":
         return dst
     if fs != fd:
