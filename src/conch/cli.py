@@ -1,6 +1,7 @@
 """The `conch` command line: browse tables, scan them, look at manifests and history.
 
 conch --warehouse W tables | schema T | history T | manifests T | scan T ... | vacuum T | demo
+conch --warehouse W ingest FILES -t T --key id | enrich T   (Spark pipelines: the `spark` extra)
 """
 
 from __future__ import annotations
@@ -299,6 +300,52 @@ def demo(
     from conch.pipelines.demo import run
 
     run(warehouse, rows=rows, console=console)
+
+
+# ----- Spark pipelines (need the `spark` extra) -------------------------------------------------
+@app.command()
+def ingest(
+    source: Annotated[list[str], typer.Argument(help="Parquet / JSON-lines / CSV files or directories")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Table to write (created if missing)")],
+    key: Annotated[str, typer.Option(help="Key columns, comma-separated")] = "id",
+    fmt: Annotated[str | None, typer.Option("--format", help="parquet | json | csv (default: by extension)")] = None,
+    mode: Annotated[str, typer.Option(help="append (upsert) or overwrite")] = "append",
+    partitions: Annotated[int | None, typer.Option(help="Spark write tasks (key ranges)")] = None,
+    merge_schema: Annotated[bool, typer.Option(help="Add columns the table lacks")] = False,
+) -> None:
+    """Ingest files into a table with Spark, in one commit."""
+    import conch.spark
+    from conch.pipelines.ingest import ingest as run_ingest
+
+    spark = conch.spark.session("conch-ingest")
+    res = run_ingest(spark, source, _state["warehouse"], table, key.split(","), fmt, mode, partitions, merge_schema)
+    console.print(f"ingested {res.rows} rows into {table!r} with {res.partitions} tasks: commit {res.seq}")
+
+
+@app.command()
+def enrich(
+    table: Annotated[str, typer.Argument(help="Table to enrich")],
+    fn: Annotated[
+        str, typer.Option(help="mapInArrow function as module:function")
+    ] = "conch.pipelines.enrich:audio_features",
+    columns: Annotated[str, typer.Option(help="Input columns, comma-separated")] = "audio.bytes,audio_length",
+    output: Annotated[str, typer.Option(help="Spark DDL of the new columns")] = "",
+    key: Annotated[str, typer.Option(help="Key columns, comma-separated")] = "id",
+) -> None:
+    """Compute new columns with Spark (mapInArrow) and append them as a new column group."""
+    import importlib
+
+    import conch.spark
+    from conch.pipelines.enrich import FEATURES_DDL
+    from conch.pipelines.enrich import enrich as run_enrich
+
+    module, _, name = fn.partition(":")
+    func = getattr(importlib.import_module(module), name)
+    spark = conch.spark.session("conch-enrich")
+    res = run_enrich(
+        spark, _state["warehouse"], table, func, columns.split(","), output or FEATURES_DDL, key.split(",")
+    )
+    console.print(f"enriched {res.rows} rows of {table!r}: commit {res.seq}")
 
 
 def main() -> None:

@@ -57,26 +57,44 @@ BYTES_PER_PARTITION = 128 << 20
 MAX_PARTITIONS = 4096
 
 _lock = threading.Lock()
-_catalogs: dict[str, conch.Catalog] = {}
+_catalogs: dict[str, tuple[tuple[int, int] | None, conch.Catalog]] = {}
 _tables: dict[tuple[str, str], conch.Table] = {}
+
+
+def _identity(warehouse: str) -> tuple[int, int] | None:
+    """Which metastore file is at the warehouse now (a warehouse deleted and re-created between
+    jobs must not be served from a connection to the old, unlinked file)."""
+    try:
+        st = os.stat(os.path.join(warehouse, "_catalog.sqlite"))
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def open_table(warehouse: str, name: str) -> conch.Table:
     """A cached `Table` per worker process: Python workers are reused across tasks, and a cached
-    table keeps its replayed state and key-space cache warm."""
+    table keeps its replayed state and key-space cache warm. Validated on every call (one
+    metastore lookup) so a dropped and re-created table is never read through a stale object."""
     with _lock:
-        key = (warehouse, name)
-        if key not in _tables:
-            cat = _catalogs.get(warehouse)
-            if cat is None:
-                cat = _catalogs[warehouse] = conch.connect(warehouse)
-            _tables[key] = cat.table(name)
-        return _tables[key]
+        ident = _identity(warehouse)
+        cached = _catalogs.get(warehouse)
+        if cached is None or cached[0] != ident or ident is None:
+            cat = conch.connect(warehouse)
+            _catalogs[warehouse] = (_identity(warehouse), cat)
+        else:
+            cat = cached[1]
+        table_id = cat.metastore.get_table(name).id
+        table = _tables.get((warehouse, table_id))
+        if table is None:
+            table = _tables[(warehouse, table_id)] = cat.table(name)
+        return table
 
 
 def forget_table(warehouse: str, name: str) -> None:
+    """Drop cached state so the next `open_table` replays the log afresh."""
     with _lock:
-        _tables.pop((warehouse, name), None)
+        for key in [k for k, t in _tables.items() if k[0] == warehouse and t.name == name]:
+            del _tables[key]
 
 
 @dataclass(frozen=True)
