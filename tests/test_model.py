@@ -69,9 +69,9 @@ class Model:
             for c in all_cols:
                 best = None
                 for ck, cc, t, v in self.cells:
-                    if ck == k and cc == c and in_window(t) and t > self.tomb_time(k, asof):
-                        if best is None or t > best[0]:
-                            best = (t, v)
+                    fresh = ck == k and cc == c and in_window(t) and t > self.tomb_time(k, asof)
+                    if fresh and (best is None or t > best[0]):
+                        best = (t, v)
                 rec[c] = best[1] if best else None
             if where is not None and where[1](rec) is not True:
                 continue
@@ -153,7 +153,9 @@ class TableMachine(RuleBasedStateMachine):
         data=st.data(),
     )
     def upsert_children(self, rows: list[tuple[int, int]], data: st.DataObject) -> None:
-        vs = data.draw(st.lists(st.one_of(st.none(), st.floats(-2, 2, allow_nan=False)), min_size=len(rows), max_size=len(rows)))
+        vs = data.draw(
+            st.lists(st.one_of(st.none(), st.floats(-2, 2, allow_nan=False)), min_size=len(rows), max_size=len(rows))
+        )
         table = pa.table(
             {
                 "k": pa.array([r[0] for r in rows], pa.int64()),

@@ -25,3 +25,20 @@ def optional_import(module: str) -> ModuleType:
         raise MissingDependencyError(
             f"{module} is needed for this; install it with: pip install 'conch[{extra}]'"
         ) from e
+
+
+class LazyModule:
+    """A module imported on first attribute access.
+
+    `vortex` imports pandas when it loads; importing it lazily keeps `import conch` free of
+    pandas (and fast) until the first file is read or written.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attr: str) -> object:
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)

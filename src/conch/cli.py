@@ -6,9 +6,10 @@ conch --warehouse W ingest FILES -t T --key id | enrich T   (Spark pipelines: th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,7 +52,7 @@ def human_bytes(n: float) -> str:
 def when(us: int | None) -> str:
     if us is None:
         return "N/A"
-    return str(datetime.fromtimestamp(us / 1_000_000, tz=timezone.utc))
+    return str(datetime.fromtimestamp(us / 1_000_000, tz=UTC))
 
 
 def parse_time(text: str | None) -> int | datetime | None:
@@ -155,9 +156,11 @@ def manifests(
             for f in sorted(
                 (f for f in state.fragments.values() if f.level == lvl and f.group == g), key=lambda f: (f.seq, f.start)
             ):
-                ks = state.key_spaces.get(f.key_space)
+                owner = state.key_spaces.get(f.key_space)
                 span = (
-                    f"{f.start}..{f.start + f.rows}" if ks is None else f"rows {f.start}..{f.start + f.rows} of {ks.id}"
+                    f"{f.start}..{f.start + f.rows}"
+                    if owner is None
+                    else f"rows {f.start}..{f.start + f.rows} of {owner.id}"
                 )
                 rows.append(
                     {
@@ -248,17 +251,22 @@ def _write(s: conch.Scan, format: str, output: Path | None) -> None:
         with pq.ParquetWriter(output, reader.schema) as w:
             for b in reader:
                 w.write_batch(b)
-    elif format == "csv":
-        sink = open(output, "wb") if output else sys.stdout.buffer
-        flat_schema = pa.Table.from_batches([], schema=reader.schema).flatten().flatten().flatten().schema
-        with pacsv.CSVWriter(sink, flat_schema) as w:
-            for b in reader:
-                w.write_table(pa.Table.from_batches([b]).flatten().flatten().flatten())
-    elif format == "json":
-        sink_t = open(output, "w") if output else sys.stdout
-        for b in reader:
-            for row in b.to_pylist():
-                sink_t.write(json.dumps(row, default=_json_default) + "\n")
+    elif format in ("csv", "json"):
+        with contextlib.ExitStack() as stack:
+            binary = format == "csv"
+            if output is not None:
+                sink: Any = stack.enter_context(open(output, "wb" if binary else "w"))
+            else:
+                sink = sys.stdout.buffer if binary else sys.stdout
+            if binary:
+                flat_schema = pa.Table.from_batches([], schema=reader.schema).flatten().flatten().flatten().schema
+                with pacsv.CSVWriter(sink, flat_schema) as w:
+                    for b in reader:
+                        w.write_table(pa.Table.from_batches([b]).flatten().flatten().flatten())
+            else:
+                for b in reader:
+                    for row in b.to_pylist():
+                        sink.write(json.dumps(row, default=_json_default) + "\n")
     else:
         raise typer.BadParameter(f"unknown format {format!r}: table, csv, json or parquet")
 

@@ -349,23 +349,24 @@ def parse(text: str) -> Expr:
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not | ast.Invert):
             return Not(conv(n.operand))
         if isinstance(n, ast.Compare):
-            terms: list[Expr] = []
-            left = n.left
-            for op, right in zip(n.ops, n.comparators, strict=True):
+            parts: list[Expr] = []
+            lhs = n.left
+            for op, rhs in zip(n.ops, n.comparators, strict=True):
+                term: Expr
                 if isinstance(op, ast.In | ast.NotIn):
-                    values = ast.literal_eval(right)
-                    t: Expr = IsIn(operand(left), tuple(values))
-                    terms.append(Not(t) if isinstance(op, ast.NotIn) else t)
+                    term = IsIn(operand(lhs), tuple(ast.literal_eval(rhs)))
+                    term = Not(term) if isinstance(op, ast.NotIn) else term
                 elif isinstance(op, ast.Is | ast.IsNot):
-                    t = IsNull(operand(left))
-                    terms.append(Not(t) if isinstance(op, ast.IsNot) else t)
+                    term = IsNull(operand(lhs))
+                    term = Not(term) if isinstance(op, ast.IsNot) else term
                 else:
-                    terms.append(Cmp(ops[type(op)], operand(left), operand(right)))
-                left = right
-            out = terms[0]
-            for t in terms[1:]:
-                out = And(out, t)
-            return out
+                    term = Cmp(ops[type(op)], operand(lhs), operand(rhs))
+                parts.append(term)
+                lhs = rhs
+            combined = parts[0]
+            for term in parts[1:]:
+                combined = And(combined, term)
+            return combined
         raise ValueError(f"unsupported filter syntax {ast.unparse(n)!r} in {text!r}")
 
     def operand(n: ast.AST) -> Expr:

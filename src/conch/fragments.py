@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import vortex as vx
 
+from conch._deps import LazyModule
 from conch.errors import CorruptFileError
+
+vx: Any = LazyModule("vortex")
 
 ORDINAL = "_ord"  # u32 row position within the fragment; lets a pushed-down filter return row numbers
 

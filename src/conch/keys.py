@@ -153,8 +153,9 @@ def encode_keys(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.BinaryArray
         return pa.array([], pa.binary())
     parts = [encode_column(c) for c in columns]
     n = len(columns[0])
-    if all(isinstance(p, np.ndarray) for p in parts):
-        block = np.ascontiguousarray(np.hstack(parts)) if len(parts) > 1 else parts[0]
+    blocks = [p for p in parts if isinstance(p, np.ndarray)]
+    if len(blocks) == len(parts):
+        block = np.ascontiguousarray(np.hstack(blocks)) if len(blocks) > 1 else blocks[0]
         width = block.shape[1]
         fixed = pa.Array.from_buffers(pa.binary(width), n, [None, pa.py_buffer(block.tobytes())])
         return fixed.cast(pa.binary())
@@ -252,7 +253,7 @@ def key_table(keys: Any, fields: Sequence[pa.Field]) -> pa.Table:
                 for r in tuples:
                     if len(r) != len(fields):
                         raise InvalidKeyError(f"key {r} does not match key columns {names}")
-                cols = list(zip(*tuples, strict=True)) if tuples else [[] for _ in names]
+                cols: list[Any] = list(zip(*tuples, strict=True)) if tuples else [() for _ in names]
                 try:
                     table = pa.table(
                         {n: pa.array(list(c), f.type) for n, c, f in zip(names, cols, fields, strict=True)}

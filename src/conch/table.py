@@ -28,6 +28,7 @@ class TableColumn(Col):
     """A column reference bound to its table: `t["audio.bytes"]`, usable in `where=`."""
 
     __slots__ = ("table",)
+    table: Table
 
     def __init__(self, table: Table, path: str) -> None:
         object.__setattr__(self, "path", path)

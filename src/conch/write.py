@@ -209,7 +209,11 @@ def stage_write(
     opts = opts or WriteOptions()
     base = state.schema
     input_schema, batches = to_record_batches(data)
-    level_keys = base.key_names(level) if level in base.levels else []
+    base.level(level)  # raises SchemaError naming the known levels
+    level_keys = base.key_names(level)
+    missing = [k for k in level_keys if k not in input_schema.names]
+    if missing:
+        raise SchemaError(f"write is missing key column(s) {missing}; key columns are {level_keys}")
     new_fields = value_fields(input_schema, level_keys)
     schema, added = base.extend(new_fields, level)
     if added and not evolve:
@@ -219,7 +223,7 @@ def stage_write(
     staged = StagedWrite(schema, base, added)
     runs: dict[str, list[pa.Table]] = {}
     for chunk in chunks(batches, opts):
-        chunk = _drop_unknown_nulls(chunk, schema, level)
+        chunk = _drop_unknown_nulls(chunk, schema, level, level_keys)
         per_level = split_levels(chunk, schema, level)
         for lvl, flat in per_level.items():
             if flat.num_rows == 0:
@@ -231,7 +235,7 @@ def stage_write(
                 continue
             prefix = chunk.select(schema.key_names(anc.path))
             write_key_space(files, schema, anc.path, _distinct_sorted(prefix, schema, anc.path), staged)
-    for lvl, key_tables in runs.items():
+    for key_tables in runs.values():
         if len(key_tables) > 1:  # duplicates across chunks of one write
             all_keys = pa.concat_tables(key_tables)
             check_unique_sorted(
@@ -240,9 +244,16 @@ def stage_write(
     return staged
 
 
-def _drop_unknown_nulls(chunk: pa.Table, schema: Schema, level: str) -> pa.Table:
-    """Drop all-null columns of null type that the schema does not know (their type is unknown)."""
-    keep = [f.name for f in chunk.schema if not pa.types.is_null(f.type) or schema.has_column(join_path(level, f.name))]
+def _drop_unknown_nulls(chunk: pa.Table, schema: Schema, level: str, keys: list[str]) -> pa.Table:
+    """Drop all-null columns of null type that the schema does not know (their type is unknown).
+
+    Key columns stay: a null key is an error that key validation reports.
+    """
+    keep = [
+        f.name
+        for f in chunk.schema
+        if not pa.types.is_null(f.type) or f.name in keys or schema.has_column(join_path(level, f.name))
+    ]
     return chunk.select(keep) if len(keep) != chunk.num_columns else chunk
 
 

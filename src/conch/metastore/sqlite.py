@@ -7,6 +7,7 @@ while a writer commits.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -102,10 +103,8 @@ class SqliteMetastore:
         except CommitConflictError:
             raise
         except sqlite3.OperationalError as e:
-            try:
+            with contextlib.suppress(sqlite3.OperationalError):
                 c.execute("ROLLBACK")
-            except sqlite3.OperationalError:
-                pass
             raise CommitStateUnknownError(f"commit to {table_id} failed: {e}") from e
         return LogEntry(expected_seq + 1, t, entry)
 

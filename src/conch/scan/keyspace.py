@@ -103,7 +103,10 @@ def predicate_rows(cache: KeyCache, path: str, fields: list[pa.Field], pred: Key
     if isinstance(pred, KeySet):
         if numeric_key(fields):
             keys = cache.numeric(path, fields)
-            want = np.array([decode_key(b, fields)[0] for b in pred.encoded.to_pylist()], dtype=keys.dtype)
+            decoded = pa.array([decode_key(b, fields)[0] for b in pred.encoded.to_pylist()], fields[0].type)
+            if pa.types.is_timestamp(decoded.type):
+                decoded = decoded.cast(pa.int64())  # numpy holds timestamps as their int64 value
+            want = decoded.to_numpy(zero_copy_only=False).astype(keys.dtype)
             return np.unique(_exact(keys, want)).astype(np.int64)
         m = predicate_mask(pred, cache.encoded(path, fields), fields)
         return np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]

@@ -17,21 +17,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import vortex as vx
-import vortex.expr as ve
 
+from conch._deps import LazyModule
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
 from conch.fragments import decode_stats
 from conch.manifest import Fragment
 
-_VX_CMP: dict[str, Callable[[Any, Any], Any]] = {
-    "==": ve.eq,
-    "!=": ve.not_eq,
-    "<": ve.lt,
-    "<=": ve.lt_eq,
-    ">": ve.gt,
-    ">=": ve.gt_eq,
-}
+vx: Any = LazyModule("vortex")
+ve: Any = LazyModule("vortex.expr")
+_VX_CMP = {"==": "eq", "!=": "not_eq", "<": "lt", "<=": "lt_eq", ">": "gt", ">=": "gt_eq"}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 
 
@@ -97,7 +91,7 @@ def to_vortex(e: Expr, column_name: Callable[[str], str | None], types: Callable
         lit = _literal(value, types(path))
         if name is None or lit is None:
             return None
-        return _VX_CMP[op](ve.column(name), lit)
+        return getattr(ve, _VX_CMP[op])(ve.column(name), lit)
     return None
 
 
