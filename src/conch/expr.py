@@ -4,8 +4,8 @@
 immutable tree. Evaluation follows SQL three-valued logic: a comparison with null is null, and a
 row passes a filter only where it is true.
 
-Two passes read the tree: `evaluate` (on assembled fresh records, as Arrow) and `may_match`
-(on per-fragment min/max/null-count statistics, to skip reading values that cannot pass).
+`evaluate` runs the tree on assembled fresh records (as Arrow); `scan/pushdown.py` translates it
+for Vortex and evaluates it on fragment statistics.
 """
 
 from __future__ import annotations
@@ -230,70 +230,13 @@ def mask(e: Expr, get: Callable[[str], pa.Array]) -> np.ndarray:
     return np.asarray(pc.fill_null(res, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def may_match(e: Expr, stats: Callable[[str], tuple[Any, Any, int, int] | None]) -> bool:
-    """False only if statistics prove no row satisfies `e`.
-
-    `stats(path)` gives `(min, max, null_count, rows)` for one fragment, or None when unknown.
-    """
-    if isinstance(e, And):
-        return may_match(e.left, stats) and may_match(e.right, stats)
-    if isinstance(e, Or):
-        return may_match(e.left, stats) or may_match(e.right, stats)
-    if isinstance(e, IsNull) and isinstance(e.operand, Col):
-        st = stats(e.operand.path)
-        return st is None or st[2] > 0
-    if isinstance(e, Not) and isinstance(e.operand, IsNull) and isinstance(e.operand.operand, Col):
-        st = stats(e.operand.operand.path)
-        return st is None or st[2] < st[3]
-    if isinstance(e, IsIn) and isinstance(e.operand, Col):
-        st = stats(e.operand.path)
-        if st is None:
-            return True
-        lo, hi, nulls, rows = st
-        if nulls == rows:
-            return False
-        if lo is None or hi is None:
-            return True
-        try:
-            return any(v is not None and lo <= v <= hi for v in e.values)
-        except TypeError:
-            return True
-    if isinstance(e, Cmp):
-        col, op, lit = _col_op_lit(e)
-        if col is None:
-            return True
-        st = stats(col)
-        if st is None:
-            return True
-        lo, hi, nulls, rows = st
-        if nulls == rows or lit is None:
-            return False  # every comparison with null is null
-        if lo is None or hi is None:
-            return True
-        try:
-            if op == "<":
-                return bool(lo < lit)
-            if op == "<=":
-                return bool(lo <= lit)
-            if op == ">":
-                return bool(hi > lit)
-            if op == ">=":
-                return bool(hi >= lit)
-            if op == "==":
-                return bool(lo <= lit <= hi)
-            if op == "!=":
-                return not (lo == hi == lit)
-        except TypeError:
-            return True
-    return True
-
-
-def _col_op_lit(e: Cmp) -> tuple[str | None, str, Any]:
+def col_op_lit(e: Cmp) -> tuple[str, str, Any] | None:
+    """`column op literal` with the column on the left (`1 < a` becomes `a > 1`), or None."""
     if isinstance(e.left, Col) and isinstance(e.right, Lit):
         return e.left.path, e.op, e.right.value
     if isinstance(e.right, Col) and isinstance(e.left, Lit):
         return e.right.path, _FLIP[e.op], e.left.value
-    return None, e.op, None
+    return None
 
 
 def rename(e: Expr, f: Callable[[str], str]) -> Expr:

@@ -19,14 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch._deps import LazyModule
-from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
+from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit
 from conch.fragments import decode_stats
 from conch.manifest import Fragment
 
 vx: Any = LazyModule("vortex")
 ve: Any = LazyModule("vortex.expr")
 _VX_CMP = {"==": "eq", "!=": "not_eq", "<": "lt", "<=": "lt_eq", ">": "gt", ">=": "gt_eq"}
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 
 
 def _vx_dtype(t: pa.DataType) -> Any | None:
@@ -81,12 +80,10 @@ def to_vortex(e: Expr, column_name: Callable[[str], str | None], types: Callable
         name = column_name(e.operand.operand.path)
         return ve.is_not_null(ve.column(name)) if name else None
     if isinstance(e, Cmp):
-        if isinstance(e.left, Col) and isinstance(e.right, Lit):
-            path, op, value = e.left.path, e.op, e.right.value
-        elif isinstance(e.right, Col) and isinstance(e.left, Lit):
-            path, op, value = e.right.path, _FLIP[e.op], e.left.value
-        else:
+        norm = col_op_lit(e)
+        if norm is None:
             return None
+        path, op, value = norm
         name = column_name(path)
         lit = _literal(value, types(path))
         if name is None or lit is None:
@@ -137,7 +134,7 @@ def may_match_many(
     e: Expr, frs: Sequence[Fragment], stats: StatsCache, column: Callable[[str], tuple[int, pa.DataType]]
 ) -> np.ndarray:
     """Per fragment: False only where its statistics prove no row satisfies `e` (vectorised
-    counterpart of `conch.expr.may_match`). `column(path)` gives (column id, type)."""
+    `column(path)` gives (column id, type)."""
     n = len(frs)
     rows = np.array([f.rows for f in frs], dtype=np.int64)
     if isinstance(e, And):
@@ -151,12 +148,10 @@ def may_match_many(
         _, _, nulls = stats.column(frs, *column(e.operand.operand.path))
         return (nulls < 0) | (nulls < rows)
     if isinstance(e, Cmp):
-        if isinstance(e.left, Col) and isinstance(e.right, Lit):
-            path, op, value = e.left.path, e.op, e.right.value
-        elif isinstance(e.right, Col) and isinstance(e.left, Lit):
-            path, op, value = e.right.path, _FLIP[e.op], e.left.value
-        else:
+        norm = col_op_lit(e)
+        if norm is None:
             return np.ones(n, dtype=bool)
+        path, op, value = norm
         cid, t = column(path)
         lo, hi, nulls = stats.column(frs, cid, t)
         all_null = (nulls >= 0) & (nulls == rows)
