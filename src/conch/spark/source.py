@@ -281,8 +281,9 @@ def key_range_partitions(table: conch.Table, reader: ConchReader, n: int | None)
     if n > 1 and runs:
         runs.sort(key=lambda k: k.min_key)
         disjoint = all(a.max_key < b.min_key for a, b in itertools.pairwise(runs))
-        if disjoint and len(runs) >= n:
-            boundaries = _run_boundaries(runs, n, fields)
+        if disjoint and len(runs) >= n // 2:
+            # Cut at run starts: each task reads whole runs and fragments, a zip with no take.
+            boundaries = _run_boundaries(runs, min(n, len(runs)), fields)
         else:
             boundaries = _sampled_boundaries(table, runs, n, fields)
     starts: list[tuple[Any, ...] | None] = [None, *boundaries]
