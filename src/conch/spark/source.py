@@ -272,6 +272,7 @@ def key_range_partitions(table: conch.Table, reader: ConchReader, n: int | None)
     bound = reader.pushed.key_range
     runs = [ks for ks in state.key_spaces.values() if ks.kind == "data" and ks.level == level]
     rows = sum(ks.rows for ks in runs)
+    explicit = n is not None
     if n is None:
         live = {ks.id for ks in runs}
         nbytes = sum(f.bytes for f in state.fragments.values() if f.key_space in live)
@@ -281,7 +282,8 @@ def key_range_partitions(table: conch.Table, reader: ConchReader, n: int | None)
     if n > 1 and runs:
         runs.sort(key=lambda k: k.min_key)
         disjoint = all(a.max_key < b.min_key for a, b in itertools.pairwise(runs))
-        if disjoint and len(runs) >= n // 2:
+        enough = len(runs) >= n or (not explicit and len(runs) > 1 and len(runs) >= n // 2)
+        if disjoint and enough:
             # Cut at run starts: each task reads whole runs and fragments, a zip with no take.
             boundaries = _run_boundaries(runs, min(n, len(runs)), fields)
         else:

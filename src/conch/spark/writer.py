@@ -44,6 +44,7 @@ from conch.keys import check_unique_sorted
 from conch.schema import CHILD_KEY, Schema, is_child_level_type, join_path, normalize_type
 from conch.spark.source import Location, forget_table, open_table, split_list
 from conch.spark.types import arrow_schema, cast_batch, write_type
+from conch.storage import new_id
 from conch.txn import commit
 from conch.write import StagedWrite, TableFiles, WriteOptions, stage_write
 
@@ -172,19 +173,25 @@ def _unknown_fields(df: pa.Schema, schema: Schema, level: str) -> list[pa.Field]
 
 # ----- tasks and commit -----------------------------------------------------------------------
 class _RecordingFiles(TableFiles):
-    """`TableFiles` that remembers every path it hands out, so a failed task can delete them."""
+    """`TableFiles` that names every file after the job (`<job>-<id>.vortex`) and remembers the
+    paths it hands out, so a failed task, `abort()` and `commit()` can find the job's files."""
 
-    def __init__(self, files: TableFiles) -> None:
+    def __init__(self, files: TableFiles, job: str) -> None:
         super().__init__(files.storage, files.table_id, files.format)
+        self.job = job
         self.handed_out: list[str] = []
 
+    def _tag(self, path: str) -> str:
+        head, _, name = path.rpartition("/")
+        return f"{head}/{self.job}-{name}"
+
     def key_space_path(self, ks_id: str) -> str:
-        p = super().key_space_path(ks_id)
+        p = self._tag(super().key_space_path(ks_id))
         self.handed_out.append(p)
         return p
 
     def fragment_path(self, level: str, group: str, frag_id: str) -> str:
-        p = super().fragment_path(level, group, frag_id)
+        p = self._tag(super().fragment_path(level, group, frag_id))
         self.handed_out += [p, p + BLOB_SUFFIX]
         return p
 
@@ -195,10 +202,20 @@ def remove_files(table: Any, paths: list[str]) -> None:
         table.catalog.storage.delete(p + BLOB_SUFFIX)
 
 
+def job_files(table: Any, job: str) -> list[str]:
+    """Every file of the table written by tasks of `job` (any attempt)."""
+    return [f.path for f in table.catalog.storage.list(table.id) if f.path.rpartition("/")[2].startswith(job + "-")]
+
+
+def _abort_marker(table: Any, job: str) -> str:
+    return f"{table.id}/_spark_jobs/{job}.aborted"
+
+
 class ConchWriter(DataSourceArrowWriter):
     """Pickled to every task and to the commit worker; holds only options and the target schema."""
 
     def __init__(self, loc: Location, level: str, target: pa.Schema, overwrite: bool, opts: WriteOptions) -> None:
+        self.job = new_id()  # names this job's files: abort() finds tasks' files it has no message for
         self.loc = loc
         self.level = level
         self.target = target
@@ -210,7 +227,7 @@ class ConchWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         table = open_table(self.loc.warehouse, self.loc.table)
-        files = _RecordingFiles(table.files)
+        files = _RecordingFiles(table.files, self.job)
         batches = (cast_batch(b, self.target) for b in iterator)
         try:
             reader = pa.RecordBatchReader.from_batches(self.target, batches)
@@ -218,6 +235,11 @@ class ConchWriter(DataSourceArrowWriter):
         except BaseException:
             remove_files(table, files.handed_out)
             raise
+        # A task that outlives its job's abort (Spark aborts while cancelled tasks still run)
+        # removes its own files: it wrote them all before looking, so either abort() listed
+        # them or this check sees abort()'s marker.
+        if table.catalog.storage.exists(_abort_marker(table, self.job)):
+            remove_files(table, files.handed_out)
         return ConchCommitMessage(
             staged.ops,
             staged.files,
@@ -248,12 +270,17 @@ class ConchWriter(DataSourceArrowWriter):
         except CommitStateUnknownError:
             raise  # the entry may be in the log: its files must stay
         except BaseException:
-            remove_files(table, files)
+            remove_files(table, files + job_files(table, self.job))
             raise
+        # Files of failed or speculative task attempts that no message names are garbage now.
+        committed = set(files)
+        remove_files(table, [p for p in job_files(table, self.job) if p.removesuffix(BLOB_SUFFIX) not in committed])
 
     def abort(self, messages: list[Any]) -> None:
         table = open_table(self.loc.warehouse, self.loc.table)
-        remove_files(table, [f for m in messages if m is not None for f in m.files])
+        table.catalog.storage.write_bytes(_abort_marker(table, self.job), b"")
+        paths = [f for m in messages if m is not None for f in m.files]
+        remove_files(table, paths + job_files(table, self.job))
 
 
 def check_disjoint(table: Any, messages: list[ConchCommitMessage]) -> None:
