@@ -48,6 +48,8 @@ from conch.storage import new_id
 from conch.txn import commit
 from conch.write import StagedWrite, TableFiles, WriteOptions, stage_write
 
+SPARK_CHUNK_ROWS = 1 << 23
+
 
 @dataclass
 class ConchCommitMessage(WriterCommitMessage):
@@ -92,8 +94,9 @@ def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool)
         target, unknown = target_schema(df_schema, table.state().schema, level)
     chunk_rows = int(options.get("chunkrows") or options.get("chunkRows") or 0)
     opts = table.catalog.write_options
-    if chunk_rows:
-        opts = replace(opts, chunk_rows=chunk_rows)
+    # One sorted run per task where memory allows (runs stay bounded by `chunk_bytes`): fewer,
+    # larger runs make reads zip fewer key spaces and cut read partitions at run starts.
+    opts = replace(opts, chunk_rows=chunk_rows or max(opts.chunk_rows, SPARK_CHUNK_ROWS))
     return ConchWriter(loc, level, target, overwrite, opts)
 
 
