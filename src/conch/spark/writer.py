@@ -106,11 +106,19 @@ def _create(loc: Location, df_schema: pa.Schema, keys: tuple[str, ...]) -> Any:
     missing = [k for k in keys if k not in df_schema.names]
     if missing:
         raise SchemaError(f"key columns {missing} are not in the DataFrame (columns: {df_schema.names})")
-    key_schema = pa.schema([df_schema.field(k) for k in keys])
+    key_schema = pa.schema([_key_field(df_schema.field(k)) for k in keys])
     values = pa.schema([f for f in df_schema if f.name not in keys])
     connect(loc.warehouse).create_table(loc.table, key_schema, values, exist_ok=True)
     forget_table(loc.warehouse, loc.table)
     return open_table(loc.warehouse, loc.table)
+
+
+def _key_field(f: pa.Field) -> pa.Field:
+    """Spark reads Parquet's unsigned 64-bit integers as decimal(20, 0); keys cannot be decimals."""
+    t = f.type
+    if pa.types.is_decimal(t) and t.scale == 0:
+        return f.with_type(pa.uint64() if t.precision == 20 else pa.int64())
+    return f
 
 
 def target_schema(df: pa.Schema, schema: Schema, level: str) -> tuple[pa.Schema, list[str]]:
