@@ -255,10 +255,11 @@ def _filter_keys(batch: pa.RecordBatch, expr: Expr) -> pa.RecordBatch:
 def _dump_metrics(directory: str, keys: Any, scan: Any) -> None:
     os.makedirs(directory, exist_ok=True)
     doc = {"keys": repr(keys), **asdict(scan.metrics())}
-    tmp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
+    name = uuid.uuid4().hex
+    tmp = os.path.join(directory, f".{name}.tmp")
     with open(tmp, "w") as f:
         json.dump(doc, f)
-    os.replace(tmp, tmp.replace(".tmp", ".json").replace("/.", "/"))
+    os.replace(tmp, os.path.join(directory, f"{name}.json"))  # readers never see a partial file
 
 
 # ----- partitioning ---------------------------------------------------------------------------
