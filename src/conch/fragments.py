@@ -54,7 +54,6 @@ class VortexFormat:
         # bounded however many files a scan touches.
         self._segment_bytes = segment_cache_bytes
         self.segment_cache = vx.SegmentCache(segment_cache_bytes)
-        self.blob_bytes_read = 0
         self.bytes_read = 0  # every byte read from storage: Vortex segment reads + blob reads
         self._lock = threading.Lock()
 
@@ -149,7 +148,6 @@ class VortexFormat:
             for c in columns:
                 if c in blob_columns:
                     arr, n = _read_blobs(bf, table.column(f"{c}.off"), table.column(f"{c}.len"), schema.field(c).type)
-                    self.blob_bytes_read += n
                     self._count(n)
                     out.append(arr)
                 else:

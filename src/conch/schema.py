@@ -62,10 +62,6 @@ class Level:
     own_key: tuple[pa.Field, ...]
 
     @property
-    def depth(self) -> int:
-        return 0 if not self.path else self.path.count(".") + 1
-
-    @property
     def name(self) -> str:
         return self.path.rpartition(".")[2]
 
@@ -234,9 +230,6 @@ class Schema:
     def children(self, level: str) -> list[Level]:
         return [lvl for lvl in self.levels.values() if lvl.parent == level]
 
-    def descendants(self, level: str) -> list[Level]:
-        return [lvl for lvl in self.levels.values() if lvl.path != level and self.is_ancestor(level, lvl.path)]
-
     def is_ancestor(self, anc: str, level: str) -> bool:
         """True when `anc` is `level` or one of its ancestors."""
         return any(lvl.path == anc for lvl in self.ancestry(level))
@@ -270,8 +263,8 @@ class Schema:
         matches = [c for c in self.columns if c.full_path.startswith(selector + ".")]
         if matches:
             levels = {c.level for c in matches}
-            deepest = [c for c in matches if c.level == min(levels, key=len)]
-            return deepest[0].level, deepest
+            shallowest = [c for c in matches if c.level == min(levels, key=len)]
+            return shallowest[0].level, shallowest
         raise ColumnNotFoundError(
             f"no column or group {selector!r}; columns: {', '.join(sorted(self._by_path)) or 'none'}"
         )

@@ -11,7 +11,7 @@ import pyarrow as pa
 from conch import maintenance
 from conch.expr import Col
 from conch.manifest import TableState
-from conch.metastore.base import LogEntry, TableRecord
+from conch.metastore.base import TableRecord
 from conch.scan import Scan
 from conch.scan.plan import to_time
 from conch.schema import Schema, type_name
@@ -75,7 +75,6 @@ class Table:
         self._record = record
         self._lock = threading.Lock()
         self._state: TableState | None = None
-        self._log: list[LogEntry] = []
         self.files = TableFiles(catalog.storage, self.id, catalog.format)
 
     def __repr__(self) -> str:
