@@ -281,16 +281,7 @@ def column_stats(col: pa.ChunkedArray | pa.Array) -> tuple[Any, Any, int]:
     """(min, max, null_count) of a column; min/max are None where the type has no order."""
     t = col.type
     nulls = col.null_count
-    orderable = (
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_timestamp(t)
-        or pa.types.is_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_date(t)
-    )
-    if not orderable or len(col) == nulls:
+    if not has_order(t) or len(col) == nulls:
         return None, None, nulls
     if (pa.types.is_string(t) or pa.types.is_binary(t)) and len(col) > 0:
         # Long values make useless bounds and bloat manifests: keep a truncated, still-valid lower
@@ -311,7 +302,7 @@ def encode_stats(stats: dict[int, tuple[Any, Any, int]], types: dict[int, pa.Dat
     arrays, names = [], []
     for cid, (lo, hi, nulls) in stats.items():
         t = types[cid]
-        st = t if _stat_type_ok(t) else pa.null()
+        st = t if has_order(t) else pa.null()
         arrays += [
             pa.array([lo if st != pa.null() else None], st),
             pa.array([hi if st != pa.null() else None], st),
@@ -331,7 +322,8 @@ def decode_stats(s: str) -> pa.RecordBatch:
     return batches[0] if batches else reader.schema.empty_table().to_batches()[0]
 
 
-def _stat_type_ok(t: pa.DataType) -> bool:
+def has_order(t: pa.DataType) -> bool:
+    """Types whose min/max statistics are kept (and can prune)."""
     return (
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
