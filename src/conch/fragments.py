@@ -79,6 +79,7 @@ class VortexFormat:
         if ordinal:
             table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
         vx.io.write(table, path)
+        _fsync(path)
         return total + os.path.getsize(path)
 
     def _file(self, path: str) -> Any:
@@ -153,6 +154,16 @@ class VortexFormat:
                 else:
                     out.append(table.column(c))
         return pa.Table.from_arrays(out, schema=schema)
+
+
+def _fsync(path: str) -> None:
+    """Make a written file durable before any commit can reference it: after a power loss a
+    committed WAL entry must never point at a file the disk did not keep."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class _CountingReader:

@@ -45,7 +45,8 @@ class SqliteMetastore:
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            # FULL: a commit that returned survives a power loss (NORMAL may roll it back).
+            conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA busy_timeout=60000")
             self._local.conn = conn
         return conn
