@@ -178,3 +178,25 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, missing, None)
     with pytest.raises(conch.MissingDependencyError, match=f"conch\\[{missing}\\]"):
         optional_import(missing)
+
+
+def test_catalog_lifecycle_and_filter_forms(catalog: conch.Catalog) -> None:
+    t = catalog.create_table("a", {"id": pa.int32()})
+    catalog.create_table("b", pa.schema([("k", pa.string())]))
+    assert catalog.list_tables() == ["a", "b"]
+    t.write(
+        [{"id": i, "label": lbl, "score": s} for i, (lbl, s) in enumerate([("car", 0.9), ("bus", None), ("car", 0.2)])]
+    )
+    ids = lambda s: [r["id"] for r in s.to_pylist()]  # noqa: E731
+    assert ids(t.scan(where=t["label"].isin(["bus", "tram"]))) == [1]
+    assert ids(t.scan(where=~(t["label"] == "car") | t["score"].is_null())) == [1]
+    assert ids(t.scan(where=(t["label"] == "car") & (t["score"] > 0.5))) == [0]
+    assert ids(t.scan(where=t["score"].is_not_null())) == [0, 2]
+    t.delete(pa.table({"id": pa.array([0, 2], pa.int32())}))
+    assert ids(t.scan()) == [1]
+    path = catalog.storage.abspath(t.id)
+    catalog.drop_table("a")
+    assert catalog.list_tables() == ["b"]
+    assert not Path(path).exists()
+    with pytest.raises(conch.TableNotFoundError):
+        catalog.table("a")
