@@ -12,7 +12,7 @@ import base64
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -154,6 +154,60 @@ class VortexFormat:
                 else:
                     out.append(table.column(c))
         return pa.Table.from_arrays(out, schema=schema)
+
+
+    def stream(
+        self,
+        path: str,
+        columns: Sequence[str],
+        schema: pa.Schema,
+        indices: np.ndarray | None = None,
+        blob_columns: Sequence[str] = (),
+        expr: Any = None,
+        ordinal: bool = False,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream `columns` (all rows, or the sorted row `indices`, rows where the Vortex `expr`
+        holds) as record batches cast to `schema`, one Vortex chunk at a time. With `ordinal`,
+        each batch ends with the `_ord` column (row positions within the fragment)."""
+        if indices is not None and len(indices) == 0:
+            return
+        inline = [c for c in columns if c not in blob_columns]
+        blobs = [c for c in columns if c in blob_columns]
+        file_fields = [schema.field(c) for c in inline]
+        for c in blobs:
+            file_fields += [pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())]
+        if ordinal:
+            file_fields.append(pa.field(ORDINAL, pa.uint32()))
+        file_schema = pa.schema(file_fields)
+        out_schema = schema.append(pa.field(ORDINAL, pa.uint32())) if ordinal else schema
+        f = self._file(path)
+        try:
+            idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
+            reader = f.to_arrow(file_schema.names, expr=expr, indices=idx, schema=file_schema)
+        except Exception as e:
+            raise CorruptFileError(f"cannot read {list(columns)} from fragment {path}: {e}") from e
+        bf = open(path + BLOB_SUFFIX, "rb") if blobs else None  # noqa: SIM115 (closed below)
+        try:
+            for batch in reader:
+                if batch.num_rows == 0:
+                    continue
+                if bf is None:
+                    yield batch
+                    continue
+                arrays = []
+                for c in out_schema.names:
+                    if c in blob_columns:
+                        arr, n = _read_blobs(
+                            bf, batch.column(f"{c}.off"), batch.column(f"{c}.len"), schema.field(c).type
+                        )
+                        self._count(n)
+                        arrays.append(arr)
+                    else:
+                        arrays.append(batch.column(c))
+                yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+        finally:
+            if bf is not None:
+                bf.close()
 
 
 def _fsync(path: str) -> None:

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from conch.expr import And, Expr, columns, conjuncts
 from conch.expr import mask as filter_mask
 from conch.fragments import ORDINAL, VortexFormat, column_name
-from conch.keys import encode_keys
+from conch.keys import KeySet, encode_keys
 from conch.manifest import Fragment
 from conch.scan.keyspace import KeyCache, MergedKeys, merge_key_spaces, numeric_key, predicate_rows
 from conch.scan.plan import ScanPlan
@@ -151,6 +151,17 @@ class _DecodedCache:
 
 
 _STATS = StatsCache()
+
+FAST_PATHS = True  # tests set it False to force the general path and compare
+
+
+@dataclass
+class _StreamUnit:
+    """Columns of one group whose fresh cells all sit in one key space's dense fragments."""
+
+    group: str
+    columns: list[Column]
+    fragments: list[Fragment]  # sorted by start, covering the key space's rows
 
 
 class ScanExecutor:
@@ -483,10 +494,148 @@ class ScanExecutor:
             per_row += sum(f.bytes for f in u.fragments) / rows
         return int(min(1 << 16, max(256, self.batch_bytes // max(per_row, 1.0))))
 
+    # ----- the streaming zip path ------------------------------------------------------------
+    def _stream(self) -> _Stream | None:
+        """The fast path, or None where it does not apply.
+
+        It applies when no tombstone is considered and the considered key spaces form *segments*
+        in key order: each segment is one key space, or several holding identical key sets (a
+        table written group by group, or rewritten whole), and segments do not overlap in key
+        range (one large write cut into several key spaces). A key predicate must select a
+        contiguous range of rows (a `KeyRange`/`KeyPrefix`). Within a segment, every projected
+        column's fresh cells sit in the dense fragments of one key space (the newest holding the
+        column: with identical key sets and no tombstones, every key's fresh cell is there). A
+        filter is allowed when it pushes whole into the Vortex scan of the one unit holding every
+        projected column. Then Vortex batches go straight to output with the key column sliced
+        beside them: no per-key location arrays, no takes.
+        """
+        plan = self.plan
+        if plan.tombstones or not plan.key_spaces or isinstance(plan.key_predicate, KeySet):
+            return None
+        groups: dict[tuple[str, str, int], list[int]] = {}
+        for i, ks in enumerate(plan.key_spaces):
+            groups.setdefault((ks.min_key, ks.max_key, ks.rows), []).append(i)
+        order = sorted(groups, key=lambda g: g[0])
+        for a, b in zip(order, order[1:], strict=False):
+            if not a[1] < b[0]:  # hex of encoded keys: same order as the keys
+                return None
+        before = self.format.bytes_read
+        expr = None
+        if plan.filter is not None:
+            schema = plan.schema
+            blob_ids = {i for fr in plan.fragments.get(plan.filter_columns[0].group, []) for i in fr.blob_columns}
+
+            def name(p: str) -> str | None:
+                cid = schema.column(p).id
+                return None if cid in blob_ids else column_name(cid)
+
+            expr = to_vortex(plan.filter, name, lambda p: schema.column(p).type)
+            if expr is None:
+                return None
+        segments = []
+        for g in order:
+            seg = self._segment(groups[g], expr)
+            if seg is None:
+                return None
+            if seg.hi > seg.lo:
+                segments.append(seg)
+        m = self.metrics
+        m.key_spaces = len(plan.key_spaces)
+        m.keys_merged = sum(ks.rows for ks in plan.key_spaces)
+        m.keys_out = sum(s.hi - s.lo for s in segments)
+        m.merge = "zip (streamed)"
+        m.key_bytes_read += self.format.bytes_read - before
+        return _Stream(self, segments, expr)
+
+    def _segment(self, members: list[int], expr: Any) -> _Segment | None:
+        """One segment of the streaming path (key spaces `members` of the plan), or None."""
+        plan = self.plan
+        fields = plan.key_fields
+        kss = [plan.key_spaces[i] for i in members]
+        n = kss[0].rows
+        paths = [self.abspath(ks.path) for ks in kss]
+        keys = self.key_cache.keys(paths[-1], fields)
+        if len(kss) > 1:
+            if numeric_key(fields):
+                a = self.key_cache.numeric(paths[-1], fields)
+                same = all(np.array_equal(a, self.key_cache.numeric(p, fields)) for p in paths[:-1])
+            else:
+                same = all(self.key_cache.keys(p, fields).equals(keys) for p in paths[:-1])
+            if not same:
+                return None
+        lo, hi = 0, n
+        if plan.key_predicate is not None:
+            rows = predicate_rows(self.key_cache, paths[-1], fields, plan.key_predicate)
+            lo = hi = 0
+            if len(rows):
+                lo, hi = int(rows[0]), int(rows[-1]) + 1
+                if hi - lo != len(rows):
+                    return None
+        # units: (group, newest member key space holding the column) → its dense fragments
+        ks_ids = {ks.id: j for j, ks in enumerate(kss)}
+        by_key: dict[tuple[str, int], _StreamUnit] = {}
+        missing: list[Column] = []
+        filter_cols = plan.filter_columns if plan.filter is not None else []
+        unit_of: dict[int, tuple[str, int]] = {}
+        for c in [*plan.columns, *[c for c in filter_cols if c not in plan.columns]]:
+            frs = [f for f in plan.fragments.get(c.group, []) if f.key_space in ks_ids and c.id in f.column_ids]
+            if not frs:
+                if c in filter_cols:
+                    return None  # a filter over cells that do not exist: the general path decides
+                missing.append(c)
+                continue
+            newest = max(ks_ids[f.key_space] for f in frs)
+            frs = sorted((f for f in frs if ks_ids[f.key_space] == newest), key=lambda f: f.start)
+            at = 0
+            for f in frs:
+                if f.start != at:
+                    return None
+                at += f.rows
+            if at != n:
+                return None
+            key = (c.group, newest)
+            u = by_key.get(key)
+            if u is None:
+                u = by_key[key] = _StreamUnit(c.group, [], frs)
+            elif [f.id for f in u.fragments] != [f.id for f in frs]:
+                return None
+            u.columns.append(c)
+            unit_of[c.id] = key
+        for u in by_key.values():
+            gm = self.metrics.group(self._group_name(u.group))
+            new = {f.id for f in u.fragments} - self._seen
+            self._seen |= new
+            gm.fragments_considered += len(new)
+            self.metrics.fragments_considered += len(new)
+        if plan.filter is not None:
+            if missing or len(by_key) != 1:
+                return None
+            (u,) = by_key.values()
+            blob_ids = {i for f in u.fragments for i in f.blob_columns}
+            if any(c.id in blob_ids for c in filter_cols):
+                return None
+            if not all(self.format.has_column(self.abspath(f.path), ORDINAL) for f in u.fragments):
+                return None
+            # fragments whose statistics prove the filter false are not opened
+            schema = plan.schema
+            may = may_match_many(
+                plan.filter, u.fragments, _STATS, lambda p: (schema.column(p).id, schema.column(p).type)
+            )
+            if not may.all():
+                gm = self.metrics.group(self._group_name(u.group))
+                gm.fragments_pruned_by_stats += int((~may).sum())
+                self.metrics.fragments_pruned_by_stats += int((~may).sum())
+                u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
+        return _Segment(keys, lo, hi, list(by_key.values()), missing)
+
     # ----- the stream -----------------------------------------------------------------------
     def batches(self) -> Iterator[pa.RecordBatch]:
         plan = self.plan
         schema = self.output_schema()
+        streamed = self._stream() if FAST_PATHS else None
+        if streamed is not None:
+            yield from streamed
+            return
         merged = self._merge()
         live = np.nonzero(merged.alive)[0]
         keys = merged.keys.take(pa.array(live)) if len(live) != merged.keys.num_rows else merged.keys
@@ -513,6 +662,105 @@ class ScanExecutor:
         self.metrics.fragments_read = sum(g.fragments_read for g in self.metrics.groups.values())
         if not emitted:
             yield pa.RecordBatch.from_pylist([], schema=schema)
+
+
+@dataclass
+class _Segment:
+    """Key-space rows [lo, hi) of one segment of the streaming path, and where their cells are."""
+
+    keys: pa.Table
+    lo: int
+    hi: int
+    units: list[_StreamUnit]
+    missing: list[Column]  # projected columns with no cells in this segment: nulls
+
+
+class _Stream:
+    """The streaming zip path (see `ScanExecutor._stream`)."""
+
+    def __init__(self, ex: ScanExecutor, segments: list[_Segment], filter_expr: Any) -> None:
+        self.ex, self.segments, self.filter_expr = ex, segments, filter_expr
+        self.left = ex.limit if ex.limit is not None else sum(s.hi - s.lo for s in segments)
+
+    def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(key-space row of the fragment's first row, batch) of `u`'s columns over [lo, hi)."""
+        ex = self.ex
+        schema = pa.schema([pa.field(column_name(c.id), c.type) for c in u.columns])
+        gm = ex.metrics.group(ex._group_name(u.group))
+        for fr in u.fragments:
+            a, b = max(s.lo, fr.start), min(s.hi, fr.start + fr.rows)
+            if a >= b:
+                continue
+            idx = None if (a, b) == (fr.start, fr.start + fr.rows) else np.arange(a - fr.start, b - fr.start)
+            path = ex.abspath(fr.path)
+            blobs = [column_name(i) for i in fr.blob_columns]
+            gm.fragments_read += 1
+            if ordinal:
+                gm.fragments_filtered += 1
+                gm.rows_filtered += b - a
+            before = ex.format.bytes_read
+            for batch in ex.format.stream(path, schema.names, schema, idx, blobs, self.filter_expr, ordinal):
+                gm.rows_read += batch.num_rows
+                gm.bytes_decoded += batch.nbytes
+                gm.bytes_read += ex.format.bytes_read - before
+                before = ex.format.bytes_read
+                yield fr.start, batch
+            gm.bytes_read += ex.format.bytes_read - before
+
+    def _emit(self, s: _Segment, key_part: pa.Table, cols: dict[int, pa.Array]) -> pa.RecordBatch:
+        ex = self.ex
+        n = key_part.num_rows
+        for c in s.missing:
+            cols[c.id] = pa.nulls(n, c.type)
+        batch = assemble(ex.output_schema(), key_part, ex.plan.level, ex.plan.columns, cols)
+        ex.metrics.rows_out += n
+        ex.metrics.bytes_out += batch.nbytes
+        self.left -= n
+        return batch
+
+    def _filtered(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+        (u,) = s.units
+        for start, batch in self._unit_batches(s, u, ordinal=True):
+            if self.left <= 0:
+                return
+            rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + start
+            if len(rows) > self.left:
+                rows, batch = rows[: self.left], batch.slice(0, self.left)
+            cols = {c.id: batch.column(i) for i, c in enumerate(u.columns)}
+            yield self._emit(s, _take(s.keys, rows), cols)
+
+    def _zipped(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+        its = [iter(self._unit_batches(s, u, ordinal=False)) for u in s.units]
+        pending: list[pa.RecordBatch | None] = [None] * len(its)
+        pos = s.lo
+        while pos < s.hi and self.left > 0:
+            for i, it in enumerate(its):
+                p = pending[i]
+                if p is None or p.num_rows == 0:
+                    pending[i] = next(it)[1]
+            n = min(self.left, s.hi - pos, 1 << 16, *(p.num_rows for p in pending if p is not None))
+            cols: dict[int, pa.Array] = {}
+            for i, u in enumerate(s.units):
+                p = pending[i]
+                assert p is not None
+                for j, c in enumerate(u.columns):
+                    cols[c.id] = p.column(j).slice(0, n)
+                pending[i] = p.slice(n)
+            yield self._emit(s, s.keys.slice(pos, n), cols)
+            pos += n
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        ex = self.ex
+        emitted = False
+        for s in self.segments:
+            if self.left <= 0:
+                break
+            for batch in self._filtered(s) if self.filter_expr is not None else self._zipped(s):
+                emitted = True
+                yield batch
+        ex.metrics.fragments_read = sum(g.fragments_read for g in ex.metrics.groups.values())
+        if not emitted:
+            yield pa.RecordBatch.from_pylist([], schema=ex.output_schema())
 
 
 def _take(t: pa.Table, rows: np.ndarray) -> pa.Table:
