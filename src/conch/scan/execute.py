@@ -121,6 +121,9 @@ class ReadUnit:
     frag: np.ndarray  # per output key: index into `fragments`, -1 = no cell (null)
     row: np.ndarray  # per output key: row within that fragment
     shared: set[int] = field(default_factory=set)  # fragments many batches need: decode once
+    # every fragment decoded and concatenated (many small overlapping runs): one take per batch
+    resident: pa.Table | None = None
+    base: np.ndarray | None = None  # fragment → its first row in `resident`
 
     def subset(self, cols: list[Column]) -> ReadUnit:
         return ReadUnit(self.group, cols, self.fragments, self.frag, self.row, self.shared)
@@ -315,6 +318,10 @@ class ScanExecutor:
         fk, rk = unit.frag[positions], unit.row[positions]
         schema = pa.schema([pa.field(column_name(c.id), c.type) for c in unit.columns])
         gm = self.metrics.group(self._group_name(unit.group))
+        if unit.resident is not None and unit.base is not None:
+            idx = np.where(fk >= 0, unit.base[np.maximum(fk, 0)] + rk, unit.resident.num_rows - 1)
+            got = unit.resident.take(pa.array(idx))
+            return {c.id: got.column(column_name(c.id)).combine_chunks() for c in unit.columns}
         pieces: list[pa.Table] = []
         where: list[np.ndarray] = []
         for f, sel in _split_by(fk):
@@ -382,6 +389,31 @@ class ScanExecutor:
             inline = np.array([not f.blob_columns for f in u.fragments], dtype=bool)
             share = (batches_touching > 1) & (need * 8 >= rows) & inline
             u.shared = set(np.nonzero(share)[0].tolist())
+            if nf >= 8 and inline.all() and 2 * int((batches_touching > 1).sum()) >= nf:
+                self._make_resident(u)
+
+    def _make_resident(self, u: ReadUnit) -> None:
+        """Decode all of a unit's fragments into one table (plus a null row for keys without a
+        cell), if it fits the decoded-fragment budget: many small runs that every batch needs
+        (an un-compacted LSM tree) then cost one take per batch instead of one per fragment."""
+        schema = pa.schema([pa.field(column_name(c.id), c.type) for c in u.columns])
+        gm = self.metrics.group(self._group_name(u.group))
+        parts, total = [], 0
+        before = self.format.bytes_read
+        for fr in u.fragments:
+            t = self.format.read(self.abspath(fr.path), schema.names, schema)
+            total += t.nbytes
+            gm.rows_read += t.num_rows
+            gm.bytes_decoded += t.nbytes
+            gm.fragments_read += 1
+            if total > self._decoded.max_bytes:
+                gm.bytes_read += self.format.bytes_read - before
+                return
+            parts.append(t)
+        gm.bytes_read += self.format.bytes_read - before
+        parts.append(pa.table({n: pa.nulls(1, t) for n, t in zip(schema.names, schema.types, strict=True)}))
+        u.resident = pa.concat_tables(parts).combine_chunks()
+        u.base = np.cumsum([0] + [p.num_rows for p in parts[:-1]])[:-1].astype(np.int64)
 
     # ----- step 3: the row mask -------------------------------------------------------------
     def _filter(self, units: list[ReadUnit], n: int) -> np.ndarray:

@@ -32,12 +32,14 @@ from conch.keys import KeyPredicate, KeySet, decode_key, encode_keys, equal_adja
 class KeyCache:
     """Key spaces are immutable: cache their key tables (and encodings) by path."""
 
-    def __init__(self, fmt: VortexFormat, max_entries: int = 256) -> None:
+    def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = 512 << 20) -> None:
         self.format = fmt
         self._tables: OrderedDict[str, pa.Table] = OrderedDict()
         self._encoded: OrderedDict[str, pa.BinaryArray] = OrderedDict()
         self._numpy: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._max = max_entries
+        self._max = max_entries  # per kind; an un-compacted table has hundreds of key spaces
+        self._max_bytes = max_bytes  # per kind
+        self._bytes: dict[int, int] = {}
 
     def keys(self, path: str, fields: list[pa.Field]) -> pa.Table:
         t = self._tables.get(path)
@@ -68,8 +70,11 @@ class KeyCache:
 
     def _put(self, d: OrderedDict[str, Any], k: str, v: Any) -> None:
         d[k] = v
-        if len(d) > self._max:
-            d.popitem(last=False)
+        used = self._bytes.get(id(d), 0) + v.nbytes
+        while len(d) > 1 and (len(d) > self._max or used > self._max_bytes):
+            _, old = d.popitem(last=False)
+            used -= old.nbytes
+        self._bytes[id(d)] = used
 
 
 def numeric_key(fields: Sequence[pa.Field]) -> bool:
