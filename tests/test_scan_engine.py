@@ -192,10 +192,20 @@ def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.Monke
     fragments; group-by-group writes of identical key sets; blob columns; full rewrites), plus
     shapes they must refuse (overlapping runs, deletes); random projections, key ranges,
     filters and limits. Fast and general results must be identical."""
+    from conch.scan import execute
+
     rng = random.Random(seed)
-    opts = conch.WriteOptions(
-        chunk_rows=rng.choice([7, 50, 1000]), fragment_bytes=rng.choice([64, 1 << 20]), large_value_bytes=8
-    )
+    resident: list[bool] = []
+    make = execute.ScanExecutor._make_resident
+
+    def spy(self: execute.ScanExecutor, u: execute.ReadUnit) -> None:
+        make(self, u)
+        resident.append(u.resident is not None)
+
+    monkeypatch.setattr(execute.ScanExecutor, "_make_resident", spy)
+    monkeypatch.setattr(execute.ScanExecutor, "_batch_rows", lambda self, units: 256)  # many batches
+    chunk_rows, fragment_bytes = rng.choice([7, 50, 1000]), rng.choice([64, 1 << 20])
+    opts = conch.WriteOptions(chunk_rows=chunk_rows, fragment_bytes=fragment_bytes, large_value_bytes=8)
     cat = conch.connect(tmp_path / "w", write_options=opts)
     t = cat.create_table("t", [("id", pa.int64())])
     n = rng.randint(1, 120)
@@ -217,7 +227,7 @@ def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.Monke
     def g(**cols: list) -> pa.StructArray:
         return pa.StructArray.from_arrays([pa.array(v) for v in cols.values()], names=list(cols))
 
-    shape = rng.choice(["one", "groups", "rewrite", "overlap", "delete"])
+    shape = rng.choice(["one", "groups", "rewrite", "overlap", "patches", "lsm", "delete"])
     t.write(pa.table({"id": ids, "a": vals("f"), "b": vals("i"), "g": g(s=vals("s"), z=vals("i"))}))
     if shape == "groups":
         t.write(pa.table({"id": ids, "g": g(z=vals("i"))}))
@@ -227,9 +237,24 @@ def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.Monke
     elif shape == "overlap":
         sub = sorted(rng.sample(ids, max(1, n // 3)))
         t.write({"id": sub, "a": [rng.uniform(-5, 5) for _ in sub]})
+    elif shape == "patches":  # partial upserts of key subsets, one adding a column (null base)
+        for _ in range(rng.randint(1, 3)):
+            sub = sorted(rng.sample(ids, rng.randint(1, n)))
+            col = rng.choice(["a", "b", "c"])
+            t.write(
+                {"id": sub, col: [rng.choice([None, rng.randint(-3, 3)]) for _ in sub]}
+                if col != "a"
+                else {"id": sub, "a": [rng.uniform(-5, 5) for _ in sub]}
+            )
+    elif shape == "lsm":  # many overlapping runs over > 256 keys: the resident decode
+        for _ in range(rng.randint(8, 12)):
+            sub = sorted(rng.sample(range(-50, 700), 300))
+            t.write({"id": sub, "a": [rng.uniform(-5, 5) for _ in sub], "b": [rng.randint(-3, 3) for _ in sub]})
     elif shape == "delete":
         t.delete([rng.choice(ids)])
     projections = [(), ("a",), ("g.s",), ("g",), ("b", "g.z"), ("a", "g.s")]
+    if shape == "patches" and "c" in t.schema.columns:
+        projections += [("c",), ("a", "c")]
     filters = [None, t["a"] < 0, t["b"] >= 1, (t["a"] > -1) & (t["b"] != 0), t["g.z"] == 2, t["a"].is_null()]
     used = set()
     for i in range(12):
@@ -244,7 +269,9 @@ def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.Monke
         used.add(strategy)
         assert fast.schema == slow.schema
         assert fast.to_pylist() == slow.to_pylist(), (shape, cols, where, keys, limit)
-    if shape in ("one", "groups", "rewrite"):
+    if shape in ("one", "groups", "rewrite", "patches"):
         assert "zip (streamed)" in used
-    if shape == "delete":
+    if shape in ("delete", "lsm"):
         assert "zip (streamed)" not in used
+    if shape == "lsm" and chunk_rows == 1000 and fragment_bytes > 64:  # runs span every batch
+        assert any(resident)

@@ -159,12 +159,25 @@ FAST_PATHS = True  # tests set it False to force the general path and compare
 
 
 @dataclass
+class _Patch:
+    """A newer key space whose keys are a subset of the segment's: its cells overwrite."""
+
+    pos: np.ndarray  # its rows' positions among the segment's keys (ascending)
+    fragments: list[Fragment]  # dense, sorted by start
+    table: pa.Table | None = None  # decoded on first use
+
+
+@dataclass
 class _StreamUnit:
-    """Columns of one group whose fresh cells all sit in one key space's dense fragments."""
+    """Columns of one group whose fresh cells sit in one key space's dense fragments (`fragments`;
+    empty = no base cells, nulls), overwritten where newer subset key spaces (`patches`, oldest
+    first) hold cells: a partial upsert read by merge-on-read."""
 
     group: str
     columns: list[Column]
     fragments: list[Fragment]  # sorted by start, covering the key space's rows
+    patches: list[_Patch] = field(default_factory=list)
+    null_base: bool = False  # no key space holding every key has cells: nulls under the patches
 
 
 class ScanExecutor:
@@ -389,7 +402,7 @@ class ScanExecutor:
             inline = np.array([not f.blob_columns for f in u.fragments], dtype=bool)
             share = (batches_touching > 1) & (need * 8 >= rows) & inline
             u.shared = set(np.nonzero(share)[0].tolist())
-            if nf >= 8 and inline.all() and 2 * int((batches_touching > 1).sum()) >= nf:
+            if FAST_PATHS and nf >= 8 and inline.all() and 2 * int((batches_touching > 1).sum()) >= nf:
                 self._make_resident(u)
 
     def _make_resident(self, u: ReadUnit) -> None:
@@ -547,10 +560,19 @@ class ScanExecutor:
         groups: dict[tuple[str, str, int], list[int]] = {}
         for i, ks in enumerate(plan.key_spaces):
             groups.setdefault((ks.min_key, ks.max_key, ks.rows), []).append(i)
-        order = sorted(groups, key=lambda g: g[0])
-        for a, b in zip(order, order[1:], strict=False):
-            if not a[1] < b[0]:  # hex of encoded keys: same order as the keys
-                return None
+        # segments in key order: a base group, then groups inside its key range with fewer keys
+        # (candidate patches, checked to be subsets in _segment); segments must not overlap
+        order = sorted(groups, key=lambda g: (g[0], -g[2]))
+        segs: list[tuple[list[int], list[int]]] = []
+        last: tuple[str, str, int] | None = None
+        for g in order:
+            if last is not None and g[0] <= last[1]:
+                if g[1] <= last[1] and g[2] < last[2] and numeric_key(plan.key_fields):
+                    segs[-1][1].extend(groups[g])
+                    continue
+                return None  # overlapping runs: the general merge
+            segs.append((groups[g], []))
+            last = g
         before = self.format.bytes_read
         expr = None
         if plan.filter is not None:
@@ -565,8 +587,8 @@ class ScanExecutor:
             if expr is None:
                 return None
         segments = []
-        for g in order:
-            seg = self._segment(groups[g], expr)
+        for base, patches in segs:
+            seg = self._segment(base, patches)
             if seg is None:
                 return None
             if seg.hi > seg.lo:
@@ -579,10 +601,13 @@ class ScanExecutor:
         m.key_bytes_read += self.format.bytes_read - before
         return _Stream(self, segments, expr)
 
-    def _segment(self, members: list[int], expr: Any) -> _Segment | None:
-        """One segment of the streaming path (key spaces `members` of the plan), or None."""
+    def _segment(self, members: list[int], patch_members: list[int]) -> _Segment | None:
+        """One segment of the streaming path (key spaces `members` of the plan, with identical
+        key sets, and `patch_members`, whose keys must be subsets of them), or None."""
         plan = self.plan
         fields = plan.key_fields
+        if patch_members and plan.filter is not None:
+            return None
         kss = [plan.key_spaces[i] for i in members]
         n = kss[0].rows
         paths = [self.abspath(ks.path) for ks in kss]
@@ -603,33 +628,59 @@ class ScanExecutor:
                 lo, hi = int(rows[0]), int(rows[-1]) + 1
                 if hi - lo != len(rows):
                     return None
-        # units: (group, newest member key space holding the column) → its dense fragments
-        ks_ids = {ks.id: j for j, ks in enumerate(kss)}
-        by_key: dict[tuple[str, int], _StreamUnit] = {}
+        # patches: their keys' positions among the segment's keys (numeric keys: binary search)
+        pos_of: dict[int, np.ndarray] = {}
+        for i in patch_members:
+            pk = self.key_cache.numeric(self.abspath(plan.key_spaces[i].path), fields)
+            base_keys = self.key_cache.numeric(paths[-1], fields)
+            pos = np.searchsorted(base_keys, pk)
+            if len(pos) and (pos[-1] >= n or not np.array_equal(base_keys[np.minimum(pos, n - 1)], pk)):
+                return None  # not a subset: the general merge
+            pos_of[i] = pos.astype(np.int64)
+        # units: (group, newest member key space holding the column, newer patches) → fragments
+        in_seg = {plan.key_spaces[i].id: i for i in [*members, *patch_members]}
+        by_key: dict[tuple[str, int, tuple[int, ...]], _StreamUnit] = {}
         missing: list[Column] = []
         filter_cols = plan.filter_columns if plan.filter is not None else []
-        unit_of: dict[int, tuple[str, int]] = {}
-        for c in [*plan.columns, *[c for c in filter_cols if c not in plan.columns]]:
-            frs = [f for f in plan.fragments.get(c.group, []) if f.key_space in ks_ids and c.id in f.column_ids]
-            if not frs:
-                if c in filter_cols:
-                    return None  # a filter over cells that do not exist: the general path decides
-                missing.append(c)
-                continue
-            newest = max(ks_ids[f.key_space] for f in frs)
-            frs = sorted((f for f in frs if ks_ids[f.key_space] == newest), key=lambda f: f.start)
+        unit_of: dict[int, tuple[str, int, tuple[int, ...]]] = {}
+
+        def dense(frs: list[Fragment], rows: int) -> list[Fragment] | None:
+            frs = sorted(frs, key=lambda f: f.start)
             at = 0
             for f in frs:
                 if f.start != at:
                     return None
                 at += f.rows
-            if at != n:
-                return None
-            key = (c.group, newest)
+            return frs if at == rows else None
+
+        for c in [*plan.columns, *[c for c in filter_cols if c not in plan.columns]]:
+            frs = [f for f in plan.fragments.get(c.group, []) if f.key_space in in_seg and c.id in f.column_ids]
+            holders = {in_seg[f.key_space] for f in frs}
+            full = [i for i in members if i in holders]
+            newest = max(full) if full else -1
+            newer = tuple(sorted(i for i in holders if i in pos_of and i > newest))
+            if newest < 0 and not newer:
+                if c in filter_cols:
+                    return None  # a filter over cells that do not exist: the general path decides
+                missing.append(c)
+                continue
+            key = (c.group, newest, newer)
             u = by_key.get(key)
             if u is None:
-                u = by_key[key] = _StreamUnit(c.group, [], frs)
-            elif [f.id for f in u.fragments] != [f.id for f in frs]:
+                base_frs: list[Fragment] | None = []
+                if newest >= 0:
+                    base_frs = dense([f for f in frs if in_seg[f.key_space] == newest], n)
+                if base_frs is None:
+                    return None
+                u = by_key[key] = _StreamUnit(c.group, [], base_frs, null_base=newest < 0)
+                for i in newer:
+                    pf = dense([f for f in frs if in_seg[f.key_space] == i], plan.key_spaces[i].rows)
+                    if pf is None or any(f.blob_columns for f in pf):
+                        return None
+                    u.patches.append(_Patch(pos_of[i], pf))
+            elif {f.id for f in frs if in_seg[f.key_space] in (newest, *newer)} != {
+                f.id for f in [*u.fragments, *(f for p in u.patches for f in p.fragments)]
+            }:
                 return None
             u.columns.append(c)
             unit_of[c.id] = key
@@ -719,6 +770,10 @@ class _Stream:
         ex = self.ex
         schema = pa.schema([pa.field(column_name(c.id), c.type) for c in u.columns])
         gm = ex.metrics.group(ex._group_name(u.group))
+        if u.null_base:  # no base cells: nulls, overwritten by the patches
+            for a in range(s.lo, s.hi, 1 << 16):
+                m = min(s.hi - a, 1 << 16)
+                yield a, pa.RecordBatch.from_arrays([pa.nulls(m, t) for t in schema.types], schema=schema)
         for fr in u.fragments:
             a, b = max(s.lo, fr.start), min(s.hi, fr.start + fr.rows)
             if a >= b:
@@ -775,11 +830,54 @@ class _Stream:
             for i, u in enumerate(s.units):
                 p = pending[i]
                 assert p is not None
+                here = self._patched(u, p.slice(0, n), pos) if u.patches else p.slice(0, n)
                 for j, c in enumerate(u.columns):
-                    cols[c.id] = p.column(j).slice(0, n)
+                    cols[c.id] = here.column(j)
                 pending[i] = p.slice(n)
             yield self._emit(s, s.keys.slice(pos, n), cols)
             pos += n
+
+    def _patched(self, u: _StreamUnit, batch: pa.RecordBatch, pos: int) -> pa.RecordBatch:
+        """`batch` (segment rows [pos, pos + n)) with the cells of `u`'s patches laid over it,
+        newest last: one take over the batch and the patches' matching runs (slices)."""
+        n = batch.num_rows
+        src = np.arange(n, dtype=np.int64)
+        pieces = [batch]
+        offset = n
+        for p in u.patches:
+            a, b = np.searchsorted(p.pos, [pos, pos + n])
+            if b <= a:
+                continue
+            table = self._patch_table(u, p)
+            src[p.pos[a:b] - pos] = offset + np.arange(b - a)
+            pieces.append(
+                pa.RecordBatch.from_arrays(
+                    [table.column(j).slice(int(a), int(b - a)).combine_chunks() for j in range(table.num_columns)],
+                    schema=batch.schema,
+                )
+            )
+            offset += int(b - a)
+        if len(pieces) == 1:
+            return batch
+        cols = [
+            pa.concat_arrays([pc_.column(j) for pc_ in pieces]).take(pa.array(src)) for j in range(batch.num_columns)
+        ]
+        return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+
+    def _patch_table(self, u: _StreamUnit, p: _Patch) -> pa.Table:
+        if p.table is None:
+            ex = self.ex
+            schema = pa.schema([pa.field(column_name(c.id), c.type) for c in u.columns])
+            gm = ex.metrics.group(ex._group_name(u.group))
+            before = ex.format.bytes_read
+            parts = [ex.format.read(ex.abspath(f.path), schema.names, schema) for f in p.fragments]
+            t = pa.concat_tables(parts).combine_chunks() if parts else schema.empty_table()
+            gm.fragments_read += len(parts)
+            gm.rows_read += t.num_rows
+            gm.bytes_decoded += t.nbytes
+            gm.bytes_read += ex.format.bytes_read - before
+            p.table = t
+        return p.table
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         ex = self.ex
