@@ -265,7 +265,9 @@ def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.Monke
             lo = rng.randint(-60, 400)
             keys = conch.KeyRange((lo,), (lo + rng.randint(0, 200),))
         limit = rng.choice([None, None, 1, 17])
-        fast, slow, strategy = _both(lambda: t.scan(*cols, where=where, keys=keys, limit=limit), monkeypatch)
+        fast, slow, strategy = _both(
+            lambda c=cols, w=where, k=keys, n=limit: t.scan(*c, where=w, keys=k, limit=n), monkeypatch
+        )
         used.add(strategy)
         assert fast.schema == slow.schema
         assert fast.to_pylist() == slow.to_pylist(), (shape, cols, where, keys, limit)
