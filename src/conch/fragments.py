@@ -56,10 +56,24 @@ class VortexFormat:
         self.segment_cache = vx.SegmentCache(segment_cache_bytes)
         self.bytes_read = 0  # every byte read from storage: Vortex segment reads + blob reads
         self._lock = threading.Lock()
+        # Blob index (offsets, lengths, validity: 17 B/row) of fragments taken from more than
+        # once, so repeated random takes cost only the value preads; and open blob descriptors.
+        self._blob_idx: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self._blob_idx_bytes = 0
+        self._blob_idx_max = segment_cache_bytes
+        self._takes: dict[str, int] = {}
+        self._fds: OrderedDict[str, int] = OrderedDict()
 
     def clear_cache(self) -> None:
         """Forget open files and cached segments (benchmarks use it to measure cold reads)."""
         self._open.clear()
+        self._blob_idx.clear()
+        self._blob_idx_bytes = 0
+        self._takes.clear()
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
         self.segment_cache = vx.SegmentCache(self._segment_bytes)
 
     def _count(self, n: int) -> None:
@@ -132,6 +146,13 @@ class VortexFormat:
             return schema.empty_table()
         inline = [c for c in columns if c not in blob_columns]
         blobs = [c for c in columns if c in blob_columns]
+        if blobs and indices is not None:
+            # a repeated take: the blob index comes from memory, the values by pread
+            if len(self._takes) > 65536:
+                self._takes.clear()
+            self._takes[path] = self._takes.get(path, 0) + 1
+            if self._takes[path] > 1 or all((path, c) in self._blob_idx for c in blobs):
+                return self._take_cached(path, columns, schema, indices, inline, blobs)
         file_fields = [schema.field(c) for c in inline]
         for c in blobs:
             file_fields += [pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())]
@@ -154,7 +175,6 @@ class VortexFormat:
                 else:
                     out.append(table.column(c))
         return pa.Table.from_arrays(out, schema=schema)
-
 
     def stream(
         self,
@@ -208,6 +228,57 @@ class VortexFormat:
         finally:
             if bf is not None:
                 bf.close()
+
+    def _take_cached(
+        self,
+        path: str,
+        columns: Sequence[str],
+        schema: pa.Schema,
+        indices: np.ndarray,
+        inline: list[str],
+        blobs: list[str],
+    ) -> pa.Table:
+        got: dict[str, Any] = {}
+        if inline:
+            t = self.read(path, inline, pa.schema([schema.field(c) for c in inline]), indices)
+            got.update({c: t.column(c) for c in inline})
+        fd = self._blob_fd(path)
+        for c in blobs:
+            o, n, valid = self._index(path, c)
+            arr, nbytes = _read_ranges(fd, o[indices], n[indices], valid[indices], schema.field(c).type)
+            self._count(nbytes)
+            got[c] = arr
+        return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
+
+    def _index(self, path: str, c: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        key = (path, c)
+        e = self._blob_idx.get(key)
+        if e is None:
+            fs = pa.schema([pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())])
+            try:
+                t = self._file(path).to_arrow(fs.names, schema=fs).read_all()
+            except Exception as ex:
+                raise CorruptFileError(f"cannot read the blob index of {c} in {path}: {ex}") from ex
+            e = _blob_index(t.column(0), t.column(1))
+            self._blob_idx[key] = e
+            self._blob_idx_bytes += sum(a.nbytes for a in e)
+            while self._blob_idx_bytes > self._blob_idx_max and len(self._blob_idx) > 1:
+                _, old = self._blob_idx.popitem(last=False)
+                self._blob_idx_bytes -= sum(a.nbytes for a in old)
+        else:
+            self._blob_idx.move_to_end(key)
+        return e
+
+    def _blob_fd(self, path: str) -> int:
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                fd = self._fds[path] = os.open(path + BLOB_SUFFIX, os.O_RDONLY)
+                if len(self._fds) > 64:
+                    os.close(self._fds.popitem(last=False)[1])
+            else:
+                self._fds.move_to_end(path)
+            return fd
 
 
 def _fsync(path: str) -> None:
@@ -301,16 +372,25 @@ def _write_blobs(table: pa.Table, path: str, blob_columns: Sequence[str]) -> tup
     return table, written
 
 
-def _read_blobs(bf: Any, off: pa.ChunkedArray, length: pa.ChunkedArray, t: pa.DataType) -> tuple[pa.Array, int]:
-    """Read exactly the given byte ranges (adjacent ones in one read) into an Arrow array."""
+def _blob_index(off: Any, length: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, lengths, validity) as numpy from the `.off` / `.len` columns."""
     valid = np.asarray(off.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     o = off.fill_null(0).to_numpy().astype(np.int64)
     n = length.fill_null(0).to_numpy().astype(np.int64)
     n[~valid] = 0
+    return o, n, valid
+
+
+def _read_blobs(bf: Any, off: Any, length: Any, t: pa.DataType) -> tuple[pa.Array, int]:
+    """Read exactly the given byte ranges (adjacent ones in one read) into an Arrow array."""
+    o, n, valid = _blob_index(off, length)
+    return _read_ranges(bf.fileno(), o, n, valid, t)
+
+
+def _read_ranges(fd: int, o: np.ndarray, n: np.ndarray, valid: np.ndarray, t: pa.DataType) -> tuple[pa.Array, int]:
     out = bytearray(int(n.sum()))
     pos = 0
     i = 0
-    fd = bf.fileno()
     while i < len(o):
         j = i
         end = o[i] + n[i]
