@@ -175,6 +175,21 @@ class Executor:
         self._values: dict[tuple[Any, ...], Any] = {}
         self._align: dict[tuple[Any, ...], np.ndarray] = {}
         self.scans: list[str] = []  # what was read, for explain(analyze)
+        # Streaming (conch.nested.stream): the core scans each level needs, by scan key, and the
+        # current chunk of each. `feed is None` reads every scan whole; a dry run gives every scan
+        # an empty table, which discovers the scans and windows of a plan.
+        self.sources: dict[tuple[Any, ...], tuple[Domain, list[Any]]] = {}
+        self.window_levels: set[str] = set()
+        self.feed: dict[tuple[Any, ...], pa.Table] | None = None
+        self.dry = False
+
+    def reset(self, feed: dict[tuple[Any, ...], pa.Table] | None, dry: bool = False) -> None:
+        """Start a new chunk: drop the rows and values computed so far and read `feed`."""
+        self.dry = dry
+        self._rows.clear()
+        self._values.clear()
+        self._align.clear()
+        self.feed = feed
 
     # ----- column collection ----------------------------------------------------------------
     def collect(self, n: Node) -> None:
@@ -250,12 +265,20 @@ class Executor:
             seeks = [KeyPrefix(tuple(r.values())) for r in d.keys.to_pylist()]
         else:
             seeks, semi = [KeyRange(tuple(d.keys.slice(0, 1).to_pylist()[0].values()), None)], d.keys
-        parts = []
-        for keys in seeks:
-            s = self.table.scan(*cols, level=d.level, keys=keys, where=where, asof=self.asof)
-            parts.append(s.to_arrow())
-            self.scans.append(f"Scan({d.level}) keys={keys!r} where={where!r}")
-        t = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        skey = (d.level, d.pins, id(d.keys), tuple(id(f) for f in d.filters))
+        if skey not in self.sources:
+            scans = [self.table.scan(*cols, level=d.level, keys=k, where=where, asof=self.asof) for k in seeks]
+            self.sources[skey] = (d, scans)
+            self.scans += [f"Scan({d.level}) keys={k!r} where={where!r}" for k in seeks]
+        if self.feed is None:
+            parts = [s.to_arrow() for s in self.sources[skey][1]]
+            t = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        elif skey in self.feed:
+            t = self.feed[skey]
+        elif self.dry:
+            t = self.sources[skey][1][0].schema.empty_table()
+        else:
+            raise RuntimeError(f"scan of {d.describe()} was not planned by the dry run")
         fr = Frame(t.combine_chunks(), len(names))
         if semi is not None:
             kf = Frame(semi, semi.num_columns)
@@ -359,6 +382,7 @@ class Executor:
             w = home(n.operand)
             if w is None:
                 raise LevelError(f"{render(n)}: a window needs a level to slide over")
+            self.window_levels.add(w.level)
             fr = self.rows(w)
             vals = self.value(n.operand, w)
             starts = K.run_starts(fr.keys[: fr.nkeys - 1], fr.n)

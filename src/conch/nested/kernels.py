@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 EMPTY_DEFAULTS = {"count": 0, "any": False, "all": True}
+SHIFTED_WINDOW_MAX = 16  # windows narrower than this sum shifted columns; wider ones prefix sums
 
 
 def as_array(a: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -97,7 +98,16 @@ def take_or_null(arr: pa.Array, idx: np.ndarray) -> pa.Array:
 
 
 def reduce_runs(func: str, values: pa.Array, starts: np.ndarray) -> pa.Array:
-    """One value per run of `values` (runs start at `starts`, the last ends at len(values))."""
+    """One value per run of `values` (runs start at `starts`, the last ends at len(values)).
+
+    The result type depends only on `func` and the value type (`_result_type`), never on which
+    kernel ran or on nulls, so the chunks of a streamed query agree on their schema."""
+    out = _reduce_runs(func, values, starts)
+    want = _result_type(func, values.type)
+    return out if out.type == want else out.cast(want)
+
+
+def _reduce_runs(func: str, values: pa.Array, starts: np.ndarray) -> pa.Array:
     n = len(values)
     k = len(starts)
     if k == 0:
@@ -112,15 +122,35 @@ def reduce_runs(func: str, values: pa.Array, starts: np.ndarray) -> pa.Array:
     if func == "count":
         valid = np.ones(n, dtype=np.int64) if values.null_count == 0 else _valid(values).astype(np.int64)
         return pa.array(np.add.reduceat(valid, starts), pa.int64())
-    if numeric and values.null_count == 0 and func in ("sum", "mean", "min", "max"):
-        v = values.to_numpy()
-        if func == "sum":
-            acc = np.float64 if pa.types.is_floating(values.type) else np.int64
-            return pa.array(np.add.reduceat(v.astype(acc, copy=False), starts))
-        if func == "mean":
-            return pa.array(np.add.reduceat(v.astype(np.float64), starts) / (ends - starts))
+    if numeric and func in ("sum", "mean", "min", "max"):
+        # One NumPy kernel whether or not there are nulls (nulls become the operation's identity,
+        # runs without a valid value become null): a run's result depends only on its values,
+        # never on which other runs share the batch, so streamed chunks agree with one pass.
+        floating = pa.types.is_floating(values.type)
+        if values.null_count:
+            valid = _valid(values)
+            cnt = np.add.reduceat(valid.astype(np.int64), starts)
+            empty = cnt == 0
+        else:
+            valid, cnt, empty = None, ends - starts, None
+        if func in ("sum", "mean"):
+            acc = np.float64 if floating or func == "mean" else np.int64
+            v = values.to_numpy(zero_copy_only=False) if valid is None else values.fill_null(0).to_numpy()
+            tot = np.add.reduceat(v.astype(acc, copy=False), starts)
+            if func == "mean":
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    tot = tot / np.where(cnt == 0, 1, cnt)
+            return pa.array(tot, mask=empty)
         red = np.minimum if func == "min" else np.maximum
-        return pa.array(red.reduceat(v, starts), values.type)
+        if valid is None:
+            return pa.array(red.reduceat(values.to_numpy(), starts), values.type)
+        dt = values.type.to_pandas_dtype()
+        if floating:
+            ident = np.inf if func == "min" else -np.inf
+        else:
+            ident = np.iinfo(dt).max if func == "min" else np.iinfo(dt).min
+        v = values.fill_null(pa.scalar(ident, values.type)).to_numpy()
+        return pa.array(red.reduceat(v, starts), values.type, mask=empty)
     # Nulls or non-numeric values: Arrow's hash aggregation over the run ids, in run order.
     gid = np.repeat(np.arange(k, dtype=np.int64), ends - starts)
     t = pa.table({"g": gid, "v": values})
@@ -134,6 +164,12 @@ def _valid(values: pa.Array) -> np.ndarray:
 
 def _result_type(func: str, t: pa.DataType) -> pa.DataType:
     if func == "count":
+        return pa.int64()
+    if func == "sum" and pa.types.is_floating(t):
+        return pa.float64()
+    if func == "sum" and pa.types.is_unsigned_integer(t):
+        return pa.uint64()
+    if func == "sum" and (pa.types.is_integer(t) or pa.types.is_boolean(t)):
         return pa.int64()
     if func == "mean":
         return pa.float64()
@@ -170,8 +206,33 @@ def _scatter_lists(lists: pa.Array, pos: np.ndarray, value_type: pa.DataType) ->
     return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
+def _run_cumsum(v: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Inclusive prefix sums restarted at each run, each summed in row order from its run's
+    start (runs are padded into a matrix per power-of-two length bucket: ≤ 2× the rows)."""
+    out = np.empty(len(v), dtype=np.float64)
+    lens = ends - starts
+    bucket = np.ceil(np.log2(np.maximum(lens, 1))).astype(np.int64)
+    for k in np.unique(bucket):
+        sel = np.flatnonzero(bucket == k)
+        width = int(lens[sel].max())
+        ln = lens[sel]
+        rows = np.repeat(np.arange(len(sel)), ln)
+        cols = np.arange(int(ln.sum())) - np.repeat(np.cumsum(ln) - ln, ln)
+        pos = starts[sel][rows] + cols
+        mat = np.zeros((len(sel), width), dtype=np.float64)
+        mat[rows, cols] = v[pos]
+        out[pos] = np.cumsum(mat, axis=1)[rows, cols]
+    return out
+
+
 def window(func: str, values: pa.Array, starts: np.ndarray, lo: int, hi: int) -> pa.Array:
     """For each row i, reduce rows i+lo .. i+hi (inclusive) of its own run."""
+    out = _window(func, values, starts, lo, hi)
+    want = _result_type(func, values.type)
+    return out if out.type == want else out.cast(want)
+
+
+def _window(func: str, values: pa.Array, starts: np.ndarray, lo: int, hi: int) -> pa.Array:
     n = len(values)
     if n == 0:
         return pa.array([], type=_result_type(func, values.type))
@@ -190,8 +251,17 @@ def window(func: str, values: pa.Array, starts: np.ndarray, lo: int, hi: int) ->
         if func == "count":
             return pa.array(c, pa.int64())
         v = np.where(valid, values.to_numpy(zero_copy_only=False), 0).astype(np.float64)
-        cs = np.r_[0.0, np.cumsum(v)]
-        s = cs[b] - cs[a]
+        if hi - lo < SHIFTED_WINDOW_MAX:
+            # Narrow windows: add the shifted columns in row order (exact, position-independent:
+            # a streamed chunk gives the bits of one pass). Wide windows use prefix sums.
+            s = np.zeros(n, dtype=np.float64)
+            for k in range(lo, hi + 1):
+                j = i + k
+                inside = (j >= a) & (j < b)
+                s += np.where(inside, v[np.clip(j, 0, n - 1)], 0.0)
+        else:
+            cs = _run_cumsum(v, starts, ends)  # restarts at every run: position-independent
+            s = np.where(b > a, cs[np.maximum(b - 1, 0)], 0.0) - np.where(a > run_start, cs[np.maximum(a - 1, 0)], 0.0)
         if func == "sum":
             return pa.array(s if pa.types.is_floating(values.type) else s.astype(np.int64), mask=c == 0)
         with np.errstate(invalid="ignore", divide="ignore"):

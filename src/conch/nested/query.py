@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,7 +10,8 @@ import pyarrow as pa
 
 from conch.nested.exec import Executor
 from conch.nested.explain import plan_tree
-from conch.nested.nodes import Domain, Explode, Node
+from conch.nested.nodes import Domain, Explode, Node, common_ancestor, parent_level
+from conch.nested.stream import DEFAULT_CHUNK_ROWS, Source, chunks
 
 
 class Query:
@@ -22,8 +24,9 @@ class Query:
         self.domain = domain
         self.outputs = outputs
 
-    def scan(self, asof: Any = None) -> NestedScan:
-        return NestedScan(self, asof)
+    def scan(self, asof: Any = None, chunk_rows: int | None = None) -> NestedScan:
+        """Run the select. `chunk_rows` caps the rows read per level per chunk (memory bound)."""
+        return NestedScan(self, asof, chunk_rows)
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -44,37 +47,84 @@ def _leaves(spec: dict[str, Any]) -> Iterator[Node]:
 
 
 class NestedScan:
-    """The result of a select, computed on first use: key columns of the level, then the fields.
+    """The result of a select: key columns of the level, then the fields.
 
-    `to_arrow(keys=False)` drops the key columns, giving exactly the tables printed in spec/002.
+    Execution streams (`conch.nested.stream`): the core scans of all levels are read in lockstep
+    and cut into parent-aligned chunks of about `chunk_rows` rows each, every operator runs per
+    chunk, and `to_record_batches()` / iteration yield each chunk's batches as they are computed.
+    `to_arrow()` concatenates them (and keeps the result). `to_arrow(keys=False)` drops the key
+    columns, giving exactly the tables printed in spec/002.
     """
 
-    def __init__(self, query: Query, asof: Any = None) -> None:
+    def __init__(self, query: Query, asof: Any = None, chunk_rows: int | None = None) -> None:
         self.query = query
         self.asof = asof
+        self.chunk_rows = chunk_rows or DEFAULT_CHUNK_ROWS
         self._result: pa.Table | None = None
+        self.chunks_run = 0  # chunks computed by the last run (for tests and explain)
+        self.peak_rows: dict[str, int] = {}  # most rows of one level held by any chunk
 
-    def _run(self) -> pa.Table:
-        if self._result is None:
-            q = self.query
-            ex = Executor(q.domain.table, self.asof)
-            ex.collect_domain(q.domain)
-            for n in _leaves(q.outputs):
-                ex.collect(n)
-            fr = ex.rows(q.domain)
-            names = list(fr.key_names)
-            cols = list(fr.keys)
-            for name, v in q.outputs.items():
-                names.append(name)
-                cols.append(self._column(ex, v))
-            self._result = pa.Table.from_arrays(cols, names=names) if names else pa.table({})
-        return self._result
+    def _evaluate(self, ex: Executor) -> pa.Table:
+        q = self.query
+        fr = ex.rows(q.domain)
+        names = list(fr.key_names)
+        cols = list(fr.keys)
+        for name, v in q.outputs.items():
+            names.append(name)
+            cols.append(self._column(ex, v))
+        return pa.Table.from_arrays(cols, names=names) if names else pa.table({})
+
+    def _tables(self) -> Iterator[pa.Table]:
+        """The result, one parent-aligned chunk at a time."""
+        q = self.query
+        ex = Executor(q.domain.table, self.asof)
+        ex.collect_domain(q.domain)
+        for n in _leaves(q.outputs):
+            ex.collect(n)
+        ex.reset({}, dry=True)
+        self._evaluate(ex)  # plans the scans on empty inputs: which levels, which windows
+        levels = [d.level for d, _scans in ex.sources.values()]
+        levels += [parent_level(w) for w in ex.window_levels]
+        cut = levels[0] if levels else ""
+        for lvl in levels[1:]:
+            cut = common_ancestor(cut, lvl)
+        fields = ex.schema.key_fields(cut) if levels else []
+        self.chunks_run = 0
+        self.peak_rows = {}
+        if not fields:  # nothing to cut by (a key-less root is read whole): one chunk
+            ex.reset(None)
+            self.chunks_run = 1
+            yield self._evaluate(ex)
+            return
+        sources = {
+            k: Source(_chain(scans), scans[0].schema, list(fields), self.chunk_rows)
+            for k, (_d, scans) in ex.sources.items()
+        }
+        schema: pa.Schema | None = None
+        for feed in chunks(sources):
+            for k, part in feed.items():
+                lvl = ex.sources[k][0].level
+                self.peak_rows[lvl] = max(self.peak_rows.get(lvl, 0), part.num_rows)
+            ex.reset(feed)
+            t = self._evaluate(ex)
+            self.chunks_run += 1
+            if schema is None:
+                schema = t.schema
+            elif t.schema != schema:
+                t = t.cast(schema)
+            yield t
 
     def _column(self, ex: Executor, v: Any) -> pa.Array:
         if isinstance(v, dict):
             arrays = [self._column(ex, x) for x in v.values()]
             return pa.StructArray.from_arrays(arrays, names=list(v))
         return ex.value(v, self.query.domain)
+
+    def _run(self) -> pa.Table:
+        if self._result is None:
+            parts = list(self._tables())
+            self._result = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        return self._result
 
     def to_arrow(self, keys: bool = True) -> pa.Table:
         t = self._run()
@@ -93,18 +143,30 @@ class NestedScan:
 
         return optional_import("polars").from_arrow(self.to_arrow(keys))
 
+    def _batches(self, tables: Iterator[pa.Table]) -> Iterator[pa.RecordBatch]:
+        for t in tables:
+            yield from t.to_batches()
+
     def to_record_batches(self) -> pa.RecordBatchReader:
-        t = self._run()
-        return pa.RecordBatchReader.from_batches(t.schema, t.to_batches())
+        """A streaming reader: each chunk's batches as soon as the chunk is computed."""
+        tables = iter([self._result]) if self._result is not None else self._tables()
+        first = next(tables)
+        return pa.RecordBatchReader.from_batches(first.schema, self._batches(itertools.chain([first], tables)))
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        return iter(self._run().to_batches())
+        return iter(self.to_record_batches())
 
     def explain(self) -> str:
         return self.query.explain()
 
     def __repr__(self) -> str:
         return repr(self.to_arrow(keys=False))
+
+
+def _chain(scans: list[Any]) -> Iterator[pa.RecordBatch]:
+    """The batches of one or more key-ordered core scans (sorted, disjoint seeks) in order."""
+    for s in scans:
+        yield from s.to_record_batches()
 
 
 class ExplodeScan:
