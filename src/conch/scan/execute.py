@@ -644,6 +644,8 @@ class ScanExecutor:
         filter_cols = plan.filter_columns if plan.filter is not None else []
         unit_of: dict[int, tuple[str, int, tuple[int, ...]]] = {}
 
+        patch_bytes = 0
+
         def dense(frs: list[Fragment], rows: int) -> list[Fragment] | None:
             frs = sorted(frs, key=lambda f: f.start)
             at = 0
@@ -676,6 +678,9 @@ class ScanExecutor:
                 for i in newer:
                     pf = dense([f for f in frs if in_seg[f.key_space] == i], plan.key_spaces[i].rows)
                     if pf is None or any(f.blob_columns for f in pf):
+                        return None
+                    patch_bytes += sum(f.bytes for f in pf)
+                    if patch_bytes * 4 > self._decoded.max_bytes:  # patches are decoded whole
                         return None
                     u.patches.append(_Patch(pos_of[i], pf))
             elif {f.id for f in frs if in_seg[f.key_space] in (newest, *newer)} != {
