@@ -63,11 +63,32 @@ class RegroupError(ConchError, ValueError):
 class Frame:
     """The rows of one domain: key columns first, then value columns nested by group."""
 
-    __slots__ = ("nkeys", "table")
+    __slots__ = ("_changes", "_keys", "nkeys", "table")
 
     def __init__(self, table: pa.Table, nkeys: int) -> None:
         self.table = table
         self.nkeys = nkeys
+        self._keys: list[pa.Array] | None = None
+        self._changes: list[np.ndarray] = []  # per key column: row i's value differs from row i-1
+
+    def run_starts(self, k: int) -> np.ndarray:
+        """Where the first `k` key columns change (row 0 always starts a run); each key column is
+        compared once per frame, whatever prefixes are asked for."""
+        n = self.n
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        keys = self.keys
+        while len(self._changes) < k:
+            col = keys[len(self._changes)]
+            ch = np.zeros(n, dtype=bool)
+            if n > 1:
+                ch[1:] = np.asarray(pc.not_equal(col.slice(1), col.slice(0, n - 1)).to_numpy(zero_copy_only=False))
+            self._changes.append(ch)
+        change = np.zeros(n, dtype=bool)
+        change[0] = True
+        for ch in self._changes[:k]:
+            change |= ch
+        return np.flatnonzero(change)
 
     @property
     def n(self) -> int:
@@ -75,7 +96,9 @@ class Frame:
 
     @property
     def keys(self) -> list[pa.Array]:
-        return [K.as_array(self.table.column(i)) for i in range(self.nkeys)]
+        if self._keys is None:
+            self._keys = [K.as_array(self.table.column(i)) for i in range(self.nkeys)]
+        return self._keys
 
     @property
     def key_names(self) -> list[str]:
@@ -289,7 +312,7 @@ class Executor:
         src, tgt = self.rows(d.source), self.rows(d.target)
         kv = K.as_array(self.value(d.key, d.source))
         plen = tgt.nkeys - 1
-        starts = K.run_starts(src.keys[:plen], src.n)
+        starts = src.run_starts(plen)
         kf = np.asarray(pc.cast(kv, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
         if len(kf) > 1:
             step = np.diff(kf)
@@ -323,9 +346,12 @@ class Executor:
     def _match(self, src: Frame, dst: Frame) -> np.ndarray:
         """For each `dst` row, the `src` row whose key is a prefix of (or equal to) its key."""
         prefix = dst.keys[: src.nkeys]
-        starts = K.run_starts(prefix, dst.n)
+        starts = dst.run_starts(src.nkeys)
         probe = [k.take(pa.array(starts)) for k in prefix]
-        hit = K.lookup(src.keys, src.n, probe, len(starts))
+        if len(starts) == src.n and all(p.equals(k) for p, k in zip(probe, src.keys)):
+            hit = np.arange(src.n, dtype=np.int64)  # zip: the runs are exactly the src rows
+        else:
+            hit = K.lookup(src.keys, src.n, probe, len(starts))
         return np.repeat(hit, np.diff(np.r_[starts, dst.n]))
 
     def align(self, src: AnyDomain, dst: AnyDomain) -> np.ndarray:
@@ -385,7 +411,7 @@ class Executor:
             self.window_levels.add(w.level)
             fr = self.rows(w)
             vals = self.value(n.operand, w)
-            starts = K.run_starts(fr.keys[: fr.nkeys - 1], fr.n)
+            starts = fr.run_starts(fr.nkeys - 1)
             return self._at(K.window(n.func, vals, starts, n.lo, n.hi), w, d)
         if isinstance(n, Explode):
             raise LevelError(f"{render(n)} is a level of its own: reduce it (.count(), .list(), ...) or scan it")
@@ -409,7 +435,7 @@ class Executor:
         sfr = self.rows(src)
         vals = self.value(n.operand, src)
         prefix = sfr.keys[: tfr.nkeys]
-        starts = K.run_starts(prefix, sfr.n)
+        starts = sfr.run_starts(tfr.nkeys)
         probe = [k.take(pa.array(starts)) for k in prefix]
         run_rows = K.lookup(tfr.keys, tfr.n, probe, len(starts))
         res = K.reduce_runs(n.func, vals, starts)

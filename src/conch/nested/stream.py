@@ -21,8 +21,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from conch.keys import encode_key
-
 DEFAULT_CHUNK_ROWS = 1 << 16
 
 
@@ -64,14 +62,16 @@ class Source:
                 return b
         return None
 
-    def _prefix(self, b: pa.RecordBatch, i: int) -> bytes:
-        return encode_key([b.column(j)[i].as_py() for j in range(len(self.fields))], self.fields)
+    def _prefix(self, b: pa.RecordBatch, i: int) -> tuple[Any, ...]:
+        # Key values compare in Python as their order-preserving encoding does (ints, floats,
+        # str by code point = UTF-8 bytes, bytes, timestamps; keys are never null or NaN).
+        return tuple(b.column(j)[i].as_py() for j in range(len(self.fields)))
 
-    def last(self) -> bytes:
+    def last(self) -> tuple[Any, ...]:
         b = self.buf[-1]
         return self._prefix(b, b.num_rows - 1)
 
-    def take_below(self, bound: bytes | None) -> pa.Table:
+    def take_below(self, bound: tuple[Any, ...] | None) -> pa.Table:
         """Hand out the buffered rows whose cut prefix is < `bound` (all when None)."""
         if bound is None:
             out, self.buf = self.buf, []
