@@ -332,7 +332,7 @@ class Executor:
             ok &= kf >= 0
         kc = pc.cast(pa.array(np.where(ok, kf, 0)), ttype, safe=False) if not pa.types.is_string(ttype) else kv
         probe = [*src.keys[:plen], kc]
-        tidx = K.lookup(tgt.keys, tgt.n, probe, src.n)
+        tidx = K.lookup(tgt.keys, tgt.n, probe, src.n, tgt.run_starts(plen), starts)
         tidx[~ok] = -1
         m = tidx >= 0
         sel = pa.array(np.flatnonzero(m))
@@ -437,7 +437,8 @@ class Executor:
         prefix = sfr.keys[: tfr.nkeys]
         starts = sfr.run_starts(tfr.nkeys)
         probe = [k.take(pa.array(starts)) for k in prefix]
-        run_rows = K.lookup(tfr.keys, tfr.n, probe, len(starts))
+        t_starts = tfr.run_starts(tfr.nkeys - 1) if tfr.nkeys > 1 else None
+        run_rows = K.lookup(tfr.keys, tfr.n, probe, len(starts), t_starts)
         res = K.reduce_runs(n.func, vals, starts)
         return K.scatter(n.func, res, run_rows, tfr.n, vals.type)
 

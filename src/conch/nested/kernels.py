@@ -36,11 +36,21 @@ def run_starts(keys: list[pa.Array], n: int) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-def lookup(target: list[pa.Array], n_target: int, probe: list[pa.Array], n_probe: int) -> np.ndarray:
-    """For each probe key, the row of the equal key in `target` (sorted, unique), or -1."""
+def lookup(
+    target: list[pa.Array],
+    n_target: int,
+    probe: list[pa.Array],
+    n_probe: int,
+    t_starts: np.ndarray | None = None,
+    p_starts: np.ndarray | None = None,
+) -> np.ndarray:
+    """For each probe key, the row of the equal key in `target` (sorted, unique), or -1.
+    `t_starts` / `p_starts`: run starts of all but the last key column, when already known."""
     if not target:  # the key-less root: one record that everything hangs from
         return np.zeros(n_probe, dtype=np.int64) if n_target else np.full(n_probe, -1, dtype=np.int64)
     probe = [p if p.type == t.type else pc.cast(p, t.type) for p, t in zip(probe, target)]
+    if n_probe == n_target and all(p.equals(t) for p, t in zip(probe, target)):
+        return np.arange(n_probe, dtype=np.int64)  # a zip: identical key sets
     if len(target) == 1 and (pa.types.is_integer(target[0].type) or pa.types.is_floating(target[0].type)):
         tv = target[0].to_numpy(zero_copy_only=False)
         pv = probe[0].to_numpy(zero_copy_only=False)
@@ -49,7 +59,7 @@ def lookup(target: list[pa.Array], n_target: int, probe: list[pa.Array], n_probe
         ok = (pos < len(tv)) & (tv[pos_c] == pv) if len(tv) else np.zeros(len(pv), dtype=bool)
         return np.where(ok, pos, -1).astype(np.int64)
     if len(target) > 1 and pa.types.is_integer(target[-1].type) and n_target and n_probe:
-        return _lookup_by_parent(target, n_target, probe, n_probe)
+        return _lookup_by_parent(target, n_target, probe, n_probe, t_starts, p_starts)
     names = [f"k{i}" for i in range(len(target))]
     tt = pa.table([*target, pa.array(np.arange(n_target, dtype=np.int64))], names=[*names, "__t"])
     pt = pa.table([*probe, pa.array(np.arange(n_probe, dtype=np.int64))], names=[*names, "__p"])
@@ -59,11 +69,20 @@ def lookup(target: list[pa.Array], n_target: int, probe: list[pa.Array], n_probe
     return out
 
 
-def _lookup_by_parent(target: list[pa.Array], n_target: int, probe: list[pa.Array], n_probe: int) -> np.ndarray:
+def _lookup_by_parent(
+    target: list[pa.Array],
+    n_target: int,
+    probe: list[pa.Array],
+    n_probe: int,
+    t_starts: np.ndarray | None = None,
+    p_starts: np.ndarray | None = None,
+) -> np.ndarray:
     """Composite keys ending in an integer: match the prefix runs first (few), then binary-search
     (parent ordinal, integer key) pairs — both sides are sorted by exactly that pair."""
-    t_starts = run_starts(target[:-1], n_target)
-    p_starts = run_starts(probe[:-1], n_probe)
+    if t_starts is None:
+        t_starts = run_starts(target[:-1], n_target)
+    if p_starts is None:
+        p_starts = run_starts(probe[:-1], n_probe)
     t_pref = [k.take(pa.array(t_starts)) for k in target[:-1]]
     p_pref = [k.take(pa.array(p_starts)) for k in probe[:-1]]
     p_ord = lookup(t_pref, len(t_starts), p_pref, len(p_starts))
