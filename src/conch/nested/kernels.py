@@ -146,22 +146,19 @@ def _reduce_runs(func: str, values: pa.Array, starts: np.ndarray) -> pa.Array:
         # runs without a valid value become null): a run's result depends only on its values,
         # never on which other runs share the batch, so streamed chunks agree with one pass.
         floating = pa.types.is_floating(values.type)
-        if values.null_count:
-            valid = _valid(values)
-            cnt = np.add.reduceat(valid.astype(np.int64), starts)
-            empty = cnt == 0
-        else:
-            valid, cnt, empty = None, ends - starts, None
+        nulls = values.null_count > 0
+        cnt = np.add.reduceat(_valid(values).astype(np.int64), starts) if nulls else ends - starts
+        empty = cnt == 0 if nulls else None
         if func in ("sum", "mean"):
             acc = np.float64 if floating or func == "mean" else np.int64
-            v = values.to_numpy(zero_copy_only=False) if valid is None else values.fill_null(0).to_numpy()
+            v = values.fill_null(0).to_numpy() if nulls else values.to_numpy(zero_copy_only=False)
             tot = np.add.reduceat(v.astype(acc, copy=False), starts)
             if func == "mean":
                 with np.errstate(invalid="ignore", divide="ignore"):
                     tot = tot / np.where(cnt == 0, 1, cnt)
             return pa.array(tot, mask=empty)
         red = np.minimum if func == "min" else np.maximum
-        if valid is None:
+        if not nulls:
             return pa.array(red.reduceat(values.to_numpy(), starts), values.type)
         dt = values.type.to_pandas_dtype()
         if floating:
