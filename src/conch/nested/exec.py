@@ -2,15 +2,19 @@
 
 Why this design (measured, see bench/nested_bench.py and docs/nested.md): every level is scanned
 once through the core (`Table.scan`, with key bindings pushed down as key-prefix seeks and simple
-filters pushed down as value filters), already sorted by full key. Because a child's key extends
-its parent's, every cross-level operator is a pass over *runs* of equal key prefixes:
+filters pushed down as value filters), already sorted by full key. The scans are streamed and cut
+into parent-aligned chunks (`conch.nested.stream`); an `Executor` evaluates the plan on one chunk
+at a time (`reset(feed)`). Because a child's key extends its parent's, every cross-level operator
+is a pass over *runs* of equal key prefixes inside a chunk:
 
 - broadcast (ancestor field at a deeper level): match each run's prefix to its parent row once,
-  then repeat — a zip when the domains are identical, otherwise a merge of run prefixes;
-- reduction (child field reduced to an ancestor): `np.add.reduceat` & co. over the runs, Arrow's
-  ordered hash aggregation only for null-bearing or non-numeric values; `.list()` is zero-copy
-  (the runs' offsets become the list offsets);
-- window: prefix sums within runs for sum/mean/count, one gather otherwise;
+  then repeat — a zip when the run prefixes are exactly the parent rows (checked by equality, the
+  common case in a chunk), otherwise a lookup of run prefixes;
+- reduction (child field reduced to an ancestor): `np.add.reduceat` & co. over the runs (nulls as
+  the identity, so the kernel never depends on the chunk), Arrow's ordered hash aggregation for
+  non-numeric values; `.list()` is zero-copy (the runs' offsets become the list offsets);
+- window: shifted sums in row order for narrow windows, per-run prefix sums for wide ones, one
+  gather otherwise; results depend only on the run, never on the chunk;
 - regroup/rekey: each source row's bucket is looked up in the target's sorted keys (the bucket
   keys are checked monotone within each parent, so the matched rows stay sorted by target key).
 
