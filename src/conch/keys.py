@@ -103,6 +103,24 @@ def check_unique_sorted(keys: pa.Table) -> None:
         )
 
 
+def strictly_increasing(keys: pa.Table) -> bool:
+    """True when rows are already sorted by key with no repeats (one key column; else False).
+
+    Lets a write of pre-sorted data (the common case for generated and range-partitioned data)
+    skip the sort, the take and the duplicate check: strictly increasing implies unique.
+    """
+    if keys.num_columns != 1:
+        return False
+    col = keys.column(0).combine_chunks()
+    if len(col) < 2:
+        return True
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t):
+        v = col.to_numpy(zero_copy_only=False)
+        return bool(np.all(v[1:] > v[:-1]))
+    return bool(pc.all(pc.less(col.slice(0, len(col) - 1), col.slice(1))).as_py())
+
+
 def equal_adjacent(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Boolean array of length n-1: element i+1 equals element i."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from conch.errors import SchemaError
 from conch.fragments import BLOB_SUFFIX, VortexFormat, blob_storable, column_name, column_stats, encode_stats
-from conch.keys import check_unique_sorted, encode_keys, key_table, validate_key_columns
+from conch.keys import check_unique_sorted, encode_keys, key_table, strictly_increasing, validate_key_columns
 from conch.manifest import TableState
 from conch.schema import CHILD_KEY, Column, Schema, is_child_level_type, join_path, normalize_type
 from conch.storage import LocalStorage, new_id
@@ -269,10 +269,11 @@ def write_run(
     key_fields = schema.key_fields(level)
     key_names = [f.name for f in key_fields]
     flat = validate_key_columns(flat, key_fields)
-    order = pc.sort_indices(flat, [(n, "ascending") for n in key_names])
-    flat = flat.take(order)
+    if not strictly_increasing(flat.select(key_names)):
+        order = pc.sort_indices(flat, [(n, "ascending") for n in key_names])
+        flat = flat.take(order)
+        check_unique_sorted(flat.select(key_names))
     keys = flat.select(key_names)
-    check_unique_sorted(keys)
     ks_id = write_key_space(files, schema, level, keys, staged)
     columns_by_group: dict[str, list[tuple[Column, pa.ChunkedArray]]] = {}
     for name in flat.column_names:
