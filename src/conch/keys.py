@@ -132,8 +132,8 @@ def equal_adjacent(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 
 # ----- encoding -----------------------------------------------------------------------------
-def encode_column(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | list[bytes]:
-    """Encode one key column: an (n, width) uint8 array for fixed-width types, else a list of bytes.
+def encode_column(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | pa.Array:
+    """Encode one key column: an (n, width) uint8 array for fixed-width types, else a binary array.
 
     (Not numpy `S<w>` strings: those drop trailing NUL bytes, which breaks self-delimitation.)
     """
@@ -158,11 +158,22 @@ def encode_column(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | list[bytes]:
         flipped = np.where(sign == 1, ~bits, bits | np.uint64(1 << 63))
         return np.ascontiguousarray(flipped.astype(">u8")).view(np.uint8).reshape(len(v), 8)
     if _is_binaryish(t):
-        return [
-            (b.encode() if isinstance(b, str) else b).replace(b"\x00", b"\x00\xff") + b"\x00\x00"
-            for b in arr.to_pylist()
-        ]
+        raw = arr.cast(pa.binary()) if not pa.types.is_binary(t) else arr
+        escaped = pc.replace_substring(raw, pattern=b"\x00", replacement=b"\x00\xff")
+        return pc.binary_join_element_wise(escaped, pa.scalar(b"\x00\x00", pa.binary()), _empty())
     raise KeyTypeError(f"cannot encode keys of type {t}")
+
+
+def _empty() -> pa.Scalar:
+    # Made on use: a module-level pa.scalar() makes pyarrow import pandas at `import conch`.
+    return pa.scalar(b"", pa.binary())
+
+
+def _as_binary(part: np.ndarray | pa.Array) -> pa.Array:
+    if isinstance(part, np.ndarray):
+        n, width = part.shape
+        return pa.Array.from_buffers(pa.binary(width), n, [None, pa.py_buffer(part.tobytes())]).cast(pa.binary())
+    return part
 
 
 def encode_keys(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.BinaryArray:
@@ -170,15 +181,12 @@ def encode_keys(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.BinaryArray
     if not columns:
         return pa.array([], pa.binary())
     parts = [encode_column(c) for c in columns]
-    n = len(columns[0])
     blocks = [p for p in parts if isinstance(p, np.ndarray)]
-    if len(blocks) == len(parts):
-        block = np.ascontiguousarray(np.hstack(blocks)) if len(blocks) > 1 else blocks[0]
-        width = block.shape[1]
-        fixed = pa.Array.from_buffers(pa.binary(width), n, [None, pa.py_buffer(block.tobytes())])
-        return fixed.cast(pa.binary())
-    rows = [b"".join(p[i].tobytes() if isinstance(p, np.ndarray) else p[i] for p in parts) for i in range(n)]
-    return pa.array(rows, pa.binary())
+    if len(blocks) == len(parts):  # all fixed-width: one block, no per-row work
+        return _as_binary(np.ascontiguousarray(np.hstack(blocks)) if len(blocks) > 1 else blocks[0])
+    if len(parts) == 1:
+        return _as_binary(parts[0])
+    return pc.binary_join_element_wise(*[_as_binary(p) for p in parts], _empty())
 
 
 def encode_key(values: Sequence[Any], fields: Sequence[pa.Field]) -> bytes:
@@ -195,9 +203,7 @@ def encode_key(values: Sequence[Any], fields: Sequence[pa.Field]) -> bytes:
             raise KeyTypeError(f"key column {f.name!r} must be {f.type}, got {v!r}") from e
         if pa.types.is_floating(f.type) and v != v:
             raise InvalidKeyError(f"key column {f.name!r} is NaN; NaN is not a key")
-        enc = encode_column(arr)
-        first = enc[0]
-        out += first.tobytes() if isinstance(first, np.ndarray) else first
+        out += _as_binary(encode_column(arr))[0].as_py()
     return out
 
 
