@@ -146,3 +146,59 @@ def test_flush_then_reopen_reads_snapshot_plus_tail(tmp_path: Path) -> None:
     assert reopened.scan().to_pylist() == [{"id": 0, "v": 100}, {"id": 2, "v": 2}, {"id": 3, "v": 3}, {"id": 4, "v": 4}]
     assert reopened.scan(asof=reopened.history()[2].time).to_pylist() == [{"id": i, "v": i} for i in range(3)]
     assert os.path.exists(reopened.catalog.storage.abspath(reopened.catalog.metastore.latest_snapshot(reopened.id)[1]))
+
+
+def test_vacuum_keeps_blob_files_of_live_data(catalog: conch.Catalog) -> None:
+    t = catalog.create_table("t", [("id", pa.int64())])
+    t.write([{"id": i, "audio": {"bytes": bytes([i]) * 4096}} for i in range(20)])
+    assert any(f.blob_columns for f in t.state().fragments.values()), "values of 4 KB go out of line"
+    t.vacuum(older_than_seconds=0)
+    catalog.format.clear_cache()
+    assert t.scan("audio.bytes", keys=[3]).to_pylist() == [{"id": 3, "audio": {"bytes": bytes([3]) * 4096}}]
+
+
+def test_concurrent_schema_changes_conflict_instead_of_losing_columns(catalog: conch.Catalog) -> None:
+    from conch.txn import commit
+    from conch.write import stage_write
+
+    t = catalog.create_table("t", [("id", pa.int64())])
+    t.write([{"id": 1, "x": 1}])
+    state = t.state()
+    child = pa.table({"id": [1], "clips": pa.array([[{"$": 1}]], pa.list_(pa.struct([("$", pa.int64())])))})
+    adds_level = stage_write(t.files, state, child)  # a new level, no new value column
+    adds_column = stage_write(t.files, state, pa.table({"id": [1], "y": ["a"]}))
+    commit(t, adds_column, "write")
+    with pytest.raises(CommitConflictError, match="changed the schema"):
+        commit(t, adds_level, "write")
+    assert t.schema.columns == ["x", "y"]
+    t.write([{"id": 2, "z": 2.5}])  # gets a fresh column id: y's data stays y's
+    assert t.scan().to_pylist() == [{"id": 1, "x": 1, "y": "a", "z": None}, {"id": 2, "x": None, "y": None, "z": 2.5}]
+
+
+def test_commit_after_a_vacuum_removed_its_staged_files_fails(catalog: conch.Catalog) -> None:
+    from conch.txn import commit
+    from conch.write import stage_write
+
+    t = catalog.create_table("t", [("id", pa.int64())])
+    t.write([{"id": 1, "v": 1}])
+    staged = stage_write(t.files, t.state(), pa.table({"id": [2], "v": [2]}))
+    t.vacuum(older_than_seconds=0)  # the staged files are unreferenced and past the cutoff
+    with pytest.raises(CommitConflictError, match=r"gone|vacuum"):
+        commit(t, staged, "write")
+    assert t.scan().to_pylist() == [{"id": 1, "v": 1}]
+
+
+def test_staged_files_older_than_a_later_vacuum_cutoff_conflict(catalog: conch.Catalog) -> None:
+    """Even when the files survive (e.g. vacuum ran dry or lost a race), a commit after a vacuum
+    whose cutoff is newer than the write's start must not go through."""
+    from conch.txn import commit
+    from conch.write import stage_write
+
+    t = catalog.create_table("t", [("id", pa.int64())])
+    t.write([{"id": 1, "v": 1}])
+    staged = stage_write(t.files, t.state(), pa.table({"id": [2], "v": [2]}))
+    staged.started -= 10  # the write began well before the vacuum's cutoff below
+    t.vacuum(older_than_seconds=5)  # the files are newer than 5 s: kept, but the cutoff is logged
+    assert all(t.catalog.storage.exists(f) for f in staged.files)
+    with pytest.raises(CommitConflictError, match="vacuum"):
+        commit(t, staged, "write")

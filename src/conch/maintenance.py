@@ -12,7 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from conch.fragments import BLOB_SUFFIX
 from conch.storage import new_id
+from conch.txn import commit
+from conch.write import StagedWrite
 
 if TYPE_CHECKING:
     from conch.table import Table
@@ -41,6 +44,8 @@ def referenced_files(table: Table) -> set[str]:
         for op in json.loads(e.entry)["ops"]:
             if "path" in op:
                 refs.add(op["path"])
+                if op.get("blob_columns"):
+                    refs.add(op["path"] + BLOB_SUFFIX)
     snap = ms.latest_snapshot(table.id)
     seq = None
     while snap is not None:
@@ -53,9 +58,15 @@ def referenced_files(table: Table) -> set[str]:
 def vacuum(table: Table, older_than_seconds: float = 3600.0, dry_run: bool = False) -> VacuumResult:
     """Delete files under the table's directory that nothing references and that are older
     than the grace period (so in-flight writes of other processes are safe)."""
+    cutoff = time.time() - older_than_seconds
+    if not dry_run:
+        # Logged first, through the same CAS as commits: a write staged before the cutoff that
+        # commits after this entry sees it and fails instead of referencing deleted files, and
+        # every commit before it is in the references read below.
+        staged = StagedWrite(table.state().schema, table.state().schema, [])
+        commit(table, staged, "vacuum", summary=f"grace {older_than_seconds:g}s", cutoff_us=int(cutoff * 1_000_000))
     refs = referenced_files(table)
     storage = table.catalog.storage
-    cutoff = time.time() - older_than_seconds
     removed = kept = nbytes = 0
     for f in list(storage.list(table.id)):
         if f.path in refs or f.mtime > cutoff:

@@ -7,6 +7,7 @@ concurrent schema change, because its files name columns by ids it allocated.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass
@@ -40,13 +41,24 @@ class Commit:
 def commit(table: Table, staged: StagedWrite, kind: str, **extra: Any) -> Commit:
     """Append the staged operations as one WAL entry, retrying lost races."""
     summary = extra.pop("summary", "")
+    missing = [f for f in staged.files if not table.catalog.storage.exists(f)]
+    if missing:
+        raise CommitConflictError(
+            f"table {table.name!r}: {len(missing)} staged file(s) are gone (e.g. {missing[0]}), most "
+            "likely removed by a vacuum with a shorter grace period than this write took; nothing "
+            "was committed, write again"
+        )
     for attempt in range(MAX_ATTEMPTS):
         state = table.state()
-        if staged.added_columns and state.schema.next_column_id != staged.base_schema.next_column_id:
+        # `add_columns` carries the whole new schema, so it is only valid on the schema it was
+        # derived from: any schema change in between (columns or levels) is a conflict.
+        if staged.schema is not staged.base_schema and state.schema != staged.base_schema:
             raise CommitConflictError(
-                f"table {table.name!r}: a concurrent commit changed the schema while this write added "
-                f"{[c.full_path for c in staged.added_columns]}; nothing was committed, write again"
+                f"table {table.name!r}: a concurrent commit changed the schema while this write changed it "
+                f"too (adding {[c.full_path for c in staged.added_columns] or 'levels'}); nothing was "
+                "committed, write again"
             )
+        _check_vacuums(table, staged, state.seq)
         entry = entry_json(kind, staged.all_ops(), summary=summary, **extra)
         try:
             log = table.catalog.metastore.append(table.id, state.seq, entry)
@@ -56,3 +68,19 @@ def commit(table: Table, staged: StagedWrite, kind: str, **extra: Any) -> Commit
         table.after_commit(log.seq)
         return Commit(log.seq, log.time, kind, summary)
     raise CommitConflictError(f"table {table.name!r}: gave up after {MAX_ATTEMPTS} lost commit races")
+
+
+def _check_vacuums(table: Table, staged: StagedWrite, seq: int) -> None:
+    """A vacuum committed after this write was staged may have deleted its files (it removes
+    unreferenced files older than its cutoff): if its cutoff is later than the write's start,
+    committing would reference files that may be gone."""
+    if not staged.files or staged.base_seq < 0 or seq <= staged.base_seq:
+        return
+    started_us = int(staged.started * 1_000_000)
+    for e in table.catalog.metastore.read_log(table.id, staged.base_seq, seq):
+        cutoff = json.loads(e.entry).get("cutoff_us")
+        if cutoff is not None and cutoff > started_us:
+            raise CommitConflictError(
+                f"table {table.name!r}: vacuum (commit {e.seq}) ran with a grace period shorter than "
+                "this write took and may have removed its files; nothing was committed, write again"
+            )

@@ -20,6 +20,7 @@ Rules a user can rely on:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,8 @@ class StagedWrite:
     ops: list[dict[str, Any]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)  # rows written per level
+    base_seq: int = -1  # the log sequence the write was staged against (-1: unknown)
+    started: float = field(default_factory=time.time)  # before any file was written
 
     def all_ops(self) -> list[dict[str, Any]]:
         schema_ops = (
@@ -220,7 +223,7 @@ def stage_write(
         raise SchemaError(
             f"columns {[c.full_path for c in added]} are not in the table's schema (schema evolution is off)"
         )
-    staged = StagedWrite(schema, base, added)
+    staged = StagedWrite(schema, base, added, base_seq=state.seq)
     runs: dict[str, list[pa.Table]] = {}
     for chunk in chunks(batches, opts):
         chunk = _drop_unknown_nulls(chunk, schema, level, level_keys)
@@ -370,7 +373,7 @@ def stage_delete(files: TableFiles, state: TableState, keys: Any, level: str = "
     fields = schema.key_fields(level)
     table = key_table(keys, fields)
     table = _distinct_sorted(table, schema, level)
-    staged = StagedWrite(schema, schema, [])
+    staged = StagedWrite(schema, schema, [], base_seq=state.seq)
     if table.num_rows:
         write_key_space(files, schema, level, table, staged, kind="tombstone")
     return staged
