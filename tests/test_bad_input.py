@@ -152,3 +152,11 @@ def test_unsupported_input(table: conch.Table) -> None:
     with pytest.raises(SchemaError, match="must hold dicts"):
         table.write([1, 2])
     unchanged(table)
+
+
+def test_missing_file_is_a_typed_error_naming_it(table: conch.Table) -> None:
+    frag = next(iter(table.state().fragments.values()))
+    os.remove(table.catalog.storage.abspath(frag.path))
+    table.catalog.format.clear_cache()
+    with pytest.raises(CorruptFileError, match=frag.id):
+        table.scan().to_arrow()

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from conch._deps import LazyModule
 from conch.errors import CorruptFileError
+from conch.storage import make_durable
 
 vx: Any = LazyModule("vortex")
 
@@ -93,7 +94,7 @@ class VortexFormat:
         if ordinal:
             table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
         vx.io.write(table, path)
-        _fsync(path)
+        make_durable(path)
         return total + os.path.getsize(path)
 
     def _file(self, path: str) -> Any:
@@ -279,16 +280,6 @@ class VortexFormat:
             else:
                 self._fds.move_to_end(path)
             return fd
-
-
-def _fsync(path: str) -> None:
-    """Make a written file durable before any commit can reference it: after a power loss a
-    committed WAL entry must never point at a file the disk did not keep."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _CountingReader:

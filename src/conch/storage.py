@@ -26,6 +26,17 @@ class FileInfo:
     mtime: float
 
 
+def make_durable(path: str | os.PathLike[str]) -> None:
+    """fsync a written file and its directory: a commit must never reference a file whose data
+    or directory entry a power loss could take back."""
+    for target, flags in ((path, os.O_RDONLY), (os.path.dirname(os.fspath(path)), os.O_RDONLY | os.O_DIRECTORY)):
+        fd = os.open(target, flags)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 class LocalStorage:
     """Files under one local directory."""
 
@@ -40,9 +51,13 @@ class LocalStorage:
         return str(self.root / rel)
 
     def prepare(self, rel: str) -> str:
-        """The absolute path of a file about to be written; creates its directory."""
+        """The absolute path of a file about to be written; creates its directory (durably)."""
         p = self.root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
+        if not p.parent.exists():
+            missing = [d for d in (p.parent, *p.parent.parents) if not d.exists()]
+            p.parent.mkdir(parents=True, exist_ok=True)
+            for d in missing:
+                make_durable(d)  # the new directory's entry in its parent
         return str(p)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
@@ -54,6 +69,7 @@ class LocalStorage:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
+        make_durable(p)  # the rename
 
     def read_bytes(self, rel: str) -> bytes:
         return (self.root / rel).read_bytes()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from conch._deps import optional_import
+from conch.errors import CorruptFileError
 from conch.scan.execute import ScanExecutor, ScanMetrics, output_schema
 from conch.scan.plan import ScanPlan, plan_scan
 from conch.schema import join_path
@@ -52,17 +53,27 @@ class Scan:
         self._metrics = ex.metrics
         return ex
 
+    def _batches(self, ex: ScanExecutor) -> Iterator[pa.RecordBatch]:
+        """The executor's batches, with a file that vanished reported as a typed error."""
+        try:
+            yield from ex.batches()
+        except FileNotFoundError as e:
+            raise CorruptFileError(
+                f"table {self.table.name!r}: file {e.filename} is missing although a commit references it; "
+                "see `conch history` and restore the file, or drop the table"
+            ) from e
+
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        return self._executor().batches()
+        return self._batches(self._executor())
 
     def to_record_batches(self) -> pa.RecordBatchReader:
         """A streaming reader: bounded memory, batches in key order."""
         ex = self._executor()
-        return pa.RecordBatchReader.from_batches(ex.output_schema(), ex.batches())
+        return pa.RecordBatchReader.from_batches(ex.output_schema(), self._batches(ex))
 
     def to_arrow(self) -> pa.Table:
         ex = self._executor()
-        return pa.Table.from_batches(list(ex.batches()), schema=ex.output_schema())
+        return pa.Table.from_batches(list(self._batches(ex)), schema=ex.output_schema())
 
     def to_pandas(self) -> Any:
         optional_import("pandas")
@@ -76,7 +87,7 @@ class Scan:
         return self.to_arrow().to_pylist()
 
     def count(self) -> int:
-        return sum(b.num_rows for b in self._executor().batches())
+        return sum(b.num_rows for b in self)
 
     def metrics(self) -> ScanMetrics:
         """What the last run of this scan read (fragments, rows and bytes per group)."""
