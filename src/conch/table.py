@@ -75,6 +75,7 @@ class Table:
         self._record = record
         self._lock = threading.Lock()
         self._state: TableState | None = None
+        self._past: dict[int, TableState] = {}  # states at old sequence numbers, for time travel
         self.files = TableFiles(catalog.storage, self.id, catalog.format)
 
     def __repr__(self) -> str:
@@ -87,17 +88,22 @@ class Table:
         props = json.loads(self._record.props)
         return TableState(Schema.from_json(props["schema"]))
 
+    def _load(self, seq: int | None = None) -> TableState:
+        """The state at `seq` (default: the newest): nearest snapshot, then the WAL after it."""
+        ms = self.catalog.metastore
+        snap = ms.latest_snapshot(self.id, seq)
+        if snap is not None:
+            state = TableState.from_json(self.catalog.storage.read_bytes(snap[1]).decode())
+        else:
+            state = self._initial_state()
+        return state.replay(ms.read_log(self.id, state.seq, seq))
+
     def state(self) -> TableState:
         """The latest committed state (reads only the WAL entries new since the last call)."""
         with self._lock:
-            ms = self.catalog.metastore
             if self._state is None:
-                snap = ms.latest_snapshot(self.id)
-                if snap is not None:
-                    self._state = TableState.from_json(self.catalog.storage.read_bytes(snap[1]).decode())
-                else:
-                    self._state = self._initial_state()
-            new = ms.read_log(self.id, self._state.seq)
+                self._state = self._load()
+            new = self.catalog.metastore.read_log(self.id, self._state.seq)
             if new:
                 self._state = self._state.copy().replay(new)
             return self._state
@@ -105,28 +111,22 @@ class Table:
     def state_at(self, asof: int | datetime | None) -> TableState:
         """The state as of a commit time: the files live then (cells newer than it are ignored)."""
         t = to_time(asof, "asof")
-        if t is None:
-            return self.state()
         latest = self.state()
-        if t >= latest.time:
+        if t is None or t >= latest.time:
             return latest
-        ms = self.catalog.metastore
-        entries = [e for e in ms.read_log(self.id) if e.time <= t]
-        if not entries:
-            return self._initial_state_for(latest)
-        seq = entries[-1].seq
-        snap = ms.latest_snapshot(self.id, seq)
-        if snap is not None:
-            state = TableState.from_json(self.catalog.storage.read_bytes(snap[1]).decode())
-        else:
-            state = self._initial_state()
-        return state.replay(e for e in entries if e.seq > state.seq)
+        seq = self.catalog.metastore.seq_at_time(self.id, t)
+        if seq == 0:
+            # Before the first commit the table was empty; keep today's schema so columns resolve.
+            return TableState(latest.schema)
+        with self._lock:
+            state = self._past.get(seq)
+            if state is None:
+                state = self._past[seq] = self._load(seq)
+                if len(self._past) > 8:  # time-travel scans usually revisit a few commits
+                    self._past.pop(next(iter(self._past)))
+            return state
 
-    def _initial_state_for(self, latest: TableState) -> TableState:
-        # Before the first commit the table was empty; keep today's schema so columns resolve.
-        return TableState(latest.schema)
-
-    def after_commit(self, seq: int) -> None:
+    def _after_commit(self, seq: int) -> None:
         if seq % FLUSH_EVERY == 0:
             maintenance.flush(self)
 

@@ -65,7 +65,7 @@ def commit(table: Table, staged: StagedWrite, kind: str, **extra: Any) -> Commit
         except CommitConflictError:
             time.sleep(random.uniform(0, 0.002 * (1 + attempt)))
             continue
-        table.after_commit(log.seq)
+        table._after_commit(log.seq)
         return Commit(log.seq, log.time, kind, summary)
     raise CommitConflictError(f"table {table.name!r}: gave up after {MAX_ATTEMPTS} lost commit races")
 

@@ -46,6 +46,9 @@ class Metastore(Protocol):
 
     def last_seq(self, table_id: str) -> int: ...
 
+    def seq_at_time(self, table_id: str, time_us: int) -> int:
+        """The last sequence number committed at or before `time_us` (0 if none)."""
+
     def latest_snapshot(self, table_id: str, at_or_before_seq: int | None = None) -> tuple[int, str] | None:
         """The newest flushed snapshot (seq, path) at or before a sequence number."""
 

@@ -121,6 +121,14 @@ class SqliteMetastore:
         row = self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM wal WHERE table_id = ?", (table_id,)).fetchone()
         return int(row[0])
 
+    def seq_at_time(self, table_id: str, time_us: int) -> int:
+        row = (
+            self._conn()
+            .execute("SELECT COALESCE(MAX(seq), 0) FROM wal WHERE table_id = ? AND time_us <= ?", (table_id, time_us))
+            .fetchone()
+        )
+        return int(row[0])
+
     def latest_snapshot(self, table_id: str, at_or_before_seq: int | None = None) -> tuple[int, str] | None:
         upto = at_or_before_seq if at_or_before_seq is not None else 2**62
         row = (
