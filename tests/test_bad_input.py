@@ -160,3 +160,15 @@ def test_missing_file_is_a_typed_error_naming_it(table: conch.Table) -> None:
     table.catalog.format.clear_cache()
     with pytest.raises(CorruptFileError, match=frag.id):
         table.scan().to_arrow()
+
+
+def test_expression_misuse_and_filter_syntax_errors(table: conch.Table) -> None:
+    with pytest.raises(conch.ExpressionError, match="use & | ~"):
+        table.scan(where=(table["score"] > 0.1) and (table["score"] < 0.9))
+    with pytest.raises(conch.ExpressionError, match="where= takes a Conch expression"):
+        table.scan(where="score > 1")
+    from conch.expr import parse
+
+    with pytest.raises(conch.FilterSyntaxError, match="cannot parse filter"):
+        parse("score >")
+    assert issubclass(conch.FilterSyntaxError, ValueError)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from conch.errors import ConchError, TableExistsError, TableNotFoundError
+from conch.errors import ConchError, ExpressionError, TableExistsError
 from conch.fragments import VortexFormat
 from conch.metastore import Metastore, SqliteMetastore, TableRecord
 from conch.metastore.sqlite import now_us
@@ -95,6 +95,6 @@ class Catalog:
         """The spec/001 form: `catalog.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.1)`."""
         tables = {c.table.id: c.table for c in columns if isinstance(c, TableColumn)}
         if len(tables) != 1:
-            raise TableNotFoundError("catalog.scan needs column references of exactly one table: t['column']")
+            raise ExpressionError("catalog.scan needs column references of exactly one table: t['column']")
         table = next(iter(tables.values()))
         return table.scan(*columns, where=where, **kwargs)

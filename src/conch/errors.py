@@ -32,6 +32,15 @@ class DuplicateKeyError(InvalidKeyError):
     """One write holds the same key twice: the write's rows have no order to pick a winner."""
 
 
+class ExpressionError(ConchError, TypeError):
+    """An expression is malformed or misused: `and`/`or`/`if` on an expression (use `& | ~`),
+    a non-expression passed as a filter, an empty window frame."""
+
+
+class FilterSyntaxError(ConchError, ValueError):
+    """A filter string (CLI `--where`, Spark options) could not be parsed."""
+
+
 class LevelError(ConchError, ValueError):
     """Expressions from levels that cannot be combined (siblings, unrelated branches)."""
 

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conch.errors import ExpressionError, FilterSyntaxError
+
 
 class Expr:
     """Base of every filter expression node. Operators build new nodes; nothing is evaluated."""
@@ -55,7 +57,7 @@ class Expr:
         return id(self)
 
     def __bool__(self) -> bool:
-        raise TypeError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
+        raise ExpressionError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
 
     def is_null(self) -> Expr:
         return IsNull(self)
@@ -201,7 +203,7 @@ def evaluate(e: Expr, get: Callable[[str], pa.Array]) -> pa.Array:
         res = pc.is_in(arr, value_set=pa.array(list(e.values), type=arr.type))
         # SQL: `null IN (...)` is null, not false.
         return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), res)
-    raise TypeError(f"cannot evaluate {e!r}")
+    raise ExpressionError(f"cannot evaluate {e!r}")
 
 
 def _align(left: Any, right: Any) -> tuple[Any, Any]:
@@ -269,7 +271,7 @@ def parse(text: str) -> Expr:
     try:
         tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as e:
-        raise ValueError(f"cannot parse filter {text!r}: {e.msg}") from None
+        raise FilterSyntaxError(f"cannot parse filter {text!r}: {e.msg}") from None
     ops = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
     def path(n: ast.AST) -> str:
@@ -277,7 +279,7 @@ def parse(text: str) -> Expr:
             return n.id
         if isinstance(n, ast.Attribute):
             return f"{path(n.value)}.{n.attr}"
-        raise ValueError(f"expected a column path in filter {text!r}, got {ast.unparse(n)!r}")
+        raise FilterSyntaxError(f"expected a column path in filter {text!r}, got {ast.unparse(n)!r}")
 
     def conv(n: ast.AST) -> Expr:
         if isinstance(n, ast.BoolOp):
@@ -310,7 +312,7 @@ def parse(text: str) -> Expr:
             for term in parts[1:]:
                 combined = And(combined, term)
             return combined
-        raise ValueError(f"unsupported filter syntax {ast.unparse(n)!r} in {text!r}")
+        raise FilterSyntaxError(f"unsupported filter syntax {ast.unparse(n)!r} in {text!r}")
 
     def operand(n: ast.AST) -> Expr:
         if isinstance(n, ast.Constant):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.errors import ColumnNotFoundError, InvalidKeyError, LevelError
+from conch.errors import ColumnNotFoundError, ExpressionError, InvalidKeyError, LevelError
 from conch.keys import key_table
 from conch.nested import nodes as N
 from conch.nested.nodes import Agg, Binary, Domain, Node, RekeyDomain, Unary, is_ancestor, level_name
@@ -67,7 +67,7 @@ class Deferred:
         return Deferred(call, f"{self._repr}(...)")
 
     def __bool__(self) -> bool:
-        raise TypeError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
+        raise ExpressionError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
 
     __hash__ = object.__hash__
 
@@ -201,7 +201,7 @@ class Expr:
         return f"<{N.render(self.node)} @ {self.level or '<root>'}>"
 
     def __bool__(self) -> bool:
-        raise TypeError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
+        raise ExpressionError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
 
     __hash__ = object.__hash__
     __add__, __radd__ = _binop("+"), _binop("+", True)
@@ -315,7 +315,7 @@ class Expr:
         """
         lo, hi = frame
         if lo > hi:
-            raise ValueError(f"window frame {frame} is empty: the start must not be after the end")
+            raise ExpressionError(f"window frame {frame} is empty: the start must not be after the end")
         return WindowSpec(self.node, int(lo), int(hi))
 
     # --- execution ----------------------------------------------------------------------------

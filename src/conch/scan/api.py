@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from conch._deps import optional_import
-from conch.errors import CorruptFileError
+from conch.errors import ConchError, CorruptFileError
 from conch.scan.execute import ScanExecutor, ScanMetrics, output_schema
 from conch.scan.plan import ScanPlan, plan_scan
 from conch.schema import join_path
@@ -92,7 +92,7 @@ class Scan:
     def metrics(self) -> ScanMetrics:
         """What the last run of this scan read (fragments, rows and bytes per group)."""
         if self._metrics is None:
-            raise RuntimeError("the scan has not run yet: call to_arrow() or iterate it first")
+            raise ConchError("the scan has not run yet: call to_arrow() or iterate it first")
         return self._metrics
 
     def explain(self) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from conch.errors import ColumnNotFoundError, LevelError, TimeTravelError
+from conch.errors import ColumnNotFoundError, ExpressionError, LevelError, TimeTravelError
 from conch.expr import Expr, columns, rename
 from conch.keys import EncodedRange, KeyPredicate, predicate_bounds, span_overlaps, to_key_predicate
 from conch.manifest import Fragment, KeySpace, TableState
@@ -111,7 +111,7 @@ def plan_scan(
     filt, filt_cols = None, []
     if where is not None:
         if not isinstance(where, Expr):
-            raise TypeError(f"where= takes a Conch expression like t['x'] < 1, got {where!r}")
+            raise ExpressionError(f"where= takes a Conch expression like t['x'] < 1, got {where!r}")
 
         def full(p: str) -> str:
             if schema.has_column(p):
