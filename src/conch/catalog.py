@@ -51,6 +51,7 @@ class Catalog:
 
     @property
     def uri(self) -> str:
+        """The warehouse location (a local directory)."""
         return self.storage.uri
 
     def __repr__(self) -> str:
@@ -78,12 +79,14 @@ class Catalog:
         return Table(self, record)
 
     def table(self, name: str) -> Table:
+        """Open an existing table; raises `TableNotFoundError`."""
         return Table(self, self.metastore.get_table(name))
 
     def __getitem__(self, name: str) -> Table:
         return self.table(name)
 
     def list_tables(self) -> list[str]:
+        """Names of the warehouse's tables, sorted."""
         return [r.name for r in self.metastore.list_tables()]
 
     def drop_table(self, name: str) -> None:

@@ -60,12 +60,15 @@ class Expr:
         raise ExpressionError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
 
     def is_null(self) -> Expr:
+        """True where the value is null: `t['x'].is_null()`."""
         return IsNull(self)
 
     def is_not_null(self) -> Expr:
+        """True where the value is not null."""
         return Not(IsNull(self))
 
     def isin(self, values: Iterable[Any]) -> Expr:
+        """True where the value is one of `values` (null stays null, as in SQL)."""
         return IsIn(self, tuple(values))
 
 

@@ -54,6 +54,7 @@ class TableSchema:
 
     @property
     def key_schema(self) -> pa.Schema:
+        """The key columns of the root level (fixed at creation)."""
         return self.tree.key_schema
 
     @property
@@ -133,6 +134,7 @@ class Table:
     # ----- schema -----------------------------------------------------------------------
     @property
     def schema(self) -> TableSchema:
+        """The schema tree; `print(t.schema)` shows it as in spec/002."""
         return TableSchema(self.name, self.state().schema)
 
     @property
@@ -198,6 +200,7 @@ class Table:
         return Scan(self, columns, where=where, keys=keys, asof=asof, since=since, level=level, limit=limit)
 
     def to_arrow(self) -> pa.Table:
+        """Every fresh record of the root level as one Arrow table."""
         return self.scan().to_arrow()
 
     # ----- history and metadata ------------------------------------------------------------
@@ -230,6 +233,7 @@ class Table:
         return maintenance.vacuum(self, older_than_seconds, dry_run)
 
     def describe(self) -> str:
+        """A one-line summary: key, key spaces, fragments, log sequence."""
         state = self.state()
         keys = ", ".join(f"{f.name}: {type_name(f.type)}" for f in state.schema.key_schema)
         return f"{self.name} ({keys}) — {len(state.key_spaces)} key spaces, {len(state.fragments)} fragments, seq {state.seq}"

@@ -35,6 +35,7 @@ class Commit:
 
     @property
     def datetime(self) -> datetime:
+        """The commit time as an aware UTC datetime (usable as `asof=`)."""
         return datetime.fromtimestamp(self.time / 1_000_000, tz=UTC)
 
 

@@ -40,6 +40,7 @@ class Scan:
 
     @property
     def plan(self) -> ScanPlan:
+        """The plan: level, columns, filter, and the key spaces and fragments it will consider."""
         return self._plan
 
     @property
@@ -72,21 +73,26 @@ class Scan:
         return pa.RecordBatchReader.from_batches(ex.output_schema(), self._batches(ex))
 
     def to_arrow(self) -> pa.Table:
+        """The whole result as one Arrow table (materialised; stream with `to_record_batches`)."""
         ex = self._executor()
         return pa.Table.from_batches(list(self._batches(ex)), schema=ex.output_schema())
 
     def to_pandas(self) -> Any:
+        """The result as a pandas DataFrame (needs `conch[pandas]`)."""
         optional_import("pandas")
         return self.to_arrow().to_pandas()
 
     def to_polars(self) -> Any:
+        """The result as a Polars DataFrame (needs `conch[polars]`)."""
         pl = optional_import("polars")
         return pl.from_arrow(self.to_arrow())
 
     def to_pylist(self) -> list[dict[str, Any]]:
+        """The result as a list of dicts, one per record."""
         return self.to_arrow().to_pylist()
 
     def count(self) -> int:
+        """The number of records the scan returns (streams the batches)."""
         return sum(b.num_rows for b in self)
 
     def metrics(self) -> ScanMetrics:

@@ -78,10 +78,12 @@ class ScanMetrics:
     pruned: dict[str, int] = field(default_factory=dict)
 
     def group(self, name: str) -> GroupMetrics:
+        """The metrics of one column group (created on first use)."""
         return self.groups.setdefault(name, GroupMetrics())
 
     @property
     def rows_read(self) -> dict[str, int]:
+        """Rows read per column group."""
         return {g: m.rows_read for g, m in self.groups.items()}
 
     @property
@@ -91,13 +93,16 @@ class ScanMetrics:
 
     @property
     def blob_bytes_read(self) -> dict[str, int]:
+        """Bytes read from storage per column group (blob files included)."""
         return self.bytes_read
 
     @property
     def total_bytes_read(self) -> int:
+        """Every byte the scan read from storage: key spaces and all groups."""
         return self.key_bytes_read + sum(m.bytes_read for m in self.groups.values())
 
     def render(self) -> list[str]:
+        """Human-readable lines, as `Scan.explain()` prints them after a run."""
         lines = [
             f"keys: {self.key_spaces} key spaces merged by {self.merge or '-'} ({self.keys_merged} rows → "
             f"{self.keys_out} live keys, {self.key_bytes_read} B read); {self.rows_out} rows out, {self.bytes_out} B"
