@@ -59,11 +59,18 @@ class Fragment:
     bytes: int = 0
     meta_bytes: int = 0
     format: str = "vortex"
+    # `lsm` and `compacted_at` (here and on KeySpace) are set by compaction (DESIGN §6, not built
+    # yet); every write is L0. The CLI shows them, as spec/001's manifest listings do.
     time: int = 0
     seq: int = 0
     lsm: int = 0
     compacted_at: int | None = None
     blob_columns: tuple[int, ...] = ()  # column ids stored out of line in `<path>.blobs`
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Fragment:
+        """From a WAL operation or a snapshot (JSON turns tuples into lists)."""
+        return cls(**{**d, "column_ids": tuple(d["column_ids"]), "blob_columns": tuple(d.get("blob_columns", ()))})
 
 
 @dataclass
@@ -86,10 +93,7 @@ class TableState:
                 ks = KeySpace(**{k: v for k, v in op.items() if k != "op"})
                 self.key_spaces[ks.id] = replace(ks, time=op.get("time") or entry.time, seq=entry.seq)
             elif kind == "add_fragment":
-                args = {k: v for k, v in op.items() if k != "op"}
-                args["column_ids"] = tuple(args["column_ids"])
-                args["blob_columns"] = tuple(args.get("blob_columns", ()))
-                fr = Fragment(**args)
+                fr = Fragment.from_dict({k: v for k, v in op.items() if k != "op"})
                 self.fragments[fr.id] = replace(fr, time=op.get("time") or entry.time, seq=entry.seq)
             elif kind == "remove_key_space":
                 self.key_spaces.pop(op["id"], None)
@@ -124,11 +128,7 @@ class TableState:
     @classmethod
     def from_json(cls, text: str) -> TableState:
         d = json.loads(text)
-        frags = {}
-        for f in d["fragments"]:
-            f["column_ids"] = tuple(f["column_ids"])
-            f["blob_columns"] = tuple(f.get("blob_columns", ()))
-            frags[f["id"]] = Fragment(**f)
+        frags = {f["id"]: Fragment.from_dict(f) for f in d["fragments"]}
         return cls(
             schema=Schema.from_json(d["schema"]),
             seq=d["seq"],

@@ -84,9 +84,6 @@ class TableFiles:
         gdir = join_path(level, group) or "_root"
         return f"{self.table_id}/cg/{gdir}/{frag_id}{self.format.suffix}"
 
-    def abspath(self, rel: str) -> str:
-        return self.storage.abspath(rel)
-
 
 # ----- input normalisation --------------------------------------------------------------------
 def to_record_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
