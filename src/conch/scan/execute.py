@@ -299,10 +299,7 @@ class ScanExecutor:
         remap[live_keys] = np.arange(len(live_keys))
         for (group, ks_set), ucols in by_set.items():
             frs = holders[(group, ks_set)]
-            new = {f.id for f in frs} - self._seen
-            self._seen |= new
-            self.metrics.group(self._group_name(group)).fragments_considered += len(new)
-            self.metrics.fragments_considered += len(new)
+            self._consider(group, frs)
             n_out = len(live_keys)
             frag = np.full(n_out, -1, dtype=np.int64)
             row = np.zeros(n_out, dtype=np.int64)
@@ -455,7 +452,6 @@ class ScanExecutor:
                 residual.append(term)
                 continue
             u = unit_of[cols[0]]
-            gm = self.metrics.group(self._group_name(u.group))
             # keys with no cell in this unit: every column of the term is null for them
             nulls = {c: pa.nulls(1, schema.column(c).type) for c in cols}
             if not filter_mask(term, nulls.__getitem__)[0]:
@@ -465,11 +461,9 @@ class ScanExecutor:
                 if not may.all():
                     held = np.zeros(len(u.fragments), dtype=bool)
                     held[np.unique(u.frag[u.frag >= 0])] = True
-                    dead = ~may & held
-                    gm.fragments_pruned_by_stats += int(dead.sum())
-                    self.metrics.fragments_pruned_by_stats += int(dead.sum())
+                    self._pruned(u.group, int((~may & held).sum()))
                     ok &= ~((u.frag >= 0) & ~may[np.maximum(u.frag, 0)])
-            if self._vortex_expr(term, u) is None:
+            if self._vortex_expr(term, u.fragments) is None:
                 residual.append(term)
             else:
                 pushed.setdefault(id(u), (u, []))[1].append(term)
@@ -487,11 +481,22 @@ class ScanExecutor:
             ok[survivors[~m]] = False
         return np.nonzero(ok)[0]
 
-    def _vortex_expr(self, e: Expr, u: ReadUnit) -> Any | None:
-        """`e` as a Vortex expression over `u`'s files; None if a column is out of line or a
-        literal does not fit its column's type exactly."""
+    def _consider(self, group: str, fragments: list[Fragment]) -> None:
+        """Count fragments as considered, once per scan however many units hold them."""
+        new = {f.id for f in fragments} - self._seen
+        self._seen |= new
+        self.metrics.group(self._group_name(group)).fragments_considered += len(new)
+        self.metrics.fragments_considered += len(new)
+
+    def _pruned(self, group: str, n: int) -> None:
+        self.metrics.group(self._group_name(group)).fragments_pruned_by_stats += n
+        self.metrics.fragments_pruned_by_stats += n
+
+    def _vortex_expr(self, e: Expr, fragments: list[Fragment]) -> Any | None:
+        """`e` as a Vortex expression over these fragments' files; None if a column is out of
+        line or a literal does not fit its column's type exactly."""
         schema = self.plan.schema
-        blob_ids = {i for f in u.fragments for i in f.blob_columns}
+        blob_ids = {i for f in fragments for i in f.blob_columns}
 
         def name(p: str) -> str | None:
             cid = schema.column(p).id
@@ -503,7 +508,7 @@ class ScanExecutor:
         """Run `terms` inside the Vortex scan of each fragment of `u` over the rows holding fresh
         cells of still-passing keys; clears `ok` where they fail. Returns positions of fragments
         that cannot take the filter (no ordinal column), to evaluate on fresh records instead."""
-        expr = self._vortex_expr(_and(terms), u)
+        expr = self._vortex_expr(_and(terms), u.fragments)
         gm = self.metrics.group(self._group_name(u.group))
         cand = np.nonzero(ok & (u.frag >= 0))[0]
         fallback: list[np.ndarray] = []
@@ -581,14 +586,7 @@ class ScanExecutor:
         before = self.format.bytes_read
         expr = None
         if plan.filter is not None:
-            schema = plan.schema
-            blob_ids = {i for fr in plan.fragments.get(plan.filter_columns[0].group, []) for i in fr.blob_columns}
-
-            def name(p: str) -> str | None:
-                cid = schema.column(p).id
-                return None if cid in blob_ids else column_name(cid)
-
-            expr = to_vortex(plan.filter, name, lambda p: schema.column(p).type)
+            expr = self._vortex_expr(plan.filter, plan.fragments.get(plan.filter_columns[0].group, []))
             if expr is None:
                 return None
         segments = []
@@ -695,11 +693,7 @@ class ScanExecutor:
             u.columns.append(c)
             unit_of[c.id] = key
         for u in by_key.values():
-            gm = self.metrics.group(self._group_name(u.group))
-            new = {f.id for f in u.fragments} - self._seen
-            self._seen |= new
-            gm.fragments_considered += len(new)
-            self.metrics.fragments_considered += len(new)
+            self._consider(u.group, u.fragments)
         if plan.filter is not None:
             if missing or len(by_key) != 1:
                 return None
@@ -715,9 +709,7 @@ class ScanExecutor:
                 plan.filter, u.fragments, _STATS, lambda p: (schema.column(p).id, schema.column(p).type)
             )
             if not may.all():
-                gm = self.metrics.group(self._group_name(u.group))
-                gm.fragments_pruned_by_stats += int((~may).sum())
-                self.metrics.fragments_pruned_by_stats += int((~may).sum())
+                self._pruned(u.group, int((~may).sum()))
                 u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
         return _Segment(keys, lo, hi, list(by_key.values()), missing)
 
