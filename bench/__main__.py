@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 import conch
 from bench import systems as S
@@ -147,13 +148,7 @@ def w4(work: Path, scale: float, reps: int, rec: Recorder) -> None:
     audio = pa.StructArray.from_arrays([data.column("audio_bytes").combine_chunks().cast(pa.binary())], ["bytes"])
     t.write(pa.table({"id": data.column("id"), "audio": audio}))
     del audio
-    pq_default, pq_tuned = work / "w4" / "default.parquet", work / "w4" / "tuned.parquet"
-    S.parquet_write(data, S.fresh(pq_default), tuned=False)
-    import pyarrow.parquet as pq
-
-    pq.write_table(data, S.fresh(pq_tuned), row_group_size=1024, write_page_index=True)
-    lds = S.lance_write(data, work / "w4" / "lance")
-    S.delta_write(data, work / "w4" / "delta")
+    pq_default, pq_tuned, lds = S.write_take_copies(data, work / "w4")
     del data
 
     def conch_scan() -> pa.Table:
@@ -206,13 +201,7 @@ def w5(work: Path, scale: float, reps: int, rec: Recorder, queries: int = 100) -
     data = pa.table({"id": pa.array(np.arange(n, dtype=np.uint64)), "s": S.strings(rng, n, 1024)})
     root = S.fresh(work / "w5" / "conch")
     _cat, t = conch_table(root, "strings", data)
-    pq_default, pq_tuned = work / "w5" / "default.parquet", work / "w5" / "tuned.parquet"
-    S.parquet_write(data, S.fresh(pq_default), tuned=False)
-    import pyarrow.parquet as pq
-
-    pq.write_table(data, S.fresh(pq_tuned), row_group_size=1024, write_page_index=True)
-    lds = S.lance_write(data, work / "w5" / "lance")
-    S.delta_write(data, work / "w5" / "delta")
+    pq_default, pq_tuned, lds = S.write_take_copies(data, work / "w5")
     del data
     qs = [np.sort(rng.choice(n, size=int(rng.integers(20, 51)), replace=False)).tolist() for _ in range(queries)]
     slow = qs[:5]  # whole-file scanners: a few queries are enough for a median

@@ -111,6 +111,18 @@ def parquet_read(path: Path, columns: list[str] | None = None, filters: Any = No
     return pq.read_table(path, columns=columns, filters=filters)
 
 
+def write_take_copies(t: pa.Table, root: Path) -> tuple[Path, Path, Any]:
+    """The competitors' copies of `t` for the take workloads (4, 5): Parquet default, Parquet tuned
+    for takes (1k-row row groups + page index), Lance and Delta. Returns the two Parquet paths and
+    the Lance dataset."""
+    default, tuned = root / "default.parquet", root / "tuned.parquet"
+    parquet_write(t, fresh(default), tuned=False)
+    pq.write_table(t, fresh(tuned), row_group_size=1024, write_page_index=True)
+    lance_ds = lance_write(t, root / "lance")
+    delta_write(t, root / "delta")
+    return default, tuned, lance_ds
+
+
 def lance_write(t: pa.Table, path: Path) -> Any:
     import lance
 

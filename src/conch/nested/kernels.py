@@ -60,6 +60,11 @@ def lookup(
         return np.where(ok, pos, -1).astype(np.int64)
     if len(target) > 1 and pa.types.is_integer(target[-1].type) and n_target and n_probe:
         return _lookup_by_parent(target, n_target, probe, n_probe, t_starts, p_starts)
+    return _hash_join(target, n_target, probe, n_probe)
+
+
+def _hash_join(target: list[pa.Array], n_target: int, probe: list[pa.Array], n_probe: int) -> np.ndarray:
+    """The general case of `lookup`: an Arrow hash join of probe keys onto target rows."""
     names = [f"k{i}" for i in range(len(target))]
     tt = pa.table([*target, pa.array(np.arange(n_target, dtype=np.int64))], names=[*names, "__t"])
     pt = pa.table([*probe, pa.array(np.arange(n_probe, dtype=np.int64))], names=[*names, "__p"])
@@ -92,13 +97,7 @@ def _lookup_by_parent(
     pk = probe[-1].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     span = int(max(tk.max(), pk.max(initial=0))) + 1
     if tk.min() < 0 or pk.min(initial=0) < 0 or span * (len(t_starts) + 1) >= 2**62:
-        names = [f"k{i}" for i in range(len(target))]  # keys too wide to pack: hash join
-        tt = pa.table([*target, pa.array(np.arange(n_target))], names=[*names, "__t"])
-        pt = pa.table([*probe, pa.array(np.arange(n_probe))], names=[*names, "__p"])
-        j = pt.join(tt, keys=names, join_type="inner")
-        out = np.full(n_probe, -1, dtype=np.int64)
-        out[as_array(j["__p"]).to_numpy()] = as_array(j["__t"]).to_numpy()
-        return out
+        return _hash_join(target, n_target, probe, n_probe)  # keys too wide to pack
     tc = t_ord * span + tk
     pc_ = p_ord * span + pk
     pos = np.searchsorted(tc, pc_)
