@@ -63,7 +63,8 @@ def vacuum(table: Table, older_than_seconds: float = 3600.0, dry_run: bool = Fal
         # Logged first, through the same CAS as commits: a write staged before the cutoff that
         # commits after this entry sees it and fails instead of referencing deleted files, and
         # every commit before it is in the references read below.
-        staged = StagedWrite(table.state().schema, table.state().schema, [])
+        schema = table.state().schema
+        staged = StagedWrite(schema, schema, [])
         commit(table, staged, "vacuum", summary=f"grace {older_than_seconds:g}s", cutoff_us=int(cutoff * 1_000_000))
     refs = referenced_files(table)
     storage = table.catalog.storage

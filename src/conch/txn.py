@@ -49,6 +49,7 @@ def commit(table: Table, staged: StagedWrite, kind: str, **extra: Any) -> Commit
             "likely removed by a vacuum with a shorter grace period than this write took; nothing "
             "was committed, write again"
         )
+    checked = staged.base_seq  # log entries up to here are known to hold no conflicting vacuum
     for attempt in range(MAX_ATTEMPTS):
         state = table.state()
         # `add_columns` carries the whole new schema, so it is only valid on the schema it was
@@ -59,7 +60,9 @@ def commit(table: Table, staged: StagedWrite, kind: str, **extra: Any) -> Commit
                 f"too (adding {[c.full_path for c in staged.added_columns] or 'levels'}); nothing was "
                 "committed, write again"
             )
-        _check_vacuums(table, staged, state.seq)
+        if staged.files and 0 <= checked < state.seq:
+            _check_vacuums(table, staged, checked, state.seq)
+            checked = state.seq
         entry = entry_json(kind, staged.all_ops(), summary=summary, **extra)
         try:
             log = table.catalog.metastore.append(table.id, state.seq, entry)
@@ -71,14 +74,12 @@ def commit(table: Table, staged: StagedWrite, kind: str, **extra: Any) -> Commit
     raise CommitConflictError(f"table {table.name!r}: gave up after {MAX_ATTEMPTS} lost commit races")
 
 
-def _check_vacuums(table: Table, staged: StagedWrite, seq: int) -> None:
+def _check_vacuums(table: Table, staged: StagedWrite, after: int, upto: int) -> None:
     """A vacuum committed after this write was staged may have deleted its files (it removes
     unreferenced files older than its cutoff): if its cutoff is later than the write's start,
-    committing would reference files that may be gone."""
-    if not staged.files or staged.base_seq < 0 or seq <= staged.base_seq:
-        return
+    committing would reference files that may be gone. Reads log entries (after, upto]."""
     started_us = int(staged.started * 1_000_000)
-    for e in table.catalog.metastore.read_log(table.id, staged.base_seq, seq):
+    for e in table.catalog.metastore.read_log(table.id, after, upto):
         cutoff = json.loads(e.entry).get("cutoff_us")
         if cutoff is not None and cutoff > started_us:
             raise CommitConflictError(
