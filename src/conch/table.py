@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -84,8 +85,6 @@ class Table:
 
     # ----- state ------------------------------------------------------------------------
     def _initial_state(self) -> TableState:
-        import json
-
         props = json.loads(self._record.props)
         return TableState(Schema.from_json(props["schema"]))
 
@@ -206,8 +205,6 @@ class Table:
     # ----- history and metadata ------------------------------------------------------------
     def history(self) -> list[Commit]:
         """Every commit, oldest first."""
-        import json
-
         out = []
         for e in self.catalog.metastore.read_log(self.id):
             d = json.loads(e.entry)

@@ -72,16 +72,7 @@ def resolve_columns(schema: Schema, level: str | None, selectors: tuple[Any, ...
     for p in paths:
         if not isinstance(p, str):
             raise ColumnNotFoundError(f"column selectors are paths like 'audio.bytes', got {p!r}")
-        candidates = [join_path(level, p), p] if level else [p]
-        for cand in candidates:
-            try:
-                lvl, cols = schema.resolve(cand)
-                break
-            except ColumnNotFoundError:
-                continue
-        else:
-            schema.resolve(candidates[0])  # raises with the list of known columns
-            raise AssertionError
+        lvl, cols = _resolve_first(schema, [join_path(level, p), p] if level else [p])
         levels.add(lvl)
         out.extend(c for c in cols if c not in out)
     if level is not None:
@@ -92,6 +83,19 @@ def resolve_columns(schema: Schema, level: str | None, selectors: tuple[Any, ...
             "(use the nested expression API to broadcast or reduce across levels)"
         )
     return levels.pop(), out
+
+
+def _resolve_first(schema: Schema, candidates: list[str]) -> tuple[str, list[Column]]:
+    """The first candidate path (relative to the level, then full) naming columns or a group;
+    else the first candidate's error, which lists the known columns."""
+    first: ColumnNotFoundError | None = None
+    for cand in candidates:
+        try:
+            return schema.resolve(cand)
+        except ColumnNotFoundError as e:
+            first = first or e
+    assert first is not None
+    raise first
 
 
 def plan_scan(
