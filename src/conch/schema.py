@@ -263,7 +263,8 @@ class Schema:
         matches = [c for c in self.columns if c.full_path.startswith(selector + ".")]
         if matches:
             levels = {c.level for c in matches}
-            shallowest = [c for c in matches if c.level == min(levels, key=len)]
+            top = min(levels, key=len)
+            shallowest = [c for c in matches if c.level == top]
             return shallowest[0].level, shallowest
         raise ColumnNotFoundError(
             f"no column or group {selector!r}; columns: {', '.join(sorted(self._by_path)) or 'none'}"
@@ -273,16 +274,7 @@ class Schema:
     def value_type(self, level: str, group: str = "") -> pa.StructType:
         """The nested struct of a level's values below `group` (no child levels)."""
         prefix = group + "." if group else ""
-        tree: dict[str, Any] = {}
-        for c in self.columns_of(level):
-            if group and not c.path.startswith(prefix):
-                continue
-            parts = c.path[len(prefix) :].split(".")
-            node = tree
-            for p in parts[:-1]:
-                node = node.setdefault(p, {})
-            node[parts[-1]] = c.type
-        return _struct_of(tree)
+        return struct_of(nest((c for c in self.columns_of(level) if c.path.startswith(prefix)), prefix))
 
     def arrow_schema(self) -> pa.Schema:
         """The whole tree as an Arrow schema: structs for groups, `list<struct<$>>` for levels."""
@@ -360,8 +352,21 @@ def _walk(fields: Iterable[pa.Field], level: str, group: str) -> Iterator[tuple[
             yield "column", level, join_path(group, f.name), t
 
 
-def _struct_of(tree: Mapping[str, Any]) -> pa.StructType:
-    return pa.struct([pa.field(k, _struct_of(v) if isinstance(v, dict) else v) for k, v in tree.items()])
+def nest(columns: Iterable[Column], prefix: str = "") -> dict[str, Any]:
+    """Columns as a tree of their dotted paths below `prefix` (groups → dicts, leaves → columns)."""
+    tree: dict[str, Any] = {}
+    for c in columns:
+        parts = c.path[len(prefix) :].split(".")
+        node = tree
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = c
+    return tree
+
+
+def struct_of(tree: Mapping[str, Any]) -> pa.StructType:
+    """The Arrow struct of a `nest` tree: groups become structs."""
+    return pa.struct([pa.field(k, struct_of(v) if isinstance(v, dict) else v.type) for k, v in tree.items()])
 
 
 def _level_fields(schema: Schema, level: str) -> Iterator[pa.Field]:
@@ -409,13 +414,7 @@ def type_name(t: pa.DataType) -> str:
 
 def _render_level(schema: Schema, level: str, indent: str) -> Iterator[str]:
     entries: list[tuple[str, Any]] = []
-    tree: dict[str, Any] = {}
-    for c in schema.columns_of(level):
-        node = tree
-        parts = c.path.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = c
+    tree = nest(schema.columns_of(level))
     for name, node in tree.items():
         entries.append(("node", (name, node)))
     for child in schema.children(level):

@@ -40,7 +40,7 @@ from conch.manifest import Fragment
 from conch.scan.keyspace import KeyCache, MergedKeys, merge_key_spaces, numeric_key, predicate_rows
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache, may_match_many, to_vortex
-from conch.schema import Column, Schema, join_path
+from conch.schema import Column, Schema, join_path, nest, struct_of
 
 __all__ = ["KeyCache", "ScanExecutor", "ScanMetrics", "output_schema"]
 
@@ -929,20 +929,7 @@ def _split_by(fk: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
 # ----- output shape ---------------------------------------------------------------------------
 def output_schema(schema: Schema, level: str, cols: list[Column]) -> pa.Schema:
     """Key columns, then the projected columns nested as in the schema tree (groups → structs)."""
-    tree: dict[str, Any] = {}
-    for c in cols:
-        node = tree
-        parts = c.path.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = c.type
-    fields = list(schema.key_fields(level))
-    fields += [pa.field(k, _struct(v) if isinstance(v, dict) else v) for k, v in tree.items()]
-    return pa.schema(fields)
-
-
-def _struct(tree: dict[str, Any]) -> pa.DataType:
-    return pa.struct([pa.field(k, _struct(v) if isinstance(v, dict) else v) for k, v in tree.items()])
+    return pa.schema([*schema.key_fields(level), *struct_of(nest(cols))])
 
 
 def assemble(
