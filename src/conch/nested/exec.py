@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from conch import expr as core_expr
 from conch.errors import ConchError, LevelError
-from conch.keys import KeyPrefix, KeyRange
+from conch.keys import KeyPrefix, KeyRange, equal_adjacent
 from conch.nested import kernels as K
 from conch.nested.nodes import (
     Agg,
@@ -86,7 +86,7 @@ class Frame:
             col = keys[len(self._changes)]
             ch = np.zeros(n, dtype=bool)
             if n > 1:
-                ch[1:] = np.asarray(pc.not_equal(col.slice(1), col.slice(0, n - 1)).to_numpy(zero_copy_only=False))
+                ch[1:] = ~equal_adjacent(col)
             self._changes.append(ch)
         change = np.zeros(n, dtype=bool)
         change[0] = True

@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conch.keys import equal_adjacent
+
 EMPTY_DEFAULTS = {"count": 0, "any": False, "all": True}
 SHIFTED_WINDOW_MAX = 16  # windows narrower than this sum shifted columns; wider ones prefix sums
 
@@ -31,8 +33,7 @@ def run_starts(keys: list[pa.Array], n: int) -> np.ndarray:
     change[0] = True
     for k in keys:
         if n > 1:
-            ne = pc.not_equal(k.slice(1), k.slice(0, n - 1))
-            change[1:] |= np.asarray(ne.to_numpy(zero_copy_only=False), dtype=bool)
+            change[1:] |= ~equal_adjacent(k)
     return np.flatnonzero(change)
 
 
