@@ -92,7 +92,7 @@ class Catalog:
     def drop_table(self, name: str) -> None:
         """Forget a table and delete its files."""
         rec = self.metastore.drop_table(name)
-        self.storage.remove_tree(rec.id)
+        self.storage.delete_prefix(rec.id)
 
     def scan(self, *columns: Any, where: Any = None, **kwargs: Any) -> Scan:
         """The spec/001 form: `catalog.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.1)`."""

@@ -25,7 +25,7 @@ def flush(table: Table) -> int:
     """Write the current state as a snapshot file; readers then replay only the WAL after it."""
     state = table.state()
     rel = f"{table.id}/meta/{state.seq:012d}-{new_id()}.json"
-    table.catalog.storage.write_bytes(rel, state.to_json().encode())
+    table.catalog.storage.write(rel, state.to_json().encode())
     table.catalog.metastore.add_snapshot(table.id, state.seq, rel)
     return state.seq
 

@@ -93,7 +93,7 @@ class Table:
         ms = self.catalog.metastore
         snap = ms.latest_snapshot(self.id, seq)
         if snap is not None:
-            state = TableState.from_json(self.catalog.storage.read_bytes(snap[1]).decode())
+            state = TableState.from_json(self.catalog.storage.read(snap[1]).decode())
         else:
             state = self._initial_state()
         return state.replay(ms.read_log(self.id, state.seq, seq))

@@ -289,7 +289,7 @@ class ConchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         table = open_table(self.loc.warehouse, self.loc.table)
-        table.catalog.storage.write_bytes(_abort_marker(table, self.job), b"")
+        table.catalog.storage.write(_abort_marker(table, self.job), b"")
         paths = [f for m in messages if m is not None for f in m.files]
         remove_files(table, paths + job_files(table, self.job))
 
