@@ -21,6 +21,7 @@ from conch.errors import (
     TableNotFoundError,
     TimeTravelError,
 )
+from helpers import local_path
 
 
 @pytest.fixture
@@ -134,7 +135,7 @@ def test_schema_change_of_level_and_column_kinds(catalog: conch.Catalog) -> None
 
 def test_corrupt_fragment_is_a_typed_error_and_other_data_survives(table: conch.Table) -> None:
     frag = next(iter(table.state().fragments.values()))
-    path = table.catalog.storage.abspath(frag.path)
+    path = local_path(table.catalog.storage, frag.path)
     with open(path, "r+b") as f:
         f.seek(max(0, os.path.getsize(path) - 64))
         f.write(b"\x00" * 64)
@@ -156,7 +157,7 @@ def test_unsupported_input(table: conch.Table) -> None:
 
 def test_missing_file_is_a_typed_error_naming_it(table: conch.Table) -> None:
     frag = next(iter(table.state().fragments.values()))
-    os.remove(table.catalog.storage.abspath(frag.path))
+    os.remove(local_path(table.catalog.storage, frag.path))
     table.catalog.format.clear_cache()
     with pytest.raises(CorruptFileError, match=frag.id):
         table.scan().to_arrow()

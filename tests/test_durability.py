@@ -16,6 +16,7 @@ import pytest
 
 import conch
 from conch.errors import CommitConflictError
+from helpers import local_path
 
 WRITERS = 4
 COMMITS = 25
@@ -145,7 +146,9 @@ def test_flush_then_reopen_reads_snapshot_plus_tail(tmp_path: Path) -> None:
     )
     assert reopened.scan().to_pylist() == [{"id": 0, "v": 100}, {"id": 2, "v": 2}, {"id": 3, "v": 3}, {"id": 4, "v": 4}]
     assert reopened.scan(asof=reopened.history()[2].time).to_pylist() == [{"id": i, "v": i} for i in range(3)]
-    assert os.path.exists(reopened.catalog.storage.abspath(reopened.catalog.metastore.latest_snapshot(reopened.id)[1]))
+    assert os.path.exists(
+        local_path(reopened.catalog.storage, reopened.catalog.metastore.latest_snapshot(reopened.id)[1])
+    )
 
 
 def test_vacuum_keeps_blob_files_of_live_data(catalog: conch.Catalog) -> None:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import conch
+from helpers import local_path
 
 
 def test_every_input_form_gives_the_same_table(catalog: conch.Catalog) -> None:
@@ -194,7 +195,7 @@ def test_catalog_lifecycle_and_filter_forms(catalog: conch.Catalog) -> None:
     assert ids(t.scan(where=t["score"].is_not_null())) == [0, 2]
     t.delete(pa.table({"id": pa.array([0, 2], pa.int32())}))
     assert ids(t.scan()) == [1]
-    path = catalog.storage.abspath(t.id)
+    path = local_path(catalog.storage, t.id)
     catalog.drop_table("a")
     assert catalog.list_tables() == ["b"]
     assert not Path(path).exists()

@@ -45,7 +45,7 @@ class Catalog:
     def __init__(self, storage: LocalStorage, metastore: Metastore, write_options: WriteOptions | None = None) -> None:
         self.storage = storage
         self.metastore = metastore
-        self.format = VortexFormat()
+        self.format = VortexFormat(storage)
         self.key_cache = KeyCache(self.format)
         self.write_options = write_options or WriteOptions()
 

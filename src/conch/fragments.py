@@ -4,16 +4,20 @@ A fragment holds the rows of one column group for a contiguous run of one key sp
 sorted by key. Its columns are named by column id (`c<id>`) so renames are metadata-only; key
 values are not stored here but in the key space. Files are opened lazily and cached by path:
 they are immutable, so a cached footer never goes stale.
+
+The format is bound to a `Storage` and reads through its ranged readers: it never sees a local
+path, so fragments read the same from a directory or an object store. Readers are given a file
+reference (a `Fragment` or `KeySpace`: path + recorded checksum), never a bare path.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +25,7 @@ import pyarrow.compute as pc
 
 from conch._deps import LazyModule
 from conch.errors import CorruptFileError
-from conch.storage import make_durable
+from conch.storage import RangeReader, Storage
 
 vx: Any = LazyModule("vortex")
 
@@ -30,6 +34,33 @@ ORDINAL = "_ord"  # u32 row position within the fragment; lets a pushed-down fil
 
 def column_name(column_id: int) -> str:
     return f"c{column_id}"
+
+
+class FileRef(Protocol):
+    """What a reader needs to know of a committed file: where it is and what it must hash to
+    ("" where the table was written before checksums were recorded)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def checksum(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file reference from a path and checksum alone (a file not yet in a table's state)."""
+
+    path: str
+    checksum: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    """A file just written: its size (Vortex file + blob file) and checksum, for the WAL op."""
+
+    bytes: int
+    checksum: str = ""
 
 
 class VortexFormat:
@@ -46,7 +77,8 @@ class VortexFormat:
     name = "vortex"
     suffix = ".vortex"
 
-    def __init__(self, cache_size: int = 1024, segment_cache_bytes: int = 256 << 20) -> None:
+    def __init__(self, storage: Storage, cache_size: int = 1024, segment_cache_bytes: int = 256 << 20) -> None:
+        self.storage = storage
         # Open files hold no descriptor (see _CountingReader): the bound is for footer memory.
         self._open: OrderedDict[str, tuple[Any, _CountingReader]] = OrderedDict()
         self._cache_size = cache_size
@@ -63,7 +95,7 @@ class VortexFormat:
         self._blob_idx_bytes = 0
         self._blob_idx_max = segment_cache_bytes
         self._takes: dict[str, int] = {}
-        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._blob_readers: OrderedDict[str, RangeReader] = OrderedDict()
 
     def clear_cache(self) -> None:
         """Forget open files and cached segments (benchmarks use it to measure cold reads)."""
@@ -72,17 +104,17 @@ class VortexFormat:
         self._blob_idx_bytes = 0
         self._takes.clear()
         with self._lock:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+            for r in self._blob_readers.values():
+                r.close()
+            self._blob_readers.clear()
         self.segment_cache = vx.SegmentCache(self._segment_bytes)
 
     def _count(self, n: int) -> None:
         with self._lock:
             self.bytes_read += n
 
-    def write(self, table: pa.Table, path: str, blob_columns: Sequence[str] = (), ordinal: bool = False) -> int:
-        """Write a fragment; returns the bytes written (Vortex file + blob file).
+    def write(self, table: pa.Table, path: str, blob_columns: Sequence[str] = (), ordinal: bool = False) -> WrittenFile:
+        """Write a fragment (or key space) at storage path `path`, durably; returns its size.
 
         `ordinal` adds a `_ord` column (0..n-1, ~3 KB per million rows with sequence encoding):
         Vortex 0.90 has no row-number expression, so a filter pushed into the file returns
@@ -90,24 +122,25 @@ class VortexFormat:
         """
         total = 0
         if blob_columns:
-            table, total = _write_blobs(table, path, blob_columns)
+            with self.storage.staged(path + BLOB_SUFFIX) as local:
+                table, total = _write_blobs(table, local, blob_columns)
         if ordinal:
             table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
-        vx.io.write(table, path)
-        make_durable(path)
-        return total + os.path.getsize(path)
+        with self.storage.staged(path) as local:
+            vx.io.write(table, local)
+        return WrittenFile(total + self.storage.size(path))
 
-    def _file(self, path: str) -> Any:
+    def _file(self, ref: FileRef) -> Any:
+        path = ref.path
         entry = self._open.get(path)
         if entry is None:
-            reader = _CountingReader(path, self._count)
             try:
+                reader = _CountingReader(self.storage.open(path), self._count)
                 # Opened through a Python reader so every byte Vortex asks storage for is counted
                 # (Scan.metrics()); measured as fast as vx.open here. Files are immutable, so
                 # the path is a valid cache key.
                 f = vx.open_readable(reader, segment_cache=self.segment_cache, cache_key=path)
             except Exception as e:  # vortex raises plain exceptions for missing/corrupt files
-                reader.close()
                 raise CorruptFileError(f"cannot open fragment {path}: {e}") from e
             entry = (f, reader)
             self._open[path] = entry
@@ -117,26 +150,27 @@ class VortexFormat:
             self._open.move_to_end(path)
         return entry[0]
 
-    def has_column(self, path: str, name: str) -> bool:
-        return name in self._file(path).dtype.names()
+    def has_column(self, ref: FileRef, name: str) -> bool:
+        """Whether the file has a column called `name`."""
+        return name in self._file(ref).dtype.names()
 
-    def filter_rows(self, path: str, expr: Any, indices: np.ndarray | None = None) -> np.ndarray:
+    def filter_rows(self, ref: FileRef, expr: Any, indices: np.ndarray | None = None) -> np.ndarray:
         """Row positions (sorted) where the Vortex expression `expr` is true, among `indices`
         if given: the filter runs inside the Vortex scan and only `_ord` is decoded."""
         if indices is not None and len(indices) == 0:
             return np.zeros(0, dtype=np.int64)
-        f = self._file(path)
+        f = self._file(ref)
         try:
             idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
             t = f.to_arrow([ORDINAL], expr=expr, indices=idx).read_all()
         except Exception as e:
-            raise CorruptFileError(f"cannot filter fragment {path}: {e}") from e
+            raise CorruptFileError(f"cannot filter fragment {ref.path}: {e}") from e
         col = t.column(0)
         return np.asarray(col.to_numpy() if col.num_chunks else np.zeros(0), dtype=np.int64)
 
     def read(
         self,
-        path: str,
+        ref: FileRef,
         columns: Sequence[str],
         schema: pa.Schema,
         indices: np.ndarray | None = None,
@@ -145,6 +179,7 @@ class VortexFormat:
         """Read `columns` (all rows, or the sorted row `indices`) cast to `schema`."""
         if indices is not None and len(indices) == 0:
             return schema.empty_table()
+        path = ref.path
         inline = [c for c in columns if c not in blob_columns]
         blobs = [c for c in columns if c in blob_columns]
         if blobs and indices is not None:
@@ -153,12 +188,12 @@ class VortexFormat:
                 self._takes.clear()
             self._takes[path] = self._takes.get(path, 0) + 1
             if self._takes[path] > 1 or all((path, c) in self._blob_idx for c in blobs):
-                return self._take_cached(path, columns, schema, indices, inline, blobs)
+                return self._take_cached(ref, columns, schema, indices, inline, blobs)
         file_fields = [schema.field(c) for c in inline]
         for c in blobs:
             file_fields += [pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())]
         file_schema = pa.schema(file_fields)
-        f = self._file(path)
+        f = self._file(ref)
         try:
             idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
             table = f.to_arrow(file_schema.names, indices=idx, schema=file_schema).read_all()
@@ -167,19 +202,19 @@ class VortexFormat:
         if not blobs:
             return table
         out = []
-        with open(path + BLOB_SUFFIX, "rb") as bf:
-            for c in columns:
-                if c in blob_columns:
-                    arr, n = _read_blobs(bf, table.column(f"{c}.off"), table.column(f"{c}.len"), schema.field(c).type)
-                    self._count(n)
-                    out.append(arr)
-                else:
-                    out.append(table.column(c))
+        bf = self._blob_reader(path)
+        for c in columns:
+            if c in blob_columns:
+                arr, n = _read_blobs(bf, table.column(f"{c}.off"), table.column(f"{c}.len"), schema.field(c).type)
+                self._count(n)
+                out.append(arr)
+            else:
+                out.append(table.column(c))
         return pa.Table.from_arrays(out, schema=schema)
 
     def stream(
         self,
-        path: str,
+        ref: FileRef,
         columns: Sequence[str],
         schema: pa.Schema,
         indices: np.ndarray | None = None,
@@ -201,38 +236,32 @@ class VortexFormat:
             file_fields.append(pa.field(ORDINAL, pa.uint32()))
         file_schema = pa.schema(file_fields)
         out_schema = schema.append(pa.field(ORDINAL, pa.uint32())) if ordinal else schema
-        f = self._file(path)
+        f = self._file(ref)
         try:
             idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
             reader = f.to_arrow(file_schema.names, expr=expr, indices=idx, schema=file_schema)
         except Exception as e:
-            raise CorruptFileError(f"cannot read {list(columns)} from fragment {path}: {e}") from e
-        bf = open(path + BLOB_SUFFIX, "rb") if blobs else None  # noqa: SIM115 (closed below)
-        try:
-            for batch in reader:
-                if batch.num_rows == 0:
-                    continue
-                if bf is None:
-                    yield batch
-                    continue
-                arrays = []
-                for c in out_schema.names:
-                    if c in blob_columns:
-                        arr, n = _read_blobs(
-                            bf, batch.column(f"{c}.off"), batch.column(f"{c}.len"), schema.field(c).type
-                        )
-                        self._count(n)
-                        arrays.append(arr)
-                    else:
-                        arrays.append(batch.column(c))
-                yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
-        finally:
-            if bf is not None:
-                bf.close()
+            raise CorruptFileError(f"cannot read {list(columns)} from fragment {ref.path}: {e}") from e
+        bf = self._blob_reader(ref.path) if blobs else None
+        for batch in reader:
+            if batch.num_rows == 0:
+                continue
+            if bf is None:
+                yield batch
+                continue
+            arrays = []
+            for c in out_schema.names:
+                if c in blob_columns:
+                    arr, n = _read_blobs(bf, batch.column(f"{c}.off"), batch.column(f"{c}.len"), schema.field(c).type)
+                    self._count(n)
+                    arrays.append(arr)
+                else:
+                    arrays.append(batch.column(c))
+            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
     def _take_cached(
         self,
-        path: str,
+        ref: FileRef,
         columns: Sequence[str],
         schema: pa.Schema,
         indices: np.ndarray,
@@ -241,25 +270,25 @@ class VortexFormat:
     ) -> pa.Table:
         got: dict[str, Any] = {}
         if inline:
-            t = self.read(path, inline, pa.schema([schema.field(c) for c in inline]), indices)
+            t = self.read(ref, inline, pa.schema([schema.field(c) for c in inline]), indices)
             got.update({c: t.column(c) for c in inline})
-        fd = self._blob_fd(path)
+        bf = self._blob_reader(ref.path)
         for c in blobs:
-            o, n, valid = self._index(path, c)
-            arr, nbytes = _read_ranges(fd, o[indices], n[indices], valid[indices], schema.field(c).type)
+            o, n, valid = self._index(ref, c)
+            arr, nbytes = _read_ranges(bf, o[indices], n[indices], valid[indices], schema.field(c).type)
             self._count(nbytes)
             got[c] = arr
         return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
 
-    def _index(self, path: str, c: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        key = (path, c)
+    def _index(self, ref: FileRef, c: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        key = (ref.path, c)
         e = self._blob_idx.get(key)
         if e is None:
             fs = pa.schema([pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())])
             try:
-                t = self._file(path).to_arrow(fs.names, schema=fs).read_all()
+                t = self._file(ref).to_arrow(fs.names, schema=fs).read_all()
             except Exception as ex:
-                raise CorruptFileError(f"cannot read the blob index of {c} in {path}: {ex}") from ex
+                raise CorruptFileError(f"cannot read the blob index of {c} in {ref.path}: {ex}") from ex
             e = _blob_index(t.column(0), t.column(1))
             self._blob_idx[key] = e
             self._blob_idx_bytes += sum(a.nbytes for a in e)
@@ -270,43 +299,35 @@ class VortexFormat:
             self._blob_idx.move_to_end(key)
         return e
 
-    def _blob_fd(self, path: str) -> int:
+    def _blob_reader(self, path: str) -> RangeReader:
+        """The (cached) ranged reader of a fragment's blob file."""
         with self._lock:
-            fd = self._fds.get(path)
-            if fd is None:
-                fd = self._fds[path] = os.open(path + BLOB_SUFFIX, os.O_RDONLY)
-                if len(self._fds) > 64:
-                    os.close(self._fds.popitem(last=False)[1])
+            r = self._blob_readers.get(path)
+            if r is None:
+                try:
+                    r = self._blob_readers[path] = self.storage.open(path + BLOB_SUFFIX)
+                except FileNotFoundError as e:
+                    raise CorruptFileError(f"the blob file of fragment {path} is missing") from e
+                if len(self._blob_readers) > 64:
+                    self._blob_readers.popitem(last=False)[1].close()
             else:
-                self._fds.move_to_end(path)
-            return fd
+                self._blob_readers.move_to_end(path)
+            return r
 
 
 class _CountingReader:
-    """A `vortex.io.ReadBytesAt` over a local file that reports every byte Vortex reads.
+    """A `vortex.io.ReadBytesAt` over a storage reader that reports every byte Vortex reads."""
 
-    It holds no descriptor between reads (Vortex coalesces a scan's reads into a few large
-    ones), so the open-file cache can be large without approaching the process's fd limit.
-    """
-
-    def __init__(self, path: str, count: Any) -> None:
-        self._path = path
-        self._size = os.path.getsize(path)
+    def __init__(self, reader: RangeReader, count: Any) -> None:
+        self._reader = reader
         self._count = count
 
     def size(self) -> int:
-        return self._size
+        return self._reader.size()
 
     def read_at(self, offset: int, length: int) -> bytes:
         self._count(length)
-        fd = os.open(self._path, os.O_RDONLY)
-        try:
-            return os.pread(fd, length, offset)
-        finally:
-            os.close(fd)
-
-    def close(self) -> None:
-        pass
+        return self._reader.read_at(offset, length)
 
 
 BLOB_SUFFIX = ".blobs"
@@ -342,9 +363,11 @@ def _value_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
     return offs[:-1].copy(), np.diff(offs), memoryview(data) if data is not None else memoryview(b"")
 
 
-def _write_blobs(table: pa.Table, path: str, blob_columns: Sequence[str]) -> tuple[pa.Table, int]:
+def _write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) -> tuple[pa.Table, int]:
+    """Write the blob columns' values to the local scratch file `local_path` (made durable by the
+    storage's `staged`); returns the table with `.off`/`.len` index columns in their place."""
     written = 0
-    with open(path + BLOB_SUFFIX, "wb") as bf:
+    with open(local_path, "wb") as bf:
         for name in blob_columns:
             arr = table.column(name).combine_chunks()
             starts, lengths, data = _value_bytes(arr)
@@ -358,8 +381,6 @@ def _write_blobs(table: pa.Table, path: str, blob_columns: Sequence[str]) -> tup
             table = table.remove_column(idx)
             table = table.append_column(f"{name}.off", pa.array(offsets, pa.uint64(), mask=~valid))
             table = table.append_column(f"{name}.len", pa.array(lengths.astype(np.uint32), pa.uint32(), mask=~valid))
-        bf.flush()
-        os.fsync(bf.fileno())
     return table, written
 
 
@@ -372,15 +393,16 @@ def _blob_index(off: Any, length: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return o, n, valid
 
 
-def _read_blobs(bf: Any, off: Any, length: Any, t: pa.DataType) -> tuple[pa.Array, int]:
+def _read_blobs(bf: RangeReader, off: Any, length: Any, t: pa.DataType) -> tuple[pa.Array, int]:
     """Read exactly the given byte ranges (adjacent ones in one read) into an Arrow array."""
     o, n, valid = _blob_index(off, length)
-    return _read_ranges(bf.fileno(), o, n, valid, t)
+    return _read_ranges(bf, o, n, valid, t)
 
 
-def _read_ranges(fd: int, o: np.ndarray, n: np.ndarray, valid: np.ndarray, t: pa.DataType) -> tuple[pa.Array, int]:
-    out = bytearray(int(n.sum()))
-    pos = 0
+def coalesce(o: np.ndarray, n: np.ndarray) -> list[tuple[int, int]]:
+    """`(offset, length)` reads covering the values at offsets `o` with lengths `n` in order,
+    adjacent values merged into one read; empty values need no read."""
+    ranges: list[tuple[int, int]] = []
     i = 0
     while i < len(o):
         j = i
@@ -388,25 +410,33 @@ def _read_ranges(fd: int, o: np.ndarray, n: np.ndarray, valid: np.ndarray, t: pa
         while j + 1 < len(o) and o[j + 1] == end:  # coalesce contiguous values
             j += 1
             end += n[j]
-        size = int(end - o[i])
-        if size:
-            out[pos : pos + size] = os.pread(fd, size, int(o[i]))
-        pos += size
+        if end > o[i]:
+            ranges.append((int(o[i]), int(end - o[i])))
         i = j + 1
+    return ranges
+
+
+def _read_ranges(
+    bf: RangeReader, o: np.ndarray, n: np.ndarray, valid: np.ndarray, t: pa.DataType
+) -> tuple[pa.Array, int]:
+    parts = bf.read_ranges(coalesce(o, n))
+    out = b"".join(parts)
+    if len(out) != int(n.sum()):
+        raise CorruptFileError(f"a blob file is shorter than its index says ({len(out)} of {int(n.sum())} bytes)")
     validity = pa.array(valid).buffers()[1] if not valid.all() else None
     storage_t = t.storage_type if isinstance(t, pa.ExtensionType) else t
     if pa.types.is_fixed_size_list(storage_t):
         vt = storage_t.value_type
         width = vt.bit_width // 8 * storage_t.list_size
         data = np.zeros((len(o), width), dtype=np.uint8)
-        data[valid] = np.frombuffer(bytes(out), dtype=np.uint8).reshape(-1, width)
+        data[valid] = np.frombuffer(out, dtype=np.uint8).reshape(-1, width)
         values = pa.Array.from_buffers(vt, len(o) * storage_t.list_size, [None, pa.py_buffer(data)])
         arr: pa.Array = pa.FixedSizeListArray.from_arrays(values, storage_t.list_size, mask=pa.array(~valid))
     else:
         offsets = np.zeros(len(o) + 1, dtype=np.int64)
         np.cumsum(n, out=offsets[1:])
         big_t = pa.large_binary() if pa.types.is_binary(storage_t) else pa.large_string()
-        arr = pa.Array.from_buffers(big_t, len(o), [validity, pa.py_buffer(offsets), pa.py_buffer(bytes(out))])
+        arr = pa.Array.from_buffers(big_t, len(o), [validity, pa.py_buffer(offsets), pa.py_buffer(out)])
         arr = arr.cast(storage_t)
     if isinstance(t, pa.ExtensionType):
         arr = pa.ExtensionArray.from_storage(t, arr)

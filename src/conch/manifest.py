@@ -41,6 +41,7 @@ class KeySpace:
     lsm: int = 0
     compacted_at: int | None = None
     bytes: int = 0
+    checksum: str = ""  # of the file; "" where the table was written before checksums
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class Fragment:
     lsm: int = 0
     compacted_at: int | None = None
     blob_columns: tuple[int, ...] = ()  # column ids stored out of line in `<path>.blobs`
+    checksum: str = ""  # of the file(s); "" where the table was written before checksums
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Fragment:
@@ -178,6 +180,7 @@ _KEY_SPACE_SCHEMA = pa.schema(
         ("lsm", pa.int64()),
         ("compacted_at", pa.int64()),
         ("bytes", pa.int64()),
+        ("checksum", pa.string()),
     ]
 )
 
@@ -199,6 +202,7 @@ _FRAGMENT_SCHEMA = pa.schema(
         ("lsm", pa.int64()),
         ("compacted_at", pa.int64()),
         ("blob_columns", pa.list_(pa.int64())),
+        ("checksum", pa.string()),
     ]
 )
 

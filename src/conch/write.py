@@ -301,7 +301,7 @@ def write_key_space(
     ks_id = new_id()
     rel = files.key_space_path(ks_id)
     positional = keys.rename_columns([f"k{i}" for i in range(keys.num_columns)])
-    files.format.write(positional, files.storage.prepare(rel))
+    written = files.format.write(positional, rel)
     staged.files.append(rel)
     first = encode_keys([c.slice(0, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
     last = encode_keys([c.slice(keys.num_rows - 1, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
@@ -315,7 +315,8 @@ def write_key_space(
             "min_key": first.hex(),
             "max_key": last.hex(),
             "kind": kind,
-            "bytes": files.storage.size(rel),
+            "bytes": written.bytes,
+            "checksum": written.checksum,
         }
     )
     return ks_id
@@ -341,7 +342,7 @@ def write_fragments(
         part = table.slice(start, rows_per_fragment)
         frag_id = new_id()
         rel = files.fragment_path(level, group, frag_id)
-        size = files.format.write(part, files.storage.prepare(rel), [column_name(i) for i in blob_ids], ordinal=True)
+        written = files.format.write(part, rel, [column_name(i) for i in blob_ids], ordinal=True)
         staged.files.append(rel)
         if blob_ids:
             staged.files.append(rel + BLOB_SUFFIX)
@@ -358,7 +359,8 @@ def write_fragments(
                 "path": rel,
                 "column_ids": [c.id for c, _ in cols],
                 "stats": encode_stats(stats, types),
-                "bytes": size,
+                "bytes": written.bytes,
+                "checksum": written.checksum,
                 "blob_columns": blob_ids,
             }
         )

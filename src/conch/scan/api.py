@@ -50,7 +50,7 @@ class Scan:
 
     def _executor(self) -> ScanExecutor:
         cat = self.table.catalog
-        ex = ScanExecutor(self._plan, cat.format, cat.key_cache, cat.storage.abspath, limit=self._limit)
+        ex = ScanExecutor(self._plan, cat.format, cat.key_cache, limit=self._limit)
         self._metrics = ex.metrics
         return ex
 

@@ -191,7 +191,6 @@ class ScanExecutor:
         plan: ScanPlan,
         fmt: VortexFormat,
         key_cache: KeyCache,
-        abspath: Any,
         batch_bytes: int = 64 << 20,
         limit: int | None = None,
         cache_bytes: int = 256 << 20,
@@ -199,7 +198,6 @@ class ScanExecutor:
         self.plan = plan
         self.format = fmt
         self.key_cache = key_cache
-        self.abspath = abspath
         self.batch_bytes = batch_bytes
         self.limit = limit
         self.metrics = ScanMetrics(pruned=dict(plan.pruned))
@@ -222,11 +220,10 @@ class ScanExecutor:
         before = self.format.bytes_read
         parts, rows_l, nums = [], [], []
         for ks in plan.key_spaces:
-            path = self.abspath(ks.path)
-            kt = self.key_cache.keys(path, fields)
-            num = self.key_cache.numeric(path, fields) if numeric else None
+            kt = self.key_cache.keys(ks, fields)
+            num = self.key_cache.numeric(ks, fields) if numeric else None
             if plan.key_predicate is not None:
-                rows = predicate_rows(self.key_cache, path, fields, plan.key_predicate)
+                rows = predicate_rows(self.key_cache, ks, fields, plan.key_predicate)
                 kt = kt.take(pa.array(rows))
                 num = num[rows] if num is not None else None
             else:
@@ -268,15 +265,13 @@ class ScanExecutor:
         for ts in self.plan.tombstones:
             fields = schema.key_fields(ts.level)
             names = [f.name for f in fields]
-            tk = self.key_cache.keys(self.abspath(ts.path), fields)
+            tk = self.key_cache.keys(ts, fields)
             if len(names) == 1:
                 hit = pc.is_in(keys.column(names[0]), value_set=tk.column(0))
             else:
                 if ts.level not in encoded_prefix:
                     encoded_prefix[ts.level] = encode_keys([keys.column(n) for n in names])
-                hit = pc.is_in(
-                    encoded_prefix[ts.level], value_set=self.key_cache.encoded(self.abspath(ts.path), fields)
-                )
+                hit = pc.is_in(encoded_prefix[ts.level], value_set=self.key_cache.encoded(ts, fields))
             m = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
             out[m] = np.maximum(out[m], ts.time)
         return out
@@ -348,26 +343,25 @@ class ScanExecutor:
                 continue
             fr = unit.fragments[f]
             rows = rk[sel]
-            path = self.abspath(fr.path)
             blobs = [column_name(i) for i in fr.blob_columns]
             before = self.format.bytes_read
             if len(rows) == fr.rows:
-                t = self.format.read(path, schema.names, schema, None, blobs)
+                t = self.format.read(fr, schema.names, schema, None, blobs)
                 gm.rows_read += t.num_rows
                 gm.bytes_decoded += t.nbytes
                 gm.fragments_read += 1
             elif f in unit.shared:
-                key = (path, tuple(schema.names))
+                key = (fr.path, tuple(schema.names))
                 whole = self._decoded.get(key)
                 if whole is None:
-                    whole = self.format.read(path, schema.names, schema, None, blobs)
+                    whole = self.format.read(fr, schema.names, schema, None, blobs)
                     self._decoded.put(key, whole)
                     gm.rows_read += whole.num_rows
                     gm.bytes_decoded += whole.nbytes
                     gm.fragments_read += 1
                 t = _take(whole, rows)
             else:
-                t = self.format.read(path, schema.names, schema, rows, blobs)
+                t = self.format.read(fr, schema.names, schema, rows, blobs)
                 gm.rows_read += t.num_rows
                 gm.bytes_decoded += t.nbytes
                 gm.fragments_read += 1
@@ -416,7 +410,7 @@ class ScanExecutor:
         parts, total = [], 0
         before = self.format.bytes_read
         for fr in u.fragments:
-            t = self.format.read(self.abspath(fr.path), schema.names, schema)
+            t = self.format.read(fr, schema.names, schema)
             total += t.nbytes
             gm.rows_read += t.num_rows
             gm.bytes_decoded += t.nbytes
@@ -515,13 +509,12 @@ class ScanExecutor:
         for f, sel in _split_by(u.frag[cand]):
             pos = cand[sel]
             fr = u.fragments[f]
-            path = self.abspath(fr.path)
             before = self.format.bytes_read
-            if not self.format.has_column(path, ORDINAL):
+            if not self.format.has_column(fr, ORDINAL):
                 fallback.append(pos)
                 continue
             rows = u.row[pos]
-            matched = self.format.filter_rows(path, expr, None if len(rows) == fr.rows else rows)
+            matched = self.format.filter_rows(fr, expr, None if len(rows) == fr.rows else rows)
             ok[pos[~np.isin(rows, matched, assume_unique=True)]] = False
             gm.fragments_filtered += 1
             gm.rows_filtered += len(rows)
@@ -613,7 +606,7 @@ class ScanExecutor:
             return None
         kss = [plan.key_spaces[i] for i in members]
         n = kss[0].rows
-        paths = [self.abspath(ks.path) for ks in kss]
+        paths = kss  # file references of the member key spaces
         keys = self.key_cache.keys(paths[-1], fields)
         if len(kss) > 1:
             if numeric_key(fields):
@@ -634,7 +627,7 @@ class ScanExecutor:
         # patches: their keys' positions among the segment's keys (numeric keys: binary search)
         pos_of: dict[int, np.ndarray] = {}
         for i in patch_members:
-            pk = self.key_cache.numeric(self.abspath(plan.key_spaces[i].path), fields)
+            pk = self.key_cache.numeric(plan.key_spaces[i], fields)
             base_keys = self.key_cache.numeric(paths[-1], fields)
             pos = np.searchsorted(base_keys, pk)
             if len(pos) and (pos[-1] >= n or not np.array_equal(base_keys[np.minimum(pos, n - 1)], pk)):
@@ -701,7 +694,7 @@ class ScanExecutor:
             blob_ids = {i for f in u.fragments for i in f.blob_columns}
             if any(c.id in blob_ids for c in filter_cols):
                 return None
-            if not all(self.format.has_column(self.abspath(f.path), ORDINAL) for f in u.fragments):
+            if not all(self.format.has_column(f, ORDINAL) for f in u.fragments):
                 return None
             # fragments whose statistics prove the filter false are not opened
             schema = plan.schema
@@ -781,14 +774,13 @@ class _Stream:
             if a >= b:
                 continue
             idx = None if (a, b) == (fr.start, fr.start + fr.rows) else np.arange(a - fr.start, b - fr.start)
-            path = ex.abspath(fr.path)
             blobs = [column_name(i) for i in fr.blob_columns]
             gm.fragments_read += 1
             if ordinal:
                 gm.fragments_filtered += 1
                 gm.rows_filtered += b - a
             before = ex.format.bytes_read
-            for batch in ex.format.stream(path, schema.names, schema, idx, blobs, self.filter_expr, ordinal):
+            for batch in ex.format.stream(fr, schema.names, schema, idx, blobs, self.filter_expr, ordinal):
                 gm.rows_read += batch.num_rows
                 gm.bytes_decoded += batch.nbytes
                 gm.bytes_read += ex.format.bytes_read - before
@@ -872,7 +864,7 @@ class _Stream:
             schema = pa.schema([pa.field(column_name(c.id), c.type) for c in u.columns])
             gm = ex.metrics.group(ex._group_name(u.group))
             before = ex.format.bytes_read
-            parts = [ex.format.read(ex.abspath(f.path), schema.names, schema) for f in p.fragments]
+            parts = [ex.format.read(f, schema.names, schema) for f in p.fragments]
             t = pa.concat_tables(parts).combine_chunks() if parts else schema.empty_table()
             gm.fragments_read += len(parts)
             gm.rows_read += t.num_rows

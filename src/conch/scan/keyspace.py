@@ -25,12 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.fragments import VortexFormat
+from conch.fragments import FileRef, VortexFormat
 from conch.keys import KeyPredicate, KeySet, decode_key, encode_keys, equal_adjacent, predicate_bounds, predicate_mask
 
 
 class KeyCache:
-    """Key spaces are immutable: cache their key tables (and encodings) by path."""
+    """Key spaces are immutable: cache their key tables (and encodings) by file path."""
 
     def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = 512 << 20) -> None:
         self.format = fmt
@@ -41,31 +41,33 @@ class KeyCache:
         self._max_bytes = max_bytes  # per kind
         self._bytes: dict[int, int] = {}
 
-    def keys(self, path: str, fields: list[pa.Field]) -> pa.Table:
-        t = self._tables.get(path)
+    def keys(self, ks: FileRef, fields: list[pa.Field]) -> pa.Table:
+        """The key space's keys as a table named like `fields`."""
+        t = self._tables.get(ks.path)
         if t is None:
             schema = pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(fields)])
-            t = self.format.read(path, schema.names, schema).rename_columns([f.name for f in fields])
+            t = self.format.read(ks, schema.names, schema).rename_columns([f.name for f in fields])
             t = t.combine_chunks()
-            self._put(self._tables, path, t)
+            self._put(self._tables, ks.path, t)
         return t
 
-    def encoded(self, path: str, fields: list[pa.Field]) -> pa.BinaryArray:
-        e = self._encoded.get(path)
+    def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray:
+        """The key space's keys in the order-preserving byte encoding."""
+        e = self._encoded.get(ks.path)
         if e is None:
-            e = encode_keys(self.keys(path, fields).columns)
-            self._put(self._encoded, path, e)
+            e = encode_keys(self.keys(ks, fields).columns)
+            self._put(self._encoded, ks.path, e)
         return e
 
-    def numeric(self, path: str, fields: list[pa.Field]) -> np.ndarray:
+    def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray:
         """The single numeric key column as numpy (timestamps as int64)."""
-        a = self._numpy.get(path)
+        a = self._numpy.get(ks.path)
         if a is None:
-            col = self.keys(path, fields).column(0)
+            col = self.keys(ks, fields).column(0)
             if pa.types.is_timestamp(col.type):
                 col = col.cast(pa.int64())
             a = col.to_numpy()
-            self._put(self._numpy, path, a)
+            self._put(self._numpy, ks.path, a)
         return a
 
     def _put(self, d: OrderedDict[str, Any], k: str, v: Any) -> None:
@@ -103,20 +105,20 @@ class MergedKeys:
     strategy: str = "zip"
 
 
-def predicate_rows(cache: KeyCache, path: str, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
+def predicate_rows(cache: KeyCache, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
     """Rows of a sorted key space that the key predicate admits, by binary search."""
     if isinstance(pred, KeySet):
         if numeric_key(fields):
-            keys = cache.numeric(path, fields)
+            keys = cache.numeric(ks, fields)
             decoded = pa.array([decode_key(b, fields)[0] for b in pred.encoded.to_pylist()], fields[0].type)
             if pa.types.is_timestamp(decoded.type):
                 decoded = decoded.cast(pa.int64())  # numpy holds timestamps as their int64 value
             want = decoded.to_numpy(zero_copy_only=False).astype(keys.dtype)
             return np.unique(_exact(keys, want)).astype(np.int64)
-        m = predicate_mask(pred, cache.encoded(path, fields), fields)
+        m = predicate_mask(pred, cache.encoded(ks, fields), fields)
         return np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]
     r = predicate_bounds(pred, fields)
-    enc = cache.encoded(path, fields)
+    enc = cache.encoded(ks, fields)
     lo = 0 if r.lo is None else bisect.bisect_left(_Bytes(enc), r.lo)
     hi = len(enc) if r.hi is None else bisect.bisect_left(_Bytes(enc), r.hi)
     return np.arange(lo, max(lo, hi), dtype=np.int64)

@@ -317,7 +317,7 @@ def _sampled_boundaries(table: conch.Table, runs: list[Any], n: int, fields: lis
     per_run = max(64, (64 * n) // max(len(runs), 1))
     samples = []
     for ks in runs:
-        keys = cat.key_cache.keys(cat.storage.abspath(ks.path), fields)
+        keys = cat.key_cache.keys(ks, fields)
         step = max(1, keys.num_rows // per_run)
         samples.append(keys.take(pa.array(np.arange(0, keys.num_rows, step))))
     sample = pa.concat_tables(samples)

@@ -39,7 +39,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from conch.errors import CommitStateUnknownError, SchemaError, TableNotFoundError
-from conch.fragments import BLOB_SUFFIX
+from conch.fragments import BLOB_SUFFIX, StoredFile
 from conch.keys import check_unique_sorted
 from conch.schema import CHILD_KEY, Schema, is_child_level_type, join_path, normalize_type
 from conch.spark.source import Location, forget_table, open_table, split_list
@@ -301,7 +301,7 @@ def check_disjoint(table: Any, messages: list[ConchCommitMessage]) -> None:
     """
     with_cells = {op["key_space"] for m in messages for op in m.ops if op["op"] == "add_fragment"}
     runs = [
-        (op["level"], op["min_key"], op["max_key"], i, op["path"])
+        (op["level"], op["min_key"], op["max_key"], i, StoredFile(op["path"], op.get("checksum", "")))
         for i, m in enumerate(messages)
         for op in m.ops
         if op["op"] == "add_key_space" and op.get("kind", "data") == "data" and op["id"] in with_cells
@@ -320,7 +320,7 @@ def check_disjoint(table: Any, messages: list[ConchCommitMessage]) -> None:
         if len({r[3] for r in cluster}) < 2:
             continue  # one task's runs: stage_write already checked them
         fields = state.schema.key_fields(cluster[0][0])
-        keys = pa.concat_tables([cat.key_cache.keys(cat.storage.abspath(r[4]), fields) for r in cluster])
+        keys = pa.concat_tables([cat.key_cache.keys(r[4], fields) for r in cluster])
         order = pc.sort_indices(keys, [(f.name, "ascending") for f in fields])
         check_unique_sorted(keys.take(order))
 

@@ -83,14 +83,6 @@ class LocalStorage:
                 make_durable(d)  # the new directory's entry in its parent
         return p
 
-    # Transitional: the last callers that still want a local path (fragment writes and reads
-    # through the Vortex format). Removed once those go through `open`/`staged`.
-    def abspath(self, rel: str) -> str:
-        return str(self._path(rel))
-
-    def prepare(self, rel: str) -> str:
-        return str(self._prepare(rel))
-
     def open(self, path: str) -> LocalRangeReader:
         return LocalRangeReader(str(self._path(path)))
 
