@@ -1,12 +1,28 @@
-"""Shared fixtures: a fresh embedded warehouse per test."""
+"""Shared fixtures: a fresh embedded warehouse per test; suite-wide settings.
+
+Nothing may fail because the machine is loaded: hypothesis runs without deadlines everywhere
+(the `conch` profile), and no test asserts wall-clock time. The suite runs under pytest-xdist;
+every test that needs Spark is grouped onto one worker (`--dist loadgroup`), so a run starts one
+JVM, not one per worker.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import conch
+
+settings.register_profile("conch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("conch")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@
 The model is spec/000 and DESIGN §1 written as plainly as possible: a list of cells
 `(key, column, time, value)`, key existence events, and tombstones. Random partial-column
 upserts (with written nulls), deletes (whole subtrees), child-level writes, reopening from disk,
-and scans with key, column, time and value filtration are checked against it.
+flushes (snapshots), vacuums with no grace period, and scans with key, column, time and value
+filtration are checked against it. Column `p` holds binary values large enough to be stored out
+of line (blob files), so takes of blob values are checked too.
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import conch
 from conch.expr import Col, Expr, IsNull, Lit
 
-ROOT_COLS = {"a": pa.int64(), "b": pa.int64(), "g.x": pa.string()}
+ROOT_COLS = {"a": pa.int64(), "b": pa.int64(), "g.x": pa.string(), "p": pa.binary()}
 KEYS = st.integers(min_value=0, max_value=15)
 INTS = st.one_of(st.none(), st.integers(min_value=-5, max_value=5))
 STRS = st.one_of(st.none(), st.sampled_from(["p", "q", ""]))
+BLOBS = st.one_of(st.none(), st.binary(min_size=0, max_size=48))
 
 SCHEMA = pa.schema(
     [
         ("a", pa.int64()),
         ("b", pa.int64()),
         ("g", pa.struct([("x", pa.string())])),
+        ("p", pa.binary()),
         ("items", pa.list_(pa.struct([("$", pa.uint8()), ("v", pa.float64())]))),
     ]
 )
@@ -65,7 +69,7 @@ class Model:
             if keys is not None and not keys(k):
                 continue
             rec: dict[str, Any] = {}
-            all_cols = ["a", "b", "g.x"] if depth == 1 else ["v"]
+            all_cols = sorted(ROOT_COLS) if depth == 1 else ["v"]
             for c in all_cols:
                 best = None
                 for ck, cc, t, v in self.cells:
@@ -114,7 +118,8 @@ class TableMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="conch-model-")
-        self.opts = conch.WriteOptions(chunk_rows=5, fragment_bytes=48, large_value_bytes=1 << 30)
+        # large_value_bytes=8: most `p` values go to blob files
+        self.opts = conch.WriteOptions(chunk_rows=5, fragment_bytes=48, large_value_bytes=8)
         self.model = Model()
         self.times: list[int] = []
 
@@ -135,10 +140,11 @@ class TableMachine(RuleBasedStateMachine):
         table: dict[str, Any] = {"k": pa.array(keys, pa.int64())}
         values: dict[str, list[Any]] = {}
         for c in cols:
-            values[c] = data.draw(st.lists(STRS if c == "g.x" else INTS, min_size=len(keys), max_size=len(keys)))
-        for c in ("a", "b"):
+            strategy = {"g.x": STRS, "p": BLOBS}.get(c, INTS)
+            values[c] = data.draw(st.lists(strategy, min_size=len(keys), max_size=len(keys)))
+        for c in ("a", "b", "p"):
             if c in values:
-                table[c] = pa.array(values[c], pa.int64())
+                table[c] = pa.array(values[c], ROOT_COLS[c])
         if "g.x" in values:
             table["g"] = pa.StructArray.from_arrays([pa.array(values["g.x"], pa.string())], names=["x"])
         commit = self.t.write(pa.table(table))
@@ -193,6 +199,15 @@ class TableMachine(RuleBasedStateMachine):
         self.times.append(commit.time)
         for r in set(rows):
             self.model.tombs.append((r, commit.time))
+
+    @rule()
+    def flush(self) -> None:
+        self.t.flush()
+
+    @rule()
+    def vacuum(self) -> None:
+        """With no grace period: it must remove nothing a read (or time travel) needs."""
+        self.t.vacuum(older_than_seconds=0)
 
     @rule()
     def reopen(self) -> None:

@@ -161,17 +161,6 @@ def test_readme_walkthrough_runs(tmp_path: Path) -> None:
     assert "silence_ratio" in proc.stdout
 
 
-def test_import_conch_loads_no_optional_dependencies() -> None:
-    code = (
-        "import sys, conch\n"
-        "bad = [m for m in ('pyspark', 'pandas', 'polars', 'duckdb', 'http.server', 'requests', 'typer', 'rich') if m in sys.modules]\n"
-        "print(','.join(bad))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == ""
-
-
 @pytest.mark.parametrize("missing", ["pandas", "polars"])
 def test_missing_optional_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
     from conch._deps import optional_import
