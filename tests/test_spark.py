@@ -1,4 +1,4 @@
-"""The `conch` Spark data source: round trips, pushdown, distributed commits, time travel.
+"""The `conch` Spark data source: round trips, the `where` option, distributed commits, time travel.
 
 One local Spark session for the whole run (`conftest_spark.spark_session`); small data.
 """
@@ -153,12 +153,12 @@ def test_child_level_read_and_write(spark: Any, tmp_path: Path) -> None:
     assert len(got) == 16
 
 
-# ----- pushdown --------------------------------------------------------------------------------
+# ----- the `where` option ----------------------------------------------------------------------
 def metrics(directory: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in directory.glob("*.json")]
 
 
-def test_pushdown_removes_filters_and_prunes(spark: Any, tmp_path: Path) -> None:
+def test_where_option_prunes_by_stats_and_key_range(spark: Any, tmp_path: Path) -> None:
     cat = conch.connect(tmp_path / "wh")
     t = cat.create_table("t", [("id", pa.int64())])
     for run in range(4):  # four sorted runs with disjoint ids and score ranges: stats can prune
@@ -166,41 +166,37 @@ def test_pushdown_removes_filters_and_prunes(spark: Any, tmp_path: Path) -> None
         t.write({"id": ids, "score": [float(i) for i in ids], "name": [f"n{i % 10}" for i in ids]})
     path = str(tmp_path / "wh" / "t")
 
-    mdir = tmp_path / "m1"
-    df = spark.read.format("conch").option("metricsDir", str(mdir)).load(path)
-    q = df.filter((df.score >= 120) & (df.score < 150) & df.name.isNotNull())
-    assert not has_filter_node(plan_of(q)), plan_of(q)
-    assert sorted(r.id for r in q.collect()) == list(range(120, 150))
-    m = metrics(mdir)
+    def read(where: str, mdir: Path) -> Any:
+        return spark.read.format("conch").option("where", where).option("metricsDir", str(mdir)).load(path)
+
+    df = read("score >= 120 and score < 150 and name is not None", tmp_path / "m1")
+    assert not has_filter_node(plan_of(df))
+    assert sorted(r.id for r in df.collect()) == list(range(120, 150))
+    m = metrics(tmp_path / "m1")
     assert sum(x["fragments_pruned_by_stats"] for x in m) >= 1 or sum(x["key_spaces"] for x in m) < 4
 
-    mdir = tmp_path / "m2"
-    df = spark.read.format("conch").option("metricsDir", str(mdir)).load(path)
-    q = df.filter("id >= 250 and id < 260")  # a key filter: a key range, runs outside it are skipped
-    assert not has_filter_node(plan_of(q))
-    assert sorted(r.id for r in q.collect()) == list(range(250, 260))
-    m = metrics(mdir)
+    df = read("id >= 250 and id < 260", tmp_path / "m2")  # a key range: runs outside it are skipped
+    assert sorted(r.id for r in df.collect()) == list(range(250, 260))
+    m = metrics(tmp_path / "m2")
     assert sum(x["key_spaces"] for x in m) == 1
     assert sum(x["pruned"].get("key_spaces_span", 0) for x in m) >= 3
 
-    q = df.filter(df.name.startswith("n1") & df.id.isin(1, 11, 12, 300))  # LIKE stays in Spark
-    assert has_filter_node(plan_of(q))
-    assert sorted(r.id for r in q.collect()) == [1, 11]
+    # Key and value terms together, a Spark filter on top (LIKE: evaluated by Spark).
+    df = read("id in [1, 11, 12, 300] and score < 100", tmp_path / "m3")
+    assert sorted(r.id for r in df.filter(df.name.startswith("n1")).collect()) == [1, 11]
+    want = [i for i in t.scan(where=t["score"] < 100).to_arrow().column("id").to_pylist() if i in {1, 11, 12, 300}]
+    assert sorted(r.id for r in df.collect()) == want == [1, 11, 12]
 
 
-def test_filters_see_fresh_records_not_stale_cells(spark: Any, tmp_path: Path) -> None:
+def test_where_option_errors_name_the_problem(spark: Any, tmp_path: Path) -> None:
     cat = conch.connect(tmp_path / "wh")
-    t = cat.create_table("t", [("id", pa.int64())])
-    t.write({"id": [1, 2, 3], "x": [1.0, 1.0, 1.0]})
-    t.write({"id": [2], "x": [50.0]})  # key 2's stale x=1 must not match x < 10
-    t.write({"id": [3], "x": pa.array([None], pa.float64())})
-    df = spark.read.format("conch").load(str(tmp_path / "wh" / "t"))
-    assert sorted(r.id for r in df.filter("x < 10").collect()) == [1]
-    assert sorted(r.id for r in df.filter("x is null").collect()) == [3]
-    assert sorted(r.id for r in df.filter("not (x = 1)").collect()) == [2]
+    cat.create_table("t", [("id", pa.int64())]).write({"id": [1, 2], "x": [1.0, 2.0]})
+    path = str(tmp_path / "wh" / "t")
+    for where, words in [("id < 2 or x > 1", "mixes key columns"), ("nope > 1", "nope"), ("x >", "cannot parse")]:
+        with pytest.raises(Exception, match=words):
+            spark.read.format("conch").option("where", where).load(path).count()
 
 
-# ----- writes ----------------------------------------------------------------------------------
 def test_spark_and_python_writers_commit_concurrently(spark: Any, tmp_path: Path) -> None:
     cat = conch.connect(tmp_path / "wh")
     t = cat.create_table("t", [("id", pa.int64())], pa.schema([("v", pa.int64()), ("who", pa.string())]))
@@ -336,5 +332,13 @@ def test_columns_option_projects_groups(spark: Any, tmp_path: Path) -> None:
     df = spark.read.format("conch").option("columns", "audio.meta,x").load(str(tmp_path / "wh" / "t"))
     assert df.columns == ["id", "audio", "x"]
     assert df.filter(df.audio.meta.size == 3).count() == 4
-    assert not has_filter_node(plan_of(df.filter(df.audio.meta.size == 3)))
+    # Key columns may be named (they always come first) and filtered by `where`.
+    keyed = (
+        spark.read.format("conch")
+        .option("columns", "id,x")
+        .option("where", "id >= 2 and x < 3")
+        .load(str(tmp_path / "wh" / "t"))
+    )
+    assert keyed.columns == ["id", "x"]
+    assert [(r.id, r.x) for r in keyed.collect()] == [(2, 2.0)]
     assert os.path.isdir(tmp_path / "wh")

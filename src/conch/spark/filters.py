@@ -1,55 +1,49 @@
-"""Spark filters → Conch predicates (what `ConchReader.pushFilters` accepts).
+"""The `where` read option: a Conch filter fixed when the DataFrame is created.
 
-Spark hands a data source a list of filters that are implicitly AND-ed. Each is translated, or
-rejected (returned to Spark, which then keeps evaluating it in a `Filter` node):
+Why an option and not Spark's filter pushdown: PySpark 4.3 (classic) caches a Python source's
+planned reader — with its pushed filters and partitions — on the JVM object behind the
+DataFrame (`PythonDataSourceV2.readInfo`) and serves it to every later query of that DataFrame
+whose filters do not trigger a new pushdown, and to every scan of the same DataFrame within one
+query (the last pushdown wins). A reader that used pushed filters therefore answered
+`df.filter("x > 1").count()` and then `df.count()` with the same number, and a self-join of two
+filtered uses read one filter for both sides. No per-query information reaches a Python reader
+at read time, so the only filters a reader can safely apply are those that are part of the
+DataFrame itself: its options. Spark's own filters stay in Spark's plan (correct, not pruned).
 
-- a filter on a **value column** becomes a term of the scan's `where=` expression. Conch
-  evaluates it on fresh records (DESIGN §2), which are exactly the rows Spark would filter, so
-  the result is the same and Spark may drop the filter from its plan;
-- a filter on a **key column** becomes (a) a coarse `KeyRange` on the first key column, so the
-  scan skips key spaces and fragments outside it, and (b) an exact predicate evaluated on the
-  key columns of each output batch (keys are never stale, so this is exact);
-- string matching (`LIKE`: StartsWith / EndsWith / Contains) and anything on a column Conch
-  does not know are rejected.
+A `where` expression (Python syntax, `conch.expr.parse`) is split into AND terms:
 
-Comparisons follow SQL three-valued logic on both sides: `NOT (x = 1)` is null, not true, where
-`x` is null, so the row is dropped either way.
+- a term on **value columns only** goes to the scan's `where=`: evaluated on fresh records, never
+  on stale cells (DESIGN §2), with stats pruning and in-file pushdown where legal;
+- a term on **key columns only** becomes an exact filter on each output batch's key columns
+  (keys are never stale) and, where it bounds the first key column, a `KeyRange` that prunes
+  key spaces, fragments and read partitions;
+- a term mixing key and value columns (e.g. `id < 3 or x > 1`) is refused.
 
->>> from pyspark.sql.datasource import GreaterThan, IsNotNull
->>> t = FilterTranslator(["id"], {"silence_ratio": pa.float64()}, {"id": pa.uint64()})
->>> t.translate(GreaterThan(("silence_ratio",), 0.5))  # doctest: +SKIP
-(silence_ratio > 0.5)
+>>> split_where(parse("id >= 10 and x < 0.5"), [pa.field("id", pa.uint64())])  # doctest: +SKIP
+Pushed(where=(x < 0.5), key_filter=(id >= 10), key_range=KeyRange(start=(10,), end=None))
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import datasource as ds
 
-from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not
+from conch.errors import FilterSyntaxError
+from conch.expr import And, Cmp, Col, Expr, IsIn, Lit, columns, conjuncts
 from conch.keys import KeyRange
-from conch.spark.types import family
 
-_CMP: dict[type, str] = {
-    ds.EqualTo: "==",
-    ds.GreaterThan: ">",
-    ds.GreaterThanOrEqual: ">=",
-    ds.LessThan: "<",
-    ds.LessThanOrEqual: "<=",
-}
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "=="}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pushed:
-    """What the accepted filters add up to."""
+    """A `where` option split by what evaluates it."""
 
     where: Expr | None = None  # value filter, evaluated by the scan on fresh records
     key_filter: Expr | None = None  # exact filter on key columns, evaluated per output batch
     key_range: KeyRange | None = None  # coarse range on the first key column, for pruning
-    accepted: list[str] = field(default_factory=list)
 
 
 def and_all(terms: list[Expr]) -> Expr | None:
@@ -59,141 +53,85 @@ def and_all(terms: list[Expr]) -> Expr | None:
     return out
 
 
-class FilterTranslator:
-    """Translates Spark filters for one scan: its key names and its value columns' types."""
+def split_where(expr: Expr | None, key_fields: list[pa.Field]) -> Pushed:
+    """Split a filter into value terms, key terms and the first key column's range."""
+    if expr is None:
+        return Pushed()
+    key_names = {f.name for f in key_fields}
+    values: list[Expr] = []
+    keys: list[Expr] = []
+    for term in conjuncts(expr):
+        used = set(columns(term))
+        if used and used <= key_names:
+            keys.append(term)
+        elif used & key_names:
+            raise FilterSyntaxError(
+                f"filter term {term!r} mixes key columns {sorted(used & key_names)} with value columns "
+                f"{sorted(used - key_names)}; write key and value conditions as separate AND terms, or filter in Spark"
+            )
+        else:
+            values.append(term)
+    bound = _key_range(keys, key_fields[0]) if key_fields else None
+    return Pushed(and_all(values), and_all(keys), bound)
 
-    def __init__(self, key_names: list[str], columns: dict[str, pa.DataType], key_types: dict[str, pa.DataType]):
-        self.key_names = key_names
-        self.columns = columns  # column path relative to the scan level -> Arrow type
-        self.key_types = key_types
 
-    def _path(self, attribute: tuple[str, ...]) -> tuple[str, bool] | None:
-        """(path, is_key) of a filter's column, or None if Conch cannot evaluate it."""
-        if len(attribute) == 1 and attribute[0] in self.key_types:
-            return attribute[0], True
-        path = ".".join(attribute)
-        return (path, False) if path in self.columns else None
-
-    def _lit(self, value: Any, t: pa.DataType) -> Lit | None:
-        """A literal checked to convert exactly to the column's type (else the filter is rejected)."""
-        if isinstance(value, bytearray):
-            value = bytes(value)
-        if value is None:
-            return Lit(None)
-        try:
-            s = pa.scalar(value)
-            if family(s.type) != family(t):
-                return None  # e.g. a number against a string column: Spark's cast, not ours
-            if s.type != t:
-                s.cast(t, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
-            # Mixed numeric types still compare correctly in Arrow (e.g. 0.5 against an int column).
-            if not (_numeric(t) and isinstance(value, int | float)):
-                return None
-        return Lit(value)
-
-    def translate(self, f: ds.Filter) -> tuple[Expr, bool] | None:
-        """(Conch expression, is-a-key-filter) for one Spark filter, or None to reject it."""
-        if isinstance(f, ds.Not):
-            inner = self.translate(f.child)
-            return None if inner is None else (Not(inner[0]), inner[1])
-        found = self._path(f.attribute) if hasattr(f, "attribute") else None
-        if found is None:
-            return None
-        path, is_key = found
-        t = self.key_types[path] if is_key else self.columns[path]
-        col = Col(path)
-        if isinstance(f, ds.IsNull):
-            return IsNull(col), is_key
-        if isinstance(f, ds.IsNotNull):
-            return Not(IsNull(col)), is_key
-        value: Any = getattr(f, "value", None)
-        if type(f) in _CMP or isinstance(f, ds.EqualNullSafe):
-            if value is None:
-                # `x = null` is never true; `x <=> null` is `x is null`.
-                return (IsNull(col), is_key) if isinstance(f, ds.EqualNullSafe) else None
-            lit = self._lit(value, t)
-            if lit is None:
-                return None
-            return Cmp(_CMP.get(type(f), "=="), col, lit), is_key
-        if isinstance(f, ds.In):
-            lits = [self._lit(v, t) for v in value]
-            if any(lit is None for lit in lits):
-                return None
-            return IsIn(col, tuple(lit.value for lit in lits if lit is not None)), is_key
+def _key_range(terms: list[Expr], first: pa.Field) -> KeyRange | None:
+    """Bounds on the first key column implied by key terms (a superset: exactness comes from
+    the per-batch key filter)."""
+    lo: Any = None
+    hi: Any = None  # exclusive
+    for term in terms:
+        if isinstance(term, IsIn) and isinstance(term.operand, Col) and term.operand.path == first.name:
+            vs = list(term.values)
+            if not vs or not all(_fits(v, first.type) for v in vs):
+                continue
+            lo = min(vs) if lo is None else max(lo, min(vs))
+            nxt = _successor(max(vs), first.type)
+            if nxt is not None and (hi is None or nxt < hi):
+                hi = nxt
+            continue
+        cmp = _col_op_lit(term, first.name)
+        if cmp is None or not _fits(cmp[1], first.type):
+            continue
+        op, v = cmp
+        if op in (">", ">=", "==") and (lo is None or v > lo):
+            lo = v  # `>` keeps v itself: a superset, the exact filter drops it
+        if op == "<" and (hi is None or v < hi):
+            hi = v
+        elif op in ("<=", "=="):
+            nxt = _successor(v, first.type)
+            if nxt is not None and (hi is None or nxt < hi):
+                hi = nxt
+    if lo is None and hi is None:
         return None
-
-    def push(self, filters: list[ds.Filter]) -> tuple[Pushed, list[ds.Filter]]:
-        """Split `filters` into what Conch guarantees and the (same objects) Spark must keep."""
-        where: list[Expr] = []
-        keys: list[Expr] = []
-        rejected: list[ds.Filter] = []
-        pushed = Pushed()
-        for f in filters:
-            got = self.translate(f)
-            if got is None:
-                rejected.append(f)
-                continue
-            (keys if got[1] else where).append(got[0])
-            pushed.accepted.append(repr(f))
-        pushed.where = and_all(where)
-        pushed.key_filter = and_all(keys)
-        pushed.key_range = self._key_range(filters, rejected)
-        return pushed, rejected
-
-    def _key_range(self, filters: list[ds.Filter], rejected: list[ds.Filter]) -> KeyRange | None:
-        """Bounds on the first key column implied by accepted filters (a superset: exactness
-        comes from the per-batch key filter)."""
-        if not self.key_names:
-            return None
-        first = self.key_names[0]
-        lo: Any = None
-        hi: Any = None  # exclusive
-        for f in filters:
-            if any(f is r for r in rejected) or getattr(f, "attribute", None) != (first,):
-                continue
-            t = self.key_types[first]
-            values = f.value if isinstance(f, ds.In) else [getattr(f, "value", None)]
-            if not all(_fits(v, t) for v in values):
-                continue
-            if isinstance(f, ds.GreaterThan | ds.GreaterThanOrEqual | ds.EqualTo | ds.EqualNullSafe):
-                v = f.value
-                if v is not None and (lo is None or v > lo):
-                    lo = v
-            if isinstance(f, ds.LessThan):
-                v = f.value
-                if hi is None or v < hi:
-                    hi = v
-            elif isinstance(f, ds.LessThanOrEqual | ds.EqualTo | ds.EqualNullSafe):
-                v = _successor(f.value, t)
-                if v is not None and (hi is None or v < hi):
-                    hi = v
-            elif isinstance(f, ds.In) and f.value and None not in f.value:
-                vs = list(f.value)
-                lo = min(vs) if lo is None else max(lo, min(vs))
-                v = _successor(max(vs), t)
-                if v is not None and (hi is None or v < hi):
-                    hi = v
-        if lo is None and hi is None:
-            return None
-        return KeyRange(None if lo is None else (lo,), None if hi is None else (hi,))
+    return KeyRange(None if lo is None else (lo,), None if hi is None else (hi,))
 
 
-def _numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+def _col_op_lit(term: Expr, name: str) -> tuple[str, Any] | None:
+    """(op, literal) of `name <op> literal` (either side), or None."""
+    if not isinstance(term, Cmp) or term.op not in _FLIP:
+        return None
+    if isinstance(term.left, Col) and term.left.path == name and isinstance(term.right, Lit):
+        return term.op, term.right.value
+    if isinstance(term.right, Col) and term.right.path == name and isinstance(term.left, Lit):
+        return _FLIP[term.op], term.left.value
+    return None
 
 
 def _fits(v: Any, t: pa.DataType) -> bool:
+    """Whether `v` is a value of type `t` (a bound of another type would compare wrongly)."""
+    if v is None or isinstance(v, bool):
+        return False
     try:
         pa.array([v], t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError):
         return False
-    return v is not None
+    return True
 
 
 def _successor(v: Any, t: pa.DataType) -> Any:
     """The smallest value of the key type above `v`, where cheap to know (integers); else None."""
-    if v is None or not pa.types.is_integer(t) or not isinstance(v, int):
+    if not pa.types.is_integer(t) or not isinstance(v, int):
         return None
     nxt = v + 1
     try:

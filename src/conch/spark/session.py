@@ -1,8 +1,7 @@
 """A local Spark session with sensible defaults, and registration of the `conch` source.
 
 `session()` takes care of the traps listed in DESIGN §8: Python workers run this interpreter
-(`PYSPARK_PYTHON`), filter pushdown is enabled (a reader that implements `pushFilters` fails on
-*every* read without it), timestamps are UTC, and logging is quiet (a log4j2 file shipped with
+(`PYSPARK_PYTHON`), timestamps are UTC, and logging is quiet (a log4j2 file shipped with
 this package silences the per-task stack traces Spark prints for a failed Python task).
 
 >>> import conch.spark
@@ -19,8 +18,6 @@ import warnings
 from importlib import resources
 from typing import Any
 
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-
 
 def log4j_config() -> str:
     """Path of the quiet log4j2 configuration shipped as package data."""
@@ -28,11 +25,9 @@ def log4j_config() -> str:
 
 
 def register(spark: Any) -> Any:
-    """Register the `conch` data source with a session and enable filter pushdown (needed:
-    the reader implements `pushFilters`). Returns the session."""
+    """Register the `conch` data source with a session. Returns the session."""
     from conch.spark.source import ConchDataSource
 
-    spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(ConchDataSource)
     return spark
 
@@ -62,7 +57,6 @@ def session(
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
-        PUSHDOWN_CONF: "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "2g",
         # saveAsTable / CREATE TABLE would otherwise create ./spark-warehouse in the cwd

@@ -42,7 +42,7 @@ from conch.errors import CommitStateUnknownError, SchemaError, TableNotFoundErro
 from conch.fragments import BLOB_SUFFIX, StoredFile
 from conch.keys import check_unique_sorted
 from conch.schema import CHILD_KEY, Schema, is_child_level_type, join_path, normalize_type
-from conch.spark.source import Location, forget_table, open_table, split_list
+from conch.spark.common import Location, forget_table, open_table, option, split_list
 from conch.spark.types import arrow_schema, cast_batch, write_type
 from conch.storage import new_id
 from conch.txn import commit
@@ -65,17 +65,17 @@ class ConchCommitMessage(WriterCommitMessage):
 # ----- driver side: validate, evolve, create -------------------------------------------------
 def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool) -> ConchWriter:
     loc = Location.from_options(options)
-    level = options.get("level") or ""
-    merge = (options.get("mergeschema") or options.get("mergeSchema") or "false").lower() == "true"
+    level = option(options, "level") or ""
+    merge = (option(options, "mergeSchema") or "false").lower() == "true"
     df_schema = arrow_schema(schema)
-    forget_table(loc.warehouse, loc.table)  # the planner worker may hold a stale table object
+    forget_table(loc)  # the planner worker may hold a stale table object
     try:
-        table = open_table(loc.warehouse, loc.table)
+        table = open_table(loc)
     except TableNotFoundError:
-        keys = split_list(options.get("key"))
+        keys = split_list(option(options, "key"))
         if not keys:
             raise TableNotFoundError(
-                f"no table {loc.table!r} in {loc.warehouse}: create it first, or pass .option('key', 'id') "
+                f"no Conch table at {loc.path!r}: create it first, or pass .option('key', 'id') "
                 "to create it from the DataFrame's schema"
             ) from None
         table = _create(loc, df_schema, keys)
@@ -92,7 +92,7 @@ def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool)
         staged = StagedWrite(new_schema, state.schema, added)
         commit(table, staged, "schema", summary=f"add columns {[c.full_path for c in added]} (Spark mergeSchema)")
         target, unknown = target_schema(df_schema, table.state().schema, level)
-    chunk_rows = int(options.get("chunkrows") or options.get("chunkRows") or 0)
+    chunk_rows = int(option(options, "chunkRows") or 0)
     opts = table.catalog.write_options
     # One sorted run per task where memory allows (runs stay bounded by `chunk_bytes`): fewer,
     # larger runs make reads zip fewer key spaces and cut read partitions at run starts.
@@ -109,8 +109,8 @@ def _create(loc: Location, df_schema: pa.Schema, keys: tuple[str, ...]) -> Any:
     key_schema = pa.schema([_key_field(df_schema.field(k)) for k in keys])
     values = pa.schema([f for f in df_schema if f.name not in keys])
     connect(loc.warehouse).create_table(loc.table, key_schema, values, exist_ok=True)
-    forget_table(loc.warehouse, loc.table)
-    return open_table(loc.warehouse, loc.table)
+    forget_table(loc)
+    return open_table(loc)
 
 
 def _key_field(f: pa.Field) -> pa.Field:
@@ -237,7 +237,7 @@ class ConchWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        table = open_table(self.loc.warehouse, self.loc.table)
+        table = open_table(self.loc)
         files = _RecordingFiles(table.files, self.job)
         batches = (cast_batch(b, self.target) for b in iterator)
         try:
@@ -260,8 +260,8 @@ class ConchWriter(DataSourceArrowWriter):
         )
 
     def commit(self, messages: list[Any]) -> None:
-        forget_table(self.loc.warehouse, self.loc.table)
-        table = open_table(self.loc.warehouse, self.loc.table)
+        forget_table(self.loc)
+        table = open_table(self.loc)
         done = [m for m in messages if m is not None]
         files = [f for m in done for f in m.files]
         try:
@@ -288,7 +288,7 @@ class ConchWriter(DataSourceArrowWriter):
         remove_files(table, [p for p in job_files(table, self.job) if p.removesuffix(BLOB_SUFFIX) not in committed])
 
     def abort(self, messages: list[Any]) -> None:
-        table = open_table(self.loc.warehouse, self.loc.table)
+        table = open_table(self.loc)
         table.catalog.storage.write(_abort_marker(table, self.job), b"")
         paths = [f for m in messages if m is not None for f in m.files]
         remove_files(table, paths + job_files(table, self.job))
