@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from conch.errors import ColumnNotFoundError, KeyTypeError, SchemaError
@@ -117,7 +118,7 @@ def parse_key_schema(key_schema: Any) -> pa.Schema:
     if isinstance(key_schema, pa.Schema):
         fields = list(key_schema)
     elif isinstance(key_schema, Mapping):
-        fields = [pa.field(n, t) for n, t in key_schema.items()]
+        fields = [pa.field(n, as_arrow_type(n, t)) for n, t in key_schema.items()]
     elif isinstance(key_schema, Iterable) and not isinstance(key_schema, str | bytes):
         fields = []
         for item in key_schema:
@@ -125,7 +126,7 @@ def parse_key_schema(key_schema: Any) -> pa.Schema:
                 fields.append(item)
             else:
                 name, t = item
-                fields.append(pa.field(name, t))
+                fields.append(pa.field(name, as_arrow_type(name, t)))
     else:
         raise KeyTypeError(f"key_schema must be a pyarrow.Schema, list or dict, got {key_schema!r}")
     names = [f.name for f in fields]
@@ -135,6 +136,22 @@ def parse_key_schema(key_schema: Any) -> pa.Schema:
         if not n or n.startswith(RESERVED_PREFIX) or "." in n or n == CHILD_KEY:
             raise SchemaError(f"invalid key column name {n!r}: no dots, '$' or leading '__'")
     return pa.schema([pa.field(f.name, check_key_type(f.name, f.type), nullable=False) for f in fields])
+
+
+def as_arrow_type(name: str, t: Any) -> pa.DataType:
+    """An Arrow type from an Arrow type, a numpy dtype (`np.uint64`, `"uint64"`) or an alias."""
+    if isinstance(t, pa.DataType):
+        return t
+    try:
+        return pa.from_numpy_dtype(np.dtype(t))
+    except (TypeError, pa.ArrowNotImplementedError):
+        pass
+    if isinstance(t, str):
+        try:
+            return pa.type_for_alias(t)
+        except ValueError:
+            pass
+    raise KeyTypeError(f"column {name!r}: {t!r} is not a type; use a pyarrow type such as pa.uint64() or a numpy dtype")
 
 
 @dataclass(frozen=True)
