@@ -76,5 +76,5 @@ def test_vacuum_and_flush(warehouse: str) -> None:
 
 def test_negative_limit_is_a_usage_error(warehouse: str) -> None:
     out = cli(warehouse, "scan", "audio", "--limit", "-5")
-    assert out.returncode == 2 and "--limit" in out.stderr and "-5" in out.stderr
+    assert out.returncode == 2 and "--limit" in out.stderr and "greater than or equal to 0" in out.stderr
     assert cli(warehouse, "scan", "audio", "--limit", "0").returncode == 0
