@@ -72,3 +72,9 @@ def test_errors_are_readable_and_exit_nonzero(warehouse: str) -> None:
 def test_vacuum_and_flush(warehouse: str) -> None:
     assert "removed 0 files" in cli(warehouse, "vacuum", "audio", "--older-than", "0").stdout
     assert "snapshot at seq 3" in cli(warehouse, "flush", "audio").stdout  # vacuum logs an entry
+
+
+def test_negative_limit_is_a_usage_error(warehouse: str) -> None:
+    out = cli(warehouse, "scan", "audio", "--limit", "-5")
+    assert out.returncode == 2 and "--limit" in out.stderr and "greater than or equal to 0" in out.stderr
+    assert cli(warehouse, "scan", "audio", "--limit", "0").returncode == 0

@@ -294,8 +294,9 @@ def test_row_selection(t: conch.Table) -> None:
     assert sel.select(d=_.duration).scan().to_arrow(keys=False)["d"].to_pylist() == [30.0, 15.0, 20.0]
     sub = t.scenes.clips[pa.table({"scenes": ["s1", "s2"], "scenes.clips": ["c2", "c3"]})].frames
     assert sub.select(rgb=_.rgb).scan().to_arrow(keys=False)["rgb"].to_pylist() == [b"f2", b"f3"]
-    with pytest.raises(conch.InvalidKeyError, match="sorted"):
-        t.scenes[["s2", "s1"]]
+    # Any order and repeats, like the core's keys= (issue 8 item 14): rows come back in key order.
+    unsorted = t.scenes[["s2", "s1", "s2"]].select(loc=_.location).scan().to_arrow(keys=False)
+    assert unsorted["loc"].to_pylist() == ["downtown", "highway"]
     # A seek: the plan shows the pinned prefix.
     assert "seek prefix ('s1',)" in s1_clips.select(d=_.duration).explain()
 

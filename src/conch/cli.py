@@ -185,7 +185,7 @@ def scan(
     asof: Annotated[str | None, typer.Option(help="Commit time (µs) or ISO time, inclusive")] = None,
     since: Annotated[str | None, typer.Option(help="Commit time (µs) or ISO time, inclusive")] = None,
     level: Annotated[str | None, typer.Option(help="Child level, e.g. scenes.clips")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most this many rows")] = None,
+    limit: Annotated[int | None, typer.Option(min=0, help="At most this many rows (>= 0)")] = None,
     format: Annotated[str, typer.Option("--format", help="table | csv | json | parquet")] = "table",
     output: Annotated[Path | None, typer.Option(help="File to write (csv/json/parquet)")] = None,
     explain: Annotated[bool, typer.Option(help="Print the plan and what the scan read")] = False,

@@ -71,3 +71,8 @@ class TimeTravelError(ConchError, ValueError):
 
 class MissingDependencyError(ConchError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+# ----- input validation (h4) -------------------------------------------------------------------
+class InvalidArgumentError(ConchError, ValueError):
+    """An argument is out of its range or of the wrong kind (`scan(limit=-1)`)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -36,22 +37,22 @@ class Expr:
         return Not(self)
 
     def __eq__(self, other: object) -> Expr:  # type: ignore[override]
-        return Cmp("==", self, _expr(other))
+        return _cmp("==", self, other)
 
     def __ne__(self, other: object) -> Expr:  # type: ignore[override]
-        return Cmp("!=", self, _expr(other))
+        return _cmp("!=", self, other)
 
     def __lt__(self, other: Any) -> Expr:
-        return Cmp("<", self, _expr(other))
+        return _cmp("<", self, other)
 
     def __le__(self, other: Any) -> Expr:
-        return Cmp("<=", self, _expr(other))
+        return _cmp("<=", self, other)
 
     def __gt__(self, other: Any) -> Expr:
-        return Cmp(">", self, _expr(other))
+        return _cmp(">", self, other)
 
     def __ge__(self, other: Any) -> Expr:
-        return Cmp(">=", self, _expr(other))
+        return _cmp(">=", self, other)
 
     def __hash__(self) -> int:
         return id(self)
@@ -69,7 +70,9 @@ class Expr:
 
     def isin(self, values: Iterable[Any]) -> Expr:
         """True where the value is one of `values` (null stays null, as in SQL)."""
-        return IsIn(self, tuple(values))
+        e = IsIn(self, tuple(values))
+        check_types(e, lambda c: c.dtype())
+        return e
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -80,6 +83,10 @@ class Col(Expr):
 
     def __repr__(self) -> str:
         return self.path
+
+    def dtype(self) -> pa.DataType | None:
+        """The column's Arrow type when known (a column bound to a table), else None."""
+        return None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -147,6 +154,76 @@ def _expr(v: Any) -> Expr:
     return v if isinstance(v, Expr) else Lit(v)
 
 
+def _cmp(op: str, left: Expr, right: Any) -> Cmp:
+    """A comparison; checked now when its column knows its type (`t["x"]`), else when planned."""
+    e = Cmp(op, left, _expr(right))
+    check_types(e, lambda c: c.dtype())
+    return e
+
+
+def check_types(e: Expr, type_of: Callable[[Col], pa.DataType | None]) -> None:
+    """Raise `ExpressionError` where a comparison or `isin` pits a column against a literal (or
+    column) of another kind: `t["x"] > "abc"` on a number, `t["s"] > 1` on a string.
+
+    `type_of(col)` gives the column's Arrow type, or None when unknown (that term is not checked).
+    """
+    if isinstance(e, Cmp):
+        if isinstance(e.left, Col) and isinstance(e.right, Col):
+            lt, rt = type_of(e.left), type_of(e.right)
+            if lt is not None and rt is not None and _kind(lt) != _kind(rt) and "other" not in (_kind(lt), _kind(rt)):
+                raise ExpressionError(f"cannot compare {e.left.path!r} ({lt}) with {e.right.path!r} ({rt}): {e!r}")
+            return
+        norm = col_op_lit(e)
+        if norm is not None:
+            col = e.left if isinstance(e.left, Col) else e.right
+            _check_literal(col, type_of(col), norm[2], e)  # type: ignore[arg-type]
+    elif isinstance(e, IsIn) and isinstance(e.operand, Col):
+        t = type_of(e.operand)
+        for v in e.values:
+            _check_literal(e.operand, t, v, e)
+    elif isinstance(e, And | Or):
+        check_types(e.left, type_of)
+        check_types(e.right, type_of)
+    elif isinstance(e, Not | IsNull):
+        check_types(e.operand, type_of)
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_boolean(t):
+        return "bool"
+    return "other"
+
+
+_LITERAL_KINDS: dict[str, tuple[type, ...]] = {
+    "number": (int, float, np.integer, np.floating, Decimal),
+    "string": (str,),
+    "bool": (bool, np.bool_),
+}
+
+
+def _check_literal(col: Col, t: pa.DataType | None, value: Any, e: Expr) -> None:
+    if t is None or value is None:
+        return
+    kind = _kind(t)
+    if kind in _LITERAL_KINDS:
+        ok = isinstance(value, _LITERAL_KINDS[kind]) and not (kind == "number" and isinstance(value, bool | np.bool_))
+    else:
+        try:
+            pa.scalar(value).cast(t)
+            ok = True
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
+            ok = False
+    if not ok:
+        want = {"number": "a number", "string": "a str", "bool": "a bool"}.get(kind, f"a value castable to {t}")
+        raise ExpressionError(
+            f"cannot compare column {col.path!r} ({t}) with {value!r} ({type(value).__name__}) in {e!r}: use {want}"
+        )
+
+
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _ARROW = {
     "==": pc.equal,
@@ -203,7 +280,8 @@ def evaluate(e: Expr, get: Callable[[str], pa.Array]) -> pa.Array:
         return pc.is_null(evaluate(e.operand, get))
     if isinstance(e, IsIn):
         arr = evaluate(e.operand, get)
-        res = pc.is_in(arr, value_set=pa.array(list(e.values), type=arr.type))
+        values = pa.array(list(e.values), type=arr.type)
+        res = pc.is_in(computable(arr), value_set=computable(values))
         # SQL: `null IN (...)` is null, not false.
         return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), res)
     raise ExpressionError(f"cannot evaluate {e!r}")
@@ -215,7 +293,14 @@ def _align(left: Any, right: Any) -> tuple[Any, Any]:
         right = _cast_scalar(right, left.type)
     elif isinstance(left, pa.Scalar) and isinstance(right, pa.Array | pa.ChunkedArray):
         left = _cast_scalar(left, right.type)
-    return left, right
+    return computable(left), computable(right)
+
+
+def computable(v: Any) -> Any:
+    """`v` with float16 widened to float32 (exactly): Arrow has no compute kernels for float16."""
+    if isinstance(v, pa.Array | pa.ChunkedArray | pa.Scalar) and pa.types.is_float16(v.type):
+        return v.cast(pa.float32())
+    return v
 
 
 def _cast_scalar(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:

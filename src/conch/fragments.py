@@ -447,6 +447,8 @@ def column_stats(col: pa.ChunkedArray | pa.Array) -> tuple[Any, Any, int]:
     """(min, max, null_count) of a column; min/max are None where the type has no order."""
     t = col.type
     nulls = col.null_count
+    if pa.types.is_float16(t):  # no Arrow kernels for float16; float32 holds it exactly
+        col = col.cast(pa.float32())
     if not has_order(t) or len(col) == nulls:
         return None, None, nulls
     if (pa.types.is_string(t) or pa.types.is_binary(t)) and len(col) > 0:

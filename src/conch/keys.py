@@ -103,6 +103,27 @@ def check_unique_sorted(keys: pa.Table) -> None:
         )
 
 
+def sort_indices(keys: pa.Table) -> pa.Array:
+    """Row order that sorts `keys` by all its columns, ascending (stable).
+
+    float16 columns are sorted as float32 (exact and order-preserving): Arrow cannot sort float16.
+    """
+    widened = [c.cast(pa.float32()) if pa.types.is_float16(c.type) else c for c in keys.columns]
+    table = pa.table(widened, names=[f"k{i}" for i in range(len(widened))])
+    return pc.sort_indices(table, [(n, "ascending") for n in table.column_names])
+
+
+def sorted_unique(keys: pa.Table) -> pa.Table:
+    """The distinct rows of `keys`, sorted."""
+    keys = keys.take(sort_indices(keys))
+    if keys.num_rows < 2:
+        return keys
+    same = np.ones(keys.num_rows - 1, dtype=bool)
+    for col in keys.columns:
+        same &= equal_adjacent(col)
+    return keys.filter(pa.array(np.concatenate([[True], ~same])))
+
+
 def strictly_increasing(keys: pa.Table) -> bool:
     """True when rows are already sorted by key with no repeats (one key column; else False).
 

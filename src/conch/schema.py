@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from conch.errors import ColumnNotFoundError, KeyTypeError, SchemaError
@@ -117,7 +118,7 @@ def parse_key_schema(key_schema: Any) -> pa.Schema:
     if isinstance(key_schema, pa.Schema):
         fields = list(key_schema)
     elif isinstance(key_schema, Mapping):
-        fields = [pa.field(n, t) for n, t in key_schema.items()]
+        fields = [pa.field(n, as_arrow_type(n, t)) for n, t in key_schema.items()]
     elif isinstance(key_schema, Iterable) and not isinstance(key_schema, str | bytes):
         fields = []
         for item in key_schema:
@@ -125,7 +126,7 @@ def parse_key_schema(key_schema: Any) -> pa.Schema:
                 fields.append(item)
             else:
                 name, t = item
-                fields.append(pa.field(name, t))
+                fields.append(pa.field(name, as_arrow_type(name, t)))
     else:
         raise KeyTypeError(f"key_schema must be a pyarrow.Schema, list or dict, got {key_schema!r}")
     names = [f.name for f in fields]
@@ -135,6 +136,22 @@ def parse_key_schema(key_schema: Any) -> pa.Schema:
         if not n or n.startswith(RESERVED_PREFIX) or "." in n or n == CHILD_KEY:
             raise SchemaError(f"invalid key column name {n!r}: no dots, '$' or leading '__'")
     return pa.schema([pa.field(f.name, check_key_type(f.name, f.type), nullable=False) for f in fields])
+
+
+def as_arrow_type(name: str, t: Any) -> pa.DataType:
+    """An Arrow type from an Arrow type, a numpy dtype (`np.uint64`, `"uint64"`) or an alias."""
+    if isinstance(t, pa.DataType):
+        return t
+    try:
+        return pa.from_numpy_dtype(np.dtype(t))
+    except (TypeError, pa.ArrowNotImplementedError):
+        pass
+    if isinstance(t, str):
+        try:
+            return pa.type_for_alias(t)
+        except ValueError:
+            pass
+    raise KeyTypeError(f"column {name!r}: {t!r} is not a type; use a pyarrow type such as pa.uint64() or a numpy dtype")
 
 
 @dataclass(frozen=True)
@@ -167,26 +184,32 @@ class Schema:
         by_path = dict(self._by_path)
         next_id = self.next_column_id
         added: list[Column] = []
+        kinds = self.path_kinds()
         for kind, lvl, path, t in _walk(fields, level, ""):
             if kind == "level":
                 existing = levels.get(path)
                 key_t = check_key_type(f"{path}.$", t)
                 if existing is None:
-                    if path in by_path:
-                        raise SchemaError(f"{path!r} is a column; it cannot become a child level")
+                    _claim(kinds, path, "level")
                     levels[path] = Level(path, lvl, (pa.field(CHILD_KEY, key_t, nullable=False),))
                 elif existing.own_key[0].type != key_t and not _castable(key_t, existing.own_key[0].type):
                     raise SchemaError(f"level {path!r} is keyed by {existing.own_key[0].type}, got {key_t}")
                 continue
             full = join_path(lvl, path)
             t = normalize_type(t)
+            groups = path.split(".")[:-1]
+            for i in range(len(groups)):
+                _claim(kinds, join_path(lvl, *groups[: i + 1]), "group")
+            _claim(kinds, full, "column")
             col = by_path.get(full)
             if col is not None:
                 if col.type != t and not _castable(t, col.type):
-                    raise SchemaError(f"column {full!r} has type {col.type}; cannot write {t} to it")
+                    raise SchemaError(
+                        f"column {full!r} has type {col.type}; cannot write {t} to it "
+                        f"(cast the values to {col.type}, or write a new column)"
+                    )
                 continue
-            if full in levels:
-                raise SchemaError(f"{full!r} is a child level; it cannot become a column")
+            check_value_type(full, t)
             col = Column(next_id, lvl, path, t)
             next_id += 1
             columns.append(col)
@@ -195,6 +218,20 @@ class Schema:
         if not added and len(levels) == len(self.levels):
             return self, []
         return Schema(self.key_schema, levels, tuple(columns), next_id), added
+
+    def path_kinds(self) -> dict[str, str]:
+        """Every full path of the tree → "level", "group" or "column".
+
+        A path is exactly one of these, forever: a table whose writes made one path both (before
+        Conch refused that) is reported by `nest` with a typed error, never a wrong tree.
+        """
+        kinds = {lvl.path: "level" for lvl in self.levels.values() if lvl.path}
+        for c in self.columns:
+            parts = c.path.split(".")
+            for i in range(1, len(parts)):
+                kinds.setdefault(join_path(c.level, *parts[:i]), "group")
+            kinds[c.full_path] = "column"
+        return kinds
 
     # ----- lookups ----------------------------------------------------------------------
     def level(self, path: str) -> Level:
@@ -329,6 +366,50 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     return any(f(src) for f in numeric) and any(f(dst) for f in numeric)
 
 
+_ARTICLE = {"level": "a child level", "group": "a column group (struct)", "column": "a column"}
+
+
+def _claim(kinds: dict[str, str], path: str, kind: str) -> None:
+    """Record that `path` is a `kind`; `SchemaError` if it already is something else."""
+    have = kinds.setdefault(path, kind)
+    if have != kind:
+        raise SchemaError(
+            f"{path!r} is {_ARTICLE[have]} of the table; it cannot also be {_ARTICLE[kind]}. "
+            f"Write it under another name (a path is a column, a group or a level, never two of them)"
+        )
+
+
+def check_value_type(path: str, t: pa.DataType) -> None:
+    """Refuse value types Conch cannot store (`SchemaError`, before any file is written).
+
+    Vortex 0.90 has no encoding for durations, intervals, unions or fixed-size binary; the
+    message says which type to write instead.
+    """
+    bad = _unstorable(t)
+    if bad is not None:
+        raise SchemaError(f"column {path!r} has type {t}: {bad}")
+
+
+def _unstorable(t: pa.DataType) -> str | None:
+    if pa.types.is_duration(t):
+        return "durations are not storable; write them as int64 (in the duration's unit)"
+    if pa.types.is_interval(t):
+        return "intervals are not storable; write months, days and nanoseconds as a struct of int columns"
+    if pa.types.is_union(t):
+        return "unions are not storable; write each alternative as its own nullable column"
+    if pa.types.is_fixed_size_binary(t):
+        return "fixed-size binary is not storable; write it as binary"
+    if isinstance(t, pa.ExtensionType):
+        return _unstorable(t.storage_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _unstorable(t.value_type)
+    if pa.types.is_map(t):
+        return _unstorable(t.key_type) or _unstorable(t.item_type)
+    if pa.types.is_struct(t):
+        return next((r for r in (_unstorable(f.type) for f in t) if r is not None), None)
+    return None
+
+
 def _walk(fields: Iterable[pa.Field], level: str, group: str) -> Iterator[tuple[str, str, str, pa.DataType]]:
     """Yield ("level", parent, level_path, key_type) and ("column", level, path, type)."""
     seen: set[str] = set()
@@ -352,11 +433,25 @@ def _walk(fields: Iterable[pa.Field], level: str, group: str) -> Iterator[tuple[
             yield "column", level, join_path(group, f.name), t
 
 
-def nest(columns: Iterable[Column], prefix: str = "") -> dict[str, Any]:
-    """Columns as a tree of their dotted paths below `prefix` (groups → dicts, leaves → columns)."""
+def nest(columns: Iterable[Column], prefix: str = "", clashes: bool = False) -> dict[str, Any]:
+    """Columns as a tree of their dotted paths below `prefix` (groups → dicts, leaves → columns).
+
+    A path that is both a column and a group (only in tables written before Conch refused that)
+    raises `SchemaError` naming it; with `clashes=True` (for display) such a column is shown
+    beside its group as `"<name> [column]"`.
+    """
+    cols = list(columns)
+    groups = {c.path.rsplit(".", i)[0] for c in cols for i in range(1, c.path.count(".") + 1)}
     tree: dict[str, Any] = {}
-    for c in columns:
+    for c in cols:
         parts = c.path[len(prefix) :].split(".")
+        if c.path in groups:
+            if not clashes:
+                raise SchemaError(
+                    f"{c.full_path!r} is both a column and a column group (written by a Conch that did not "
+                    f"refuse that); read them one at a time: scan({c.full_path!r}) and scan('{c.full_path}.<name>')"
+                )
+            parts[-1] += " [column]"
         node = tree
         for p in parts[:-1]:
             node = node.setdefault(p, {})
@@ -414,7 +509,7 @@ def type_name(t: pa.DataType) -> str:
 
 def _render_level(schema: Schema, level: str, indent: str) -> Iterator[str]:
     entries: list[tuple[str, Any]] = []
-    tree = nest(schema.columns_of(level))
+    tree = nest(schema.columns_of(level), clashes=True)
     for name, node in tree.items():
         entries.append(("node", (name, node)))
     for child in schema.children(level):

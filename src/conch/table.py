@@ -35,6 +35,11 @@ class TableColumn(Col):
         object.__setattr__(self, "path", path)
         object.__setattr__(self, "table", table)
 
+    def dtype(self) -> pa.DataType | None:
+        """The column's type (None for a group), so comparisons are type-checked when built."""
+        schema = self.table.state().schema
+        return schema.column(self.path).type if schema.has_column(self.path) else None
+
 
 class TableSchema:
     """A table's schema tree; prints in the style of spec/002."""

@@ -26,13 +26,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from conch.errors import SchemaError
 from conch.fragments import BLOB_SUFFIX, VortexFormat, blob_storable, column_name, column_stats, encode_stats
-from conch.keys import check_unique_sorted, encode_keys, key_table, strictly_increasing, validate_key_columns
+from conch.inputs import read_input, split_levels, value_fields
+from conch.keys import (
+    check_unique_sorted,
+    encode_keys,
+    key_table,
+    sort_indices,
+    sorted_unique,
+    strictly_increasing,
+    validate_key_columns,
+)
 from conch.manifest import TableState
-from conch.schema import CHILD_KEY, Column, Schema, is_child_level_type, join_path, normalize_type
+from conch.schema import Column, Schema, join_path, normalize_type
 from conch.storage import LocalStorage, new_id
 
 
@@ -85,39 +93,6 @@ class TableFiles:
         return f"{self.table_id}/cg/{gdir}/{frag_id}{self.format.suffix}"
 
 
-# ----- input normalisation --------------------------------------------------------------------
-def to_record_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-    """Accept Arrow tables/batches/readers, lists of dicts, dicts of lists, pandas and Polars."""
-    if isinstance(data, pa.RecordBatchReader):
-        return data.schema, iter(data)
-    if isinstance(data, pa.RecordBatch):
-        return data.schema, iter([data])
-    if isinstance(data, pa.Table):
-        return data.schema, iter(data.to_batches())
-    if isinstance(data, list):
-        if data and not all(isinstance(r, dict) for r in data):
-            raise SchemaError("a list written to a table must hold dicts (one per row)")
-        t = pa.Table.from_pylist(data)
-        return t.schema, iter(t.to_batches())
-    if isinstance(data, dict):
-        t = pa.table(data)
-        return t.schema, iter(t.to_batches())
-    mod = type(data).__module__.split(".")[0]
-    if mod == "pandas":
-        t = pa.Table.from_pandas(data, preserve_index=False)
-        return t.schema, iter(t.to_batches())
-    if mod == "polars":
-        t = data.to_arrow()
-        return t.schema, iter(t.to_batches())
-    if hasattr(data, "__arrow_c_stream__"):
-        reader = pa.RecordBatchReader.from_stream(data)
-        return reader.schema, iter(reader)
-    raise SchemaError(
-        f"cannot write {type(data).__name__}: pass a pyarrow Table/RecordBatch/RecordBatchReader, "
-        "a list of dicts, a dict of lists, or a pandas/Polars DataFrame"
-    )
-
-
 def chunks(batches: Iterator[pa.RecordBatch], opts: WriteOptions) -> Iterator[pa.Table]:
     """Group record batches into tables of bounded rows and bytes."""
     pending: list[pa.RecordBatch] = []
@@ -135,67 +110,6 @@ def chunks(batches: Iterator[pa.RecordBatch], opts: WriteOptions) -> Iterator[pa
         yield pa.Table.from_batches(pending)
 
 
-# ----- splitting a nested chunk into flat per-level tables -------------------------------------
-def value_fields(input_schema: pa.Schema, key_names: list[str]) -> list[pa.Field]:
-    """The non-key fields of an input schema: the subtree a write adds to the schema."""
-    fields = []
-    for f in input_schema:
-        if f.name in key_names:
-            continue
-        if pa.types.is_null(f.type):
-            continue  # all-null column of unknown type: only written if the schema knows it
-        fields.append(f.with_type(normalize_type(f.type)))
-    return fields
-
-
-def split_levels(table: pa.Table, schema: Schema, level: str) -> dict[str, pa.Table]:
-    """A chunk at `level` → {level: flat table of key columns + leaf columns by path}."""
-    keys = schema.key_names(level)
-    out: dict[str, pa.Table] = {}
-    _split(table, schema, level, keys, out)
-    return out
-
-
-def _split(table: pa.Table, schema: Schema, level: str, keys: list[str], out: dict[str, pa.Table]) -> None:
-    cols: dict[str, pa.ChunkedArray] = {k: table.column(k) for k in keys}
-    for f in table.schema:
-        if f.name in keys:
-            continue
-        col = table.column(f.name)
-        if is_child_level_type(f.type):
-            child = join_path(level, f.name)
-            child_keys = [*keys, child]
-            arr = col.combine_chunks()
-            parents = pc.list_parent_indices(arr)
-            values = pc.list_flatten(arr)
-            present = pc.is_valid(values)
-            parents = pc.filter(parents, present)
-            values = pc.filter(values, present)
-            child_cols = {k: pc.take(table.column(k), parents) for k in keys}
-            for sub in values.type:
-                name = child if sub.name == CHILD_KEY else sub.name
-                child_cols[name] = values.field(sub.name)
-            _split(pa.table(child_cols), schema, child, child_keys, out)
-        elif pa.types.is_struct(f.type) and not isinstance(f.type, pa.ExtensionType):
-            for path, leaf in _flatten_struct(f.name, col):
-                cols[path] = leaf
-        else:
-            cols[f.name] = col
-    out[level] = pa.table(cols)
-
-
-def _flatten_struct(prefix: str, col: pa.ChunkedArray) -> Iterator[tuple[str, pa.ChunkedArray]]:
-    # StructArray.flatten() folds the struct's validity into its children: a null struct writes
-    # null cells for all of its leaves.
-    for i, sub in enumerate(col.type):
-        child = pa.chunked_array([c.flatten()[i] for c in col.chunks], type=sub.type)
-        path = f"{prefix}.{sub.name}"
-        if pa.types.is_struct(sub.type) and not isinstance(sub.type, pa.ExtensionType):
-            yield from _flatten_struct(path, child)
-        else:
-            yield path, child
-
-
 # ----- writing runs ---------------------------------------------------------------------------
 def stage_write(
     files: TableFiles,
@@ -208,12 +122,8 @@ def stage_write(
     """Write the files of an upsert of `data` at `level` and return the operations to commit."""
     opts = opts or WriteOptions()
     base = state.schema
-    input_schema, batches = to_record_batches(data)
-    base.level(level)  # raises SchemaError naming the known levels
+    input_schema, batches = read_input(data, base, level)
     level_keys = base.key_names(level)
-    missing = [k for k in level_keys if k not in input_schema.names]
-    if missing:
-        raise SchemaError(f"write is missing key column(s) {missing}; key columns are {level_keys}")
     new_fields = value_fields(input_schema, level_keys)
     schema, added = base.extend(new_fields, level)
     if added and not evolve:
@@ -223,7 +133,6 @@ def stage_write(
     staged = StagedWrite(schema, base, added, base_seq=state.seq)
     runs: dict[str, list[pa.Table]] = {}
     for chunk in chunks(batches, opts):
-        chunk = _drop_unknown_nulls(chunk, schema, level, level_keys)
         per_level = split_levels(chunk, schema, level)
         for lvl, flat in per_level.items():
             if flat.num_rows == 0:
@@ -238,28 +147,13 @@ def stage_write(
     for key_tables in runs.values():
         if len(key_tables) > 1:  # duplicates across chunks of one write
             all_keys = pa.concat_tables(key_tables)
-            check_unique_sorted(
-                all_keys.take(pc.sort_indices(all_keys, [(n, "ascending") for n in all_keys.column_names]))
-            )
+            check_unique_sorted(all_keys.take(sort_indices(all_keys)))
     return staged
-
-
-def _drop_unknown_nulls(chunk: pa.Table, schema: Schema, level: str, keys: list[str]) -> pa.Table:
-    """Drop all-null columns of null type that the schema does not know (their type is unknown).
-
-    Key columns stay: a null key is an error that key validation reports.
-    """
-    keep = [
-        f.name
-        for f in chunk.schema
-        if not pa.types.is_null(f.type) or f.name in keys or schema.has_column(join_path(level, f.name))
-    ]
-    return chunk.select(keep) if len(keep) != chunk.num_columns else chunk
 
 
 def _distinct_sorted(keys: pa.Table, schema: Schema, level: str) -> pa.Table:
     keys = validate_key_columns(keys, schema.key_fields(level))
-    return keys.group_by(keys.column_names).aggregate([]).sort_by([(n, "ascending") for n in keys.column_names])
+    return sorted_unique(keys)
 
 
 def write_run(
@@ -270,8 +164,7 @@ def write_run(
     key_names = [f.name for f in key_fields]
     flat = validate_key_columns(flat, key_fields)
     if not strictly_increasing(flat.select(key_names)):
-        order = pc.sort_indices(flat, [(n, "ascending") for n in key_names])
-        flat = flat.take(order)
+        flat = flat.take(sort_indices(flat.select(key_names)))
         check_unique_sorted(flat.select(key_names))
     keys = flat.select(key_names)
     ks_id = write_key_space(files, schema, level, keys, staged)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from conch.errors import ColumnNotFoundError, ExpressionError, InvalidKeyError, LevelError
-from conch.keys import key_table
+from conch.keys import key_table, sorted_unique
 from conch.nested import nodes as N
 from conch.nested.nodes import Agg, Binary, Domain, Node, RekeyDomain, Unary, is_ancestor, level_name
 from conch.schema import join_path
@@ -327,17 +327,17 @@ class Expr:
             raise LevelError(f"{N.render(self.node)} has no level to evaluate at")
         return h
 
-    def scan(self, asof: Any = None) -> Any:
+    def scan(self, asof: Any = None, since: Any = None) -> Any:
         """Select this expression at its own level."""
         from conch.nested.query import Query
 
         if isinstance(self.node, N.Explode):
             from conch.nested.query import ExplodeScan
 
-            return ExplodeScan(self.node, asof)
+            return ExplodeScan(self.node, asof, since)
         d = self._home()
         name = self.node.path.rpartition(".")[2] if isinstance(self.node, N.Field) else "value"
-        return Query(d, {name: at_level(self, d)}).scan(asof=asof)
+        return Query(d, {name: at_level(self, d)}).scan(asof=asof, since=since)
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -480,9 +480,9 @@ class Path:
             spec = {f.name: _member(self.domain, f.name) for f in tree}
         return Query(self.domain, _nodes(spec, self.domain))
 
-    def scan(self, asof: Any = None) -> Any:
-        """Every field of the level."""
-        return self.select().scan(asof=asof)
+    def scan(self, asof: Any = None, since: Any = None) -> Any:
+        """Every field of the level; `asof` / `since` bound commit times as in `Table.scan`."""
+        return self.select().scan(asof=asof, since=since)
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -518,7 +518,7 @@ class Path:
 
     # --- row selection ------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Path:
-        """Pin the leftmost unbound key(s): a scalar, a sorted list, or a key table (a seek)."""
+        """Pin the leftmost unbound key(s): a scalar, a list (any order), or a key table (a seek)."""
         d = self.domain
         fields = d.table.state().schema.key_fields(d.level)
         p = d.bound
@@ -550,10 +550,8 @@ class Path:
             for name, col in zip(table.column_names, table.columns):
                 pins = pins.append_column(name, col)
             table = pins
-        table = key_table(table, fields[: table.num_columns])
-        sort = table.sort_by([(n, "ascending") for n in table.column_names])
-        if not sort.equals(table):
-            raise InvalidKeyError(f"selected keys must be sorted (got {table.slice(0, 5).to_pylist()} ...)")
+        # Like the core's `keys=`: any order, repeats ignored; the domain holds them sorted.
+        table = sorted_unique(key_table(table, fields[: table.num_columns]))
         return Path(replace(d, keys=table, pins=()))
 
     def __setitem__(self, key: Any, value: Any) -> None:

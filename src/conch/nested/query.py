@@ -24,9 +24,17 @@ class Query:
         self.domain = domain
         self.outputs = outputs
 
-    def scan(self, asof: Any = None, chunk_rows: int | None = None) -> NestedScan:
-        """Run the select. `chunk_rows` caps the rows read per level per chunk (memory bound)."""
-        return NestedScan(self, asof, chunk_rows)
+    def scan(self, asof: Any = None, chunk_rows: int | None = None, since: Any = None) -> NestedScan:
+        """Run the select. `asof` / `since` bound commit times as in `Table.scan` (cells outside
+        are not considered at any level); `chunk_rows` caps the rows read per level per chunk."""
+        return NestedScan(self, asof, chunk_rows, since)
+
+    def where(self, predicate: Any) -> Query:
+        """The same outputs over fewer rows: `level.select(...).where(p)` is
+        `level.where(p).select(...)` (`_` in `p` is the select's level)."""
+        from conch.nested.api import Path
+
+        return Query(Path(self.domain).where(predicate).domain, self.outputs)
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -56,9 +64,10 @@ class NestedScan:
     columns, giving exactly the tables printed in spec/002.
     """
 
-    def __init__(self, query: Query, asof: Any = None, chunk_rows: int | None = None) -> None:
+    def __init__(self, query: Query, asof: Any = None, chunk_rows: int | None = None, since: Any = None) -> None:
         self.query = query
         self.asof = asof
+        self.since = since
         self.chunk_rows = chunk_rows or DEFAULT_CHUNK_ROWS
         self._result: pa.Table | None = None
         self.chunks_run = 0  # chunks computed by the last run (for tests and explain)
@@ -77,7 +86,7 @@ class NestedScan:
     def _tables(self) -> Iterator[pa.Table]:
         """The result, one parent-aligned chunk at a time."""
         q = self.query
-        ex = Executor(q.domain.table, self.asof)
+        ex = Executor(q.domain.table, self.asof, self.since)
         ex.collect_domain(q.domain)
         for n in _leaves(q.outputs):
             ex.collect(n)
@@ -172,15 +181,15 @@ def _chain(scans: list[Any]) -> Iterator[pa.RecordBatch]:
 class ExplodeScan:
     """The rows of an exploded list column."""
 
-    def __init__(self, node: Explode, asof: Any = None) -> None:
-        self.node, self.asof = node, asof
+    def __init__(self, node: Explode, asof: Any = None, since: Any = None) -> None:
+        self.node, self.asof, self.since = node, asof, since
 
     def to_arrow(self) -> pa.Table:
         from conch.nested.exec import home
 
         d = home(self.node)
         assert isinstance(d, Domain)
-        ex = Executor(d.table, self.asof)
+        ex = Executor(d.table, self.asof, self.since)
         ex.collect(self.node)
         return ex.explode(self.node)
 

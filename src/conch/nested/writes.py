@@ -82,7 +82,26 @@ def rows_table(schema: Schema, level: str, rows: list[dict[str, Any]]) -> pa.Tab
     vt = _type_of(schema, level, "", values)
     key_fields = [keys[n] for n in keys if any(n in r for r in rows)]
     t = pa.struct([*key_fields, *vt])
-    return pa.Table.from_struct_array(pa.array(rows, type=t))
+    try:
+        return pa.Table.from_struct_array(pa.array(rows, type=t))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        raise _type_error(schema, level, t, rows) from e
+
+
+def _type_error(schema: Schema, level: str, t: pa.StructType, rows: list[dict[str, Any]]) -> SchemaError:
+    """A `SchemaError` naming the field whose values do not have the schema's type."""
+    for f in t:
+        values = [r.get(f.name) for r in rows]
+        try:
+            pa.array(values, type=f.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            where = join_path(level, f.name) if f.name not in schema.key_names(level) else f"key {f.name}"
+            bad = next((v for v in values if v is not None), None)
+            return SchemaError(
+                f"{where!r} has type {f.type}; cannot write {bad!r} ({type(bad).__name__}) to it ({e}); "
+                "a column's type never changes: write a value of that type, or a new column"
+            )
+    return SchemaError(f"records of level {level or '<root>'!r} do not match the schema's types {t}")
 
 
 def _key_row(d: Domain) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from conch._deps import optional_import
-from conch.errors import ConchError, CorruptFileError
+from conch.errors import ConchError, CorruptFileError, InvalidArgumentError
 from conch.scan.execute import ScanExecutor, ScanMetrics, output_schema
 from conch.scan.plan import ScanPlan, plan_scan
 from conch.schema import join_path
@@ -32,6 +32,8 @@ class Scan:
         level: str | None = None,
         limit: int | None = None,
     ) -> None:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidArgumentError(f"limit must be a non-negative number of rows, got {limit!r}")
         self.table = table
         state = table.state_at(asof)
         self._plan = plan_scan(state, columns, where=where, keys=keys, asof=asof, since=since, level=level)

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.expr import And, Expr, columns, conjuncts
+from conch.expr import And, Expr, columns, computable, conjuncts
 from conch.expr import mask as filter_mask
 from conch.fragments import ORDINAL, VortexFormat, column_name
 from conch.keys import KeySet, encode_keys
@@ -267,7 +267,7 @@ class ScanExecutor:
             names = [f.name for f in fields]
             tk = self.key_cache.keys(ts, fields)
             if len(names) == 1:
-                hit = pc.is_in(keys.column(names[0]), value_set=tk.column(0))
+                hit = pc.is_in(computable(keys.column(names[0])), value_set=computable(tk.column(0)))
             else:
                 if ts.level not in encoded_prefix:
                     encoded_prefix[ts.level] = encode_keys([keys.column(n) for n in names])

@@ -23,10 +23,18 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from conch.fragments import FileRef, VortexFormat
-from conch.keys import KeyPredicate, KeySet, decode_key, encode_keys, equal_adjacent, predicate_bounds, predicate_mask
+from conch.keys import (
+    KeyPredicate,
+    KeySet,
+    decode_key,
+    encode_keys,
+    equal_adjacent,
+    predicate_bounds,
+    predicate_mask,
+    sort_indices,
+)
 
 
 class KeyCache:
@@ -180,11 +188,7 @@ def merge_key_spaces(
     else:
         combined = pa.concat_tables([parts[i] for i in order_runs])
         seq = pa.array(np.arange(len(ks_all), dtype=np.int64))
-        order = np.asarray(
-            pc.sort_indices(
-                combined.append_column("__seq", seq), [*[(n, "ascending") for n in names], ("__seq", "ascending")]
-            )
-        )
+        order = np.asarray(sort_indices(combined.append_column("__seq", seq)))
         sorted_t = combined.take(pa.array(order))
         new = np.ones(len(order), dtype=bool)
         if len(order) > 1:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from conch.errors import ColumnNotFoundError, ExpressionError, LevelError, TimeTravelError
-from conch.expr import Expr, columns, rename
+from conch.expr import Expr, check_types, columns, rename
 from conch.keys import EncodedRange, KeyPredicate, predicate_bounds, span_overlaps, to_key_predicate
 from conch.manifest import Fragment, KeySpace, TableState
 from conch.schema import Column, Schema, join_path
@@ -126,6 +126,7 @@ def plan_scan(
             return p
 
         filt = rename(where, full)
+        check_types(filt, lambda c: schema.column(c.path).type if schema.has_column(c.path) else None)
         filt_cols = [schema.column(p) for p in columns(filt)]
         other = {c.level for c in filt_cols} - {lvl}
         if other:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch._deps import LazyModule
-from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit
+from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit, computable
 from conch.fragments import decode_stats
 from conch.manifest import Fragment
 
@@ -124,7 +124,7 @@ class StatsCache:
                 lo.append(None)
                 hi.append(None)
         try:
-            return pa.array(lo, t), pa.array(hi, t), nulls
+            return computable(pa.array(lo, t)), computable(pa.array(hi, t)), nulls
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             n = len(frs)
             return pa.nulls(n, t), pa.nulls(n, t), nulls
@@ -158,7 +158,7 @@ def may_match_many(
         if value is None:
             return np.zeros(n, dtype=bool)  # every comparison with null is null
         try:
-            lit = pa.scalar(value).cast(t)
+            lit = computable(pa.scalar(value).cast(t))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return np.ones(n, dtype=bool)
         if op == "<":
@@ -184,7 +184,7 @@ def may_match_many(
             if v is None:
                 continue
             try:
-                lit = pa.scalar(v).cast(t)
+                lit = computable(pa.scalar(v).cast(t))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 return np.ones(n, dtype=bool)
             res = pc.and_kleene(pc.less_equal(lo, lit), pc.greater_equal(hi, lit))
