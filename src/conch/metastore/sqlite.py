@@ -149,8 +149,8 @@ class SqliteMetastore:
         )
 
     def check(self) -> list[str]:
-        """Damage SQLite finds in the database file (`PRAGMA quick_check`); [] if none."""
-        return [r[0] for r in self._conn().execute("PRAGMA quick_check") if r[0] != "ok"]
+        """Damage SQLite finds in the database file (`PRAGMA integrity_check`); [] if none."""
+        return [r[0] for r in self._conn().execute("PRAGMA integrity_check") if r[0] != "ok"]
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
