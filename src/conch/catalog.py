@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from conch.errors import ConchError, ExpressionError, TableExistsError
 from conch.fragments import VortexFormat
+from conch.integrity import seal_json
 from conch.metastore import Metastore, SqliteMetastore, TableRecord
 from conch.metastore.sqlite import now_us
 from conch.scan import Scan
@@ -69,7 +70,9 @@ class Catalog:
         if isinstance(schema, dict):
             schema = pa.schema(list(schema.items()))
         tree = schema_from_arrow(keys, schema)
-        record = TableRecord(name, f"{name}-{new_id()[:8]}", now_us(), json.dumps({"schema": tree.to_json()}))
+        record = TableRecord(
+            name, f"{name}-{new_id()[:8]}", now_us(), seal_json(json.dumps({"schema": tree.to_json()}))
+        )
         try:
             self.metastore.create_table(record)
         except TableExistsError:

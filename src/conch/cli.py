@@ -1,6 +1,6 @@
 """The `conch` command line: browse tables, scan them, look at manifests and history.
 
-conch --warehouse W tables | schema T | history T | manifests T | scan T ... | vacuum T | demo
+conch --warehouse W tables | schema T | history T | manifests T | scan T ... | vacuum T | check T | demo
 conch --warehouse W ingest FILES -t T --key id | enrich T   (Spark pipelines: the `spark` extra)
 """
 
@@ -291,6 +291,17 @@ def vacuum(
     r = _catalog().table(table).vacuum(older_than, dry_run)
     verb = "would remove" if dry_run else "removed"
     console.print(f"{verb} {r.files_removed} files ({human_bytes(r.bytes_removed)}); kept {r.files_kept}")
+
+
+@app.command()
+def check(table: str) -> None:
+    """Verify every live file of a table against its checksums; exit 1 listing each problem."""
+    report = _catalog().table(table).check()
+    for p in report.problems:
+        print(f"{p.file}: {p.what}")
+    console.print(str(report).splitlines()[0], highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 @app.command()

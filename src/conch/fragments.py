@@ -8,6 +8,12 @@ they are immutable, so a cached footer never goes stale.
 The format is bound to a `Storage` and reads through its ranged readers: it never sees a local
 path, so fragments read the same from a directory or an object store. Readers are given a file
 reference (a `Fragment` or `KeySpace`: path + recorded checksum), never a bare path.
+
+Integrity (`conch.integrity`): every Vortex file ends with a block table whose digest is the
+file's recorded checksum, and reads go through a `VerifiedReader` that checks each 64 KiB block
+they touch; blob values are checked one by one against hashes kept in the blob index. Damage is a
+`CorruptFileError` naming the file. Files with checksum "" (written before checksums were
+recorded) have neither and are read unverified.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import pyarrow.compute as pc
 
 from conch._deps import LazyModule
 from conch.errors import CorruptFileError
+from conch.integrity import VerifiedReader, check_values, seal_file, value_hashes
 from conch.storage import RangeReader, Storage
 
 vx: Any = LazyModule("vortex")
@@ -57,7 +64,8 @@ class StoredFile:
 
 @dataclass(frozen=True, slots=True)
 class WrittenFile:
-    """A file just written: its size (Vortex file + blob file) and checksum, for the WAL op."""
+    """A file just written: its size (Vortex file + blob file) and checksum (the digest of its
+    block table, which also holds the blob values' hashes), for the WAL op."""
 
     bytes: int
     checksum: str = ""
@@ -70,8 +78,9 @@ class VortexFormat:
     chunks, so a take of 100 rows of 20 KB blobs read a whole 400 MB file (measured: see
     `docs/architecture.md`). Large-value columns (binary, utf8, fixed-size tensors) are therefore
     written to a `<fragment>.blobs` file of concatenated values, and the Vortex file holds
-    `c<id>.off` / `c<id>.len` in their place. A take reads the small index rows, then exactly
-    the taken values' bytes (adjacent ranges coalesced); filters never touch the blob file.
+    `c<id>.off` / `c<id>.len` / `c<id>.sum` (the value's hash) in their place. A take reads the
+    small index rows, then exactly the taken values' bytes (adjacent ranges coalesced) and checks
+    each against its hash; filters never touch the blob file.
     """
 
     name = "vortex"
@@ -79,8 +88,8 @@ class VortexFormat:
 
     def __init__(self, storage: Storage, cache_size: int = 1024, segment_cache_bytes: int = 256 << 20) -> None:
         self.storage = storage
-        # Open files hold no descriptor (see _CountingReader): the bound is for footer memory.
-        self._open: OrderedDict[str, tuple[Any, _CountingReader]] = OrderedDict()
+        # Open files hold no descriptor (see LocalRangeReader): the bound is for footer memory.
+        self._open: OrderedDict[str, tuple[Any, VerifiedReader | None]] = OrderedDict()
         self._cache_size = cache_size
         # One byte-bounded cache of raw segments shared by every open file: repeated takes from
         # the same fragment (one per output batch) do not re-read storage, and memory stays
@@ -91,7 +100,7 @@ class VortexFormat:
         self._lock = threading.Lock()
         # Blob index (offsets, lengths, validity: 17 B/row) of fragments taken from more than
         # once, so repeated random takes cost only the value preads; and open blob descriptors.
-        self._blob_idx: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self._blob_idx: OrderedDict[tuple[str, str], _BlobIndex] = OrderedDict()
         self._blob_idx_bytes = 0
         self._blob_idx_max = segment_cache_bytes
         self._takes: dict[str, int] = {}
@@ -114,7 +123,8 @@ class VortexFormat:
             self.bytes_read += n
 
     def write(self, table: pa.Table, path: str, blob_columns: Sequence[str] = (), ordinal: bool = False) -> WrittenFile:
-        """Write a fragment (or key space) at storage path `path`, durably; returns its size.
+        """Write a fragment (or key space) at storage path `path`, durably; returns its size and
+        checksum (to record in the WAL op: reads verify the file against it).
 
         `ordinal` adds a `_ord` column (0..n-1, ~3 KB per million rows with sequence encoding):
         Vortex 0.90 has no row-number expression, so a filter pushed into the file returns
@@ -128,21 +138,29 @@ class VortexFormat:
             table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
         with self.storage.staged(path) as local:
             vx.io.write(table, local)
-        return WrittenFile(total + self.storage.size(path))
+            checksum = seal_file(local, total)
+        return WrittenFile(total + self.storage.size(path), checksum)
 
     def _file(self, ref: FileRef) -> Any:
         path = ref.path
         entry = self._open.get(path)
         if entry is None:
+            verified = None
             try:
-                reader = _CountingReader(self.storage.open(path), self._count)
-                # Opened through a Python reader so every byte Vortex asks storage for is counted
-                # (Scan.metrics()); measured as fast as vx.open here. Files are immutable, so
-                # the path is a valid cache key.
+                # Opened through a Python reader so every byte read from storage is counted
+                # (Scan.metrics()) and verified; measured as fast as vx.open here. Files are
+                # immutable, so the path is a valid cache key.
+                reader: Any = _CountingReader(self.storage.open(path), self._count)
+                if ref.checksum:
+                    reader = verified = VerifiedReader(reader, path, ref.checksum)
                 f = vx.open_readable(reader, segment_cache=self.segment_cache, cache_key=path)
-            except Exception as e:  # vortex raises plain exceptions for missing/corrupt files
-                raise CorruptFileError(f"cannot open fragment {path}: {e}") from e
-            entry = (f, reader)
+            except FileNotFoundError as e:
+                raise CorruptFileError(f"{path} is missing: the table references it; restore it from a backup") from e
+            except CorruptFileError:
+                raise
+            except Exception as e:  # vortex raises plain exceptions for corrupt files
+                raise _damage(verified, f"cannot open {path}", e) from e
+            entry = (f, verified)
             self._open[path] = entry
             if len(self._open) > self._cache_size:
                 self._open.popitem(last=False)
@@ -164,7 +182,7 @@ class VortexFormat:
             idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
             t = f.to_arrow([ORDINAL], expr=expr, indices=idx).read_all()
         except Exception as e:
-            raise CorruptFileError(f"cannot filter fragment {ref.path}: {e}") from e
+            raise self._damage(ref, f"cannot filter {ref.path}", e) from e
         col = t.column(0)
         return np.asarray(col.to_numpy() if col.num_chunks else np.zeros(0), dtype=np.int64)
 
@@ -191,21 +209,21 @@ class VortexFormat:
                 return self._take_cached(ref, columns, schema, indices, inline, blobs)
         file_fields = [schema.field(c) for c in inline]
         for c in blobs:
-            file_fields += [pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())]
+            file_fields += _index_fields(c, ref)
         file_schema = pa.schema(file_fields)
         f = self._file(ref)
         try:
             idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
             table = f.to_arrow(file_schema.names, indices=idx, schema=file_schema).read_all()
         except Exception as e:
-            raise CorruptFileError(f"cannot read {list(columns)} from fragment {path}: {e}") from e
+            raise self._damage(ref, f"cannot read {list(columns)} from {path}", e) from e
         if not blobs:
             return table
         out = []
         bf = self._blob_reader(path)
         for c in columns:
             if c in blob_columns:
-                arr, n = _read_blobs(bf, table.column(f"{c}.off"), table.column(f"{c}.len"), schema.field(c).type)
+                arr, n = _read_ranges(bf, _blob_index(table, c), schema.field(c).type, path + BLOB_SUFFIX)
                 self._count(n)
                 out.append(arr)
             else:
@@ -231,7 +249,7 @@ class VortexFormat:
         blobs = [c for c in columns if c in blob_columns]
         file_fields = [schema.field(c) for c in inline]
         for c in blobs:
-            file_fields += [pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())]
+            file_fields += _index_fields(c, ref)
         if ordinal:
             file_fields.append(pa.field(ORDINAL, pa.uint32()))
         file_schema = pa.schema(file_fields)
@@ -241,9 +259,15 @@ class VortexFormat:
             idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
             reader = f.to_arrow(file_schema.names, expr=expr, indices=idx, schema=file_schema)
         except Exception as e:
-            raise CorruptFileError(f"cannot read {list(columns)} from fragment {ref.path}: {e}") from e
+            raise self._damage(ref, f"cannot read {list(columns)} from {ref.path}", e) from e
         bf = self._blob_reader(ref.path) if blobs else None
-        for batch in reader:
+        while True:
+            try:
+                batch = next(reader, None)
+            except Exception as e:  # a damaged chunk surfaces while streaming
+                raise self._damage(ref, f"cannot read {list(columns)} from {ref.path}", e) from e
+            if batch is None:
+                return
             if batch.num_rows == 0:
                 continue
             if bf is None:
@@ -252,7 +276,7 @@ class VortexFormat:
             arrays = []
             for c in out_schema.names:
                 if c in blob_columns:
-                    arr, n = _read_blobs(bf, batch.column(f"{c}.off"), batch.column(f"{c}.len"), schema.field(c).type)
+                    arr, n = _read_ranges(bf, _blob_index(batch, c), schema.field(c).type, ref.path + BLOB_SUFFIX)
                     self._count(n)
                     arrays.append(arr)
                 else:
@@ -274,30 +298,86 @@ class VortexFormat:
             got.update({c: t.column(c) for c in inline})
         bf = self._blob_reader(ref.path)
         for c in blobs:
-            o, n, valid = self._index(ref, c)
-            arr, nbytes = _read_ranges(bf, o[indices], n[indices], valid[indices], schema.field(c).type)
+            arr, nbytes = _read_ranges(
+                bf, self._index(ref, c).take(indices), schema.field(c).type, ref.path + BLOB_SUFFIX
+            )
             self._count(nbytes)
             got[c] = arr
         return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
 
-    def _index(self, ref: FileRef, c: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _index(self, ref: FileRef, c: str) -> _BlobIndex:
         key = (ref.path, c)
         e = self._blob_idx.get(key)
         if e is None:
-            fs = pa.schema([pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())])
+            fs = pa.schema(_index_fields(c, ref))
             try:
                 t = self._file(ref).to_arrow(fs.names, schema=fs).read_all()
             except Exception as ex:
-                raise CorruptFileError(f"cannot read the blob index of {c} in {ref.path}: {ex}") from ex
-            e = _blob_index(t.column(0), t.column(1))
+                raise self._damage(ref, f"cannot read the blob index of {c} in {ref.path}", ex) from ex
+            e = _blob_index(t, c)
             self._blob_idx[key] = e
-            self._blob_idx_bytes += sum(a.nbytes for a in e)
+            self._blob_idx_bytes += e.nbytes
             while self._blob_idx_bytes > self._blob_idx_max and len(self._blob_idx) > 1:
                 _, old = self._blob_idx.popitem(last=False)
-                self._blob_idx_bytes -= sum(a.nbytes for a in old)
+                self._blob_idx_bytes -= old.nbytes
         else:
             self._blob_idx.move_to_end(key)
         return e
+
+    def verify_file(self, ref: FileRef, blob_columns: Sequence[str] = ()) -> int:
+        """Read and verify every byte of a file and every value of its blob file (for
+        `Table.check()`); returns the bytes checked, raises `CorruptFileError` naming the file.
+
+        A file written before integrity (checksum "") can only be decoded in full, which finds
+        damage that breaks decoding and misses the rest.
+        """
+        try:
+            reader = self.storage.open(ref.path)
+        except FileNotFoundError as e:
+            raise CorruptFileError(f"{ref.path} is missing: the table references it") from e
+        try:
+            if not ref.checksum:
+                try:
+                    f = vx.open_readable(reader)
+                    for _ in f.to_arrow(f.dtype.names()):
+                        pass
+                except Exception as e:
+                    raise CorruptFileError(f"cannot decode {ref.path}: {e}") from e
+                return reader.size()
+            verified = VerifiedReader(reader, ref.path, ref.checksum)
+            step = 64 * verified.block  # bounded memory: 4 MiB at a time
+            for pos in range(0, verified.payload, step):
+                verified.read_at(pos, step)
+            return reader.size() + (self._verify_blobs(ref, verified, blob_columns) if blob_columns else 0)
+        finally:
+            reader.close()
+
+    def _verify_blobs(self, ref: FileRef, verified: VerifiedReader, blob_columns: Sequence[str]) -> int:
+        name = ref.path + BLOB_SUFFIX
+        try:
+            size = self.storage.size(name)
+        except FileNotFoundError as e:
+            raise CorruptFileError(f"{name} is missing: the table references it") from e
+        if size != verified.blob_bytes:
+            raise CorruptFileError(f"{name} is damaged: it is {size} bytes, its fragment says {verified.blob_bytes}")
+        bf = self._blob_reader(ref.path)
+        for c in blob_columns:
+            idx = self._index(ref, c)
+            ends = np.cumsum(idx.lengths)
+            start = 0
+            while start < len(ends):  # values in runs of ~8 MiB: bounded memory
+                base = ends[start - 1] if start else 0
+                stop = max(start + 1, int(np.searchsorted(ends, base + (8 << 20), side="right")))
+                rows = np.arange(start, stop)
+                _read_ranges(bf, idx.take(rows), pa.binary(), name)
+                start = stop
+        return size
+
+    def _damage(self, ref: FileRef, what: str, e: Exception) -> CorruptFileError:
+        """The error for a failed Vortex read: the verifier's own finding when it made the read
+        fail, else Vortex's message (an unsealed file that does not decode)."""
+        entry = self._open.get(ref.path)
+        return _damage(entry[1] if entry else None, what, e)
 
     def _blob_reader(self, path: str) -> RangeReader:
         """The (cached) ranged reader of a fragment's blob file."""
@@ -307,7 +387,7 @@ class VortexFormat:
                 try:
                     r = self._blob_readers[path] = self.storage.open(path + BLOB_SUFFIX)
                 except FileNotFoundError as e:
-                    raise CorruptFileError(f"the blob file of fragment {path} is missing") from e
+                    raise CorruptFileError(f"{path}{BLOB_SUFFIX} is missing: the table references it") from e
                 if len(self._blob_readers) > 64:
                     self._blob_readers.popitem(last=False)[1].close()
             else:
@@ -315,8 +395,14 @@ class VortexFormat:
             return r
 
 
+def _damage(verified: VerifiedReader | None, what: str, e: Exception) -> CorruptFileError:
+    if verified is not None and verified.failure is not None:
+        return verified.failure
+    return CorruptFileError(f"{what}: {e}")
+
+
 class _CountingReader:
-    """A `vortex.io.ReadBytesAt` over a storage reader that reports every byte Vortex reads."""
+    """A `RangeReader` over a storage reader that reports every byte read from storage."""
 
     def __init__(self, reader: RangeReader, count: Any) -> None:
         self._reader = reader
@@ -328,6 +414,13 @@ class _CountingReader:
     def read_at(self, offset: int, length: int) -> bytes:
         self._count(length)
         return self._reader.read_at(offset, length)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        self._count(sum(n for _, n in ranges))
+        return self._reader.read_ranges(ranges)
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 BLOB_SUFFIX = ".blobs"
@@ -376,27 +469,51 @@ def _write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) 
             hi = int(starts[-1] + lengths[-1]) if len(starts) else 0
             bf.write(data[lo:hi])
             offsets = (starts - lo + written).astype(np.uint64)
+            sums = value_hashes(data, starts, lengths)
             written += hi - lo
             idx = table.column_names.index(name)
             table = table.remove_column(idx)
             table = table.append_column(f"{name}.off", pa.array(offsets, pa.uint64(), mask=~valid))
             table = table.append_column(f"{name}.len", pa.array(lengths.astype(np.uint32), pa.uint32(), mask=~valid))
+            table = table.append_column(f"{name}.sum", pa.array(sums, pa.uint32(), mask=~valid))
     return table, written
 
 
-def _blob_index(off: Any, length: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(offsets, lengths, validity) as numpy from the `.off` / `.len` columns."""
+def _index_fields(c: str, ref: FileRef) -> list[pa.Field]:
+    """The blob index columns of blob column `c` (no hashes in files written before integrity)."""
+    fields = [pa.field(f"{c}.off", pa.uint64()), pa.field(f"{c}.len", pa.uint32())]
+    return [*fields, pa.field(f"{c}.sum", pa.uint32())] if ref.checksum else fields
+
+
+@dataclass(frozen=True, slots=True)
+class _BlobIndex:
+    """Where a blob column's values are: offsets, lengths (0 for nulls), validity, and each
+    value's recorded hash (None in files written before integrity)."""
+
+    offsets: np.ndarray
+    lengths: np.ndarray
+    valid: np.ndarray
+    hashes: np.ndarray | None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.offsets, self.lengths, self.valid, self.hashes) if a is not None)
+
+    def take(self, rows: np.ndarray) -> _BlobIndex:
+        h = self.hashes[rows] if self.hashes is not None else None
+        return _BlobIndex(self.offsets[rows], self.lengths[rows], self.valid[rows], h)
+
+
+def _blob_index(t: pa.Table | pa.RecordBatch, c: str) -> _BlobIndex:
+    """The blob index of column `c` from its `.off` / `.len` (/ `.sum`) columns in `t`."""
+    off = t.column(f"{c}.off")
     valid = np.asarray(off.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     o = off.fill_null(0).to_numpy().astype(np.int64)
-    n = length.fill_null(0).to_numpy().astype(np.int64)
+    n = t.column(f"{c}.len").fill_null(0).to_numpy().astype(np.int64)
     n[~valid] = 0
-    return o, n, valid
-
-
-def _read_blobs(bf: RangeReader, off: Any, length: Any, t: pa.DataType) -> tuple[pa.Array, int]:
-    """Read exactly the given byte ranges (adjacent ones in one read) into an Arrow array."""
-    o, n, valid = _blob_index(off, length)
-    return _read_ranges(bf, o, n, valid, t)
+    names = t.schema.names
+    h = t.column(f"{c}.sum").fill_null(0).to_numpy() if f"{c}.sum" in names else None
+    return _BlobIndex(o, n, valid, h)
 
 
 def coalesce(o: np.ndarray, n: np.ndarray) -> list[tuple[int, int]]:
@@ -416,13 +533,18 @@ def coalesce(o: np.ndarray, n: np.ndarray) -> list[tuple[int, int]]:
     return ranges
 
 
-def _read_ranges(
-    bf: RangeReader, o: np.ndarray, n: np.ndarray, valid: np.ndarray, t: pa.DataType
-) -> tuple[pa.Array, int]:
+def _read_ranges(bf: RangeReader, idx: _BlobIndex, t: pa.DataType, name: str) -> tuple[pa.Array, int]:
+    """Read exactly the values of `idx` from blob file `name` (adjacent ones in one read), verify
+    them against their recorded hashes, and build an Arrow array of type `t`."""
+    o, n, valid = idx.offsets, idx.lengths, idx.valid
     parts = bf.read_ranges(coalesce(o, n))
     out = b"".join(parts)
     if len(out) != int(n.sum()):
-        raise CorruptFileError(f"a blob file is shorter than its index says ({len(out)} of {int(n.sum())} bytes)")
+        raise CorruptFileError(
+            f"{name} is damaged: shorter than its index says ({len(out)} of {int(n.sum())} bytes read)"
+        )
+    if idx.hashes is not None:
+        check_values(out, n, valid, idx.hashes, name)
     validity = pa.array(valid).buffers()[1] if not valid.all() else None
     storage_t = t.storage_type if isinstance(t, pa.ExtensionType) else t
     if pa.types.is_fixed_size_list(storage_t):

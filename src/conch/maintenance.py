@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conch.fragments import BLOB_SUFFIX
+from conch.integrity import with_digest
 from conch.storage import new_id
 from conch.txn import commit
 from conch.write import StagedWrite
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 def flush(table: Table) -> int:
     """Write the current state as a snapshot file; readers then replay only the WAL after it."""
     state = table.state()
-    rel = f"{table.id}/meta/{state.seq:012d}-{new_id()}.json"
-    table.catalog.storage.write(rel, state.to_json().encode())
+    data = state.to_json().encode()
+    rel = with_digest(f"{table.id}/meta/{state.seq:012d}-{new_id()}.json", data)  # verified on read
+    table.catalog.storage.write(rel, data)
     table.catalog.metastore.add_snapshot(table.id, state.seq, rel)
     return state.seq
 

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from conch.fragments import decode_stats
+from conch.integrity import open_entry, seal_json
 from conch.metastore.base import LogEntry
 from conch.schema import Schema
 
@@ -86,7 +87,7 @@ class TableState:
     fragments: dict[str, Fragment] = field(default_factory=dict)
 
     def apply(self, entry: LogEntry) -> None:
-        doc = json.loads(entry.entry)
+        doc = open_entry(entry.entry, entry.seq, entry.time, self.seq, self.time)
         for op in doc["ops"]:
             kind = op["op"]
             if kind == "add_columns":
@@ -208,4 +209,4 @@ _FRAGMENT_SCHEMA = pa.schema(
 
 
 def entry_json(kind: str, ops: list[dict[str, Any]], **extra: Any) -> str:
-    return json.dumps({"kind": kind, "ops": ops, **extra}, separators=(",", ":"))
+    return seal_json(json.dumps({"kind": kind, "ops": ops, **extra}, separators=(",", ":")))

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from conch import maintenance
+from conch.check import CheckReport, check_table
 from conch.expr import Col
+from conch.integrity import open_json, read_snapshot
 from conch.manifest import TableState
 from conch.metastore.base import TableRecord
 from conch.scan import Scan
@@ -90,7 +92,7 @@ class Table:
 
     # ----- state ------------------------------------------------------------------------
     def _initial_state(self) -> TableState:
-        props = json.loads(self._record.props)
+        props = open_json(self._record.props, f"the metastore record of table {self.name!r}")
         return TableState(Schema.from_json(props["schema"]))
 
     def _load(self, seq: int | None = None) -> TableState:
@@ -98,7 +100,7 @@ class Table:
         ms = self.catalog.metastore
         snap = ms.latest_snapshot(self.id, seq)
         if snap is not None:
-            state = TableState.from_json(self.catalog.storage.read(snap[1]).decode())
+            state = TableState.from_json(read_snapshot(self.catalog.storage, snap[1]))
         else:
             state = self._initial_state()
         return state.replay(ms.read_log(self.id, state.seq, seq))
@@ -233,6 +235,11 @@ class Table:
     def vacuum(self, older_than_seconds: float = 3600.0, dry_run: bool = False) -> maintenance.VacuumResult:
         """Remove files no commit references (leftovers of failed writers)."""
         return maintenance.vacuum(self, older_than_seconds, dry_run)
+
+    def check(self) -> CheckReport:
+        """Verify every live file and metastore row against its recorded checksum (`conch check`)."""
+        cat = self.catalog
+        return check_table(self.name, self.id, self._record.props, cat.metastore, cat.storage, cat.format)
 
     def describe(self) -> str:
         """A one-line summary: key, key spaces, fragments, log sequence."""

@@ -54,4 +54,7 @@ class Metastore(Protocol):
 
     def add_snapshot(self, table_id: str, seq: int, path: str) -> None: ...
 
+    def check(self) -> list[str]:
+        """Damage the backend finds in its own storage (`Table.check()`); [] if none."""
+
     def close(self) -> None: ...

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from conch.errors import CommitConflictError, CommitStateUnknownError, TableExistsError, TableNotFoundError
+from conch.integrity import sqlite_damage_named
 from conch.metastore.base import LogEntry, TableRecord
 
 _SCHEMA = """
@@ -31,6 +32,7 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+@sqlite_damage_named
 class SqliteMetastore:
     """Metastore in a SQLite file (`<warehouse>/_catalog.sqlite`)."""
 
@@ -145,6 +147,10 @@ class SqliteMetastore:
         self._conn().execute(
             "INSERT OR IGNORE INTO snapshots (table_id, seq, path) VALUES (?, ?, ?)", (table_id, seq, path)
         )
+
+    def check(self) -> list[str]:
+        """Damage SQLite finds in the database file (`PRAGMA integrity_check`); [] if none."""
+        return [r[0] for r in self._conn().execute("PRAGMA integrity_check") if r[0] != "ok"]
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
