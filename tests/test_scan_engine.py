@@ -171,39 +171,23 @@ def test_key_predicates_by_binary_search(catalog: conch.Catalog, keys: list[int]
 
 
 # ----- fast paths agree with the general path ---------------------------------------------------
-def _both(scan_fn, monkeypatch: pytest.MonkeyPatch) -> tuple[pa.Table, pa.Table, str]:
-    """(fast result, general-path result, strategy the fast run used)."""
-    from conch.scan import execute
-
-    sc = scan_fn()
-    fast = sc.to_arrow()
-    strategy = sc.metrics().merge
-    monkeypatch.setattr(execute, "FAST_PATHS", False)
-    try:
-        slow = scan_fn().to_arrow()
-    finally:
-        monkeypatch.setattr(execute, "FAST_PATHS", True)
-    return fast, slow, strategy
+def _both(scan: conch.Scan) -> tuple[pa.Table, pa.Table, conch.ScanMetrics]:
+    """(fast result, general-path result, metrics of the fast run), in batches of 256 rows.
+    `fast_paths=False` is the documented debug option that forces the general path."""
+    fast_scan = scan.with_options(batch_rows=256)
+    fast = fast_scan.to_arrow()
+    slow = scan.with_options(batch_rows=256, fast_paths=False).to_arrow()
+    return fast, slow, fast_scan.metrics()
 
 
 @pytest.mark.parametrize("seed", range(int(__import__("os").environ.get("CONCH_FAST_SEEDS", "12"))))
-def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
     """Random tables in the shapes the fast paths target (one write cut into many key spaces and
     fragments; group-by-group writes of identical key sets; blob columns; full rewrites), plus
     shapes they must refuse (overlapping runs, deletes); random projections, key ranges,
     filters and limits. Fast and general results must be identical."""
-    from conch.scan import execute
-
     rng = random.Random(seed)
     resident: list[bool] = []
-    make = execute.ScanExecutor._make_resident
-
-    def spy(self: execute.ScanExecutor, u: execute.ReadUnit) -> None:
-        make(self, u)
-        resident.append(u.resident is not None)
-
-    monkeypatch.setattr(execute.ScanExecutor, "_make_resident", spy)
-    monkeypatch.setattr(execute.ScanExecutor, "_batch_rows", lambda self, units: 256)  # many batches
     chunk_rows, fragment_bytes = rng.choice([7, 50, 1000]), rng.choice([64, 1 << 20])
     opts = conch.WriteOptions(chunk_rows=chunk_rows, fragment_bytes=fragment_bytes, large_value_bytes=8)
     cat = conch.connect(tmp_path / "w", write_options=opts)
@@ -265,10 +249,9 @@ def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.Monke
             lo = rng.randint(-60, 400)
             keys = conch.KeyRange((lo,), (lo + rng.randint(0, 200),))
         limit = rng.choice([None, None, 1, 17])
-        fast, slow, strategy = _both(
-            lambda c=cols, w=where, k=keys, n=limit: t.scan(*c, where=w, keys=k, limit=n), monkeypatch
-        )
-        used.add(strategy)
+        fast, slow, m = _both(t.scan(*cols, where=where, keys=keys, limit=limit))
+        used.add(m.merge)
+        resident.append(any(g.decoded_whole for g in m.groups.values()))
         assert fast.schema == slow.schema
         assert fast.to_pylist() == slow.to_pylist(), (shape, cols, where, keys, limit)
     if shape in ("one", "groups", "rewrite", "patches"):

@@ -19,7 +19,7 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -113,7 +113,15 @@ class MergedKeys:
     strategy: str = "zip"
 
 
-def predicate_rows(cache: KeyCache, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
+class KeyLookup(Protocol):
+    """What `predicate_rows` needs of a key cache (`KeyCache`, or a scan's counted view of it)."""
+
+    def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray: ...
+
+    def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray: ...
+
+
+def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
     """Rows of a sorted key space that the key predicate admits, by binary search."""
     if isinstance(pred, KeySet):
         if numeric_key(fields):
