@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from conch.errors import ConchError, CorruptFileError, InvalidArgumentError
+from conch.keys import EncodedRange
 from conch.scan.assemble import output_schema
 from conch.scan.context import ScanContext, ScanOptions
 from conch.scan.execute import execute
 from conch.scan.explain import render
 from conch.scan.metrics import ScanMetrics
-from conch.scan.plan import ScanPlan, plan_scan
+from conch.scan.plan import ScanPlan, narrow, plan_scan
 from conch.scan.result import ScanResult
 
 if TYPE_CHECKING:
@@ -65,6 +66,14 @@ class Scan(ScanResult):
         (the documented debug switch that forces the general path; see `ScanOptions`)."""
         out = copy.copy(self)
         out._options = dataclasses.replace(options or self._options, **changes)
+        out._metrics = None
+        return out
+
+    def within(self, r: EncodedRange) -> Scan:
+        """This scan restricted to keys whose order-preserving encoding (`conch.keys.encode_key`)
+        is in `r`; bounds are full-key encodings. `Split.open` uses it."""
+        out = copy.copy(self)
+        out._plan = narrow(self._plan, r)
         out._metrics = None
         return out
 

@@ -46,7 +46,10 @@ def render(table_name: str, p: ScanPlan, metrics: ScanMetrics | None = None) -> 
             f"  {step}. take {join_path(p.level, g) or '<root>'} {cols}: {len(p.fragments.get(g, []))} fragments,"
             " rows by key mask"
         )
-    lines.append(f"  output: {', '.join(schema.key_names(p.level) + [c.path for c in p.columns])} (sorted by key)")
+        step += 1
+    lines.append(
+        f"  {step}. assemble: {', '.join(schema.key_names(p.level) + [c.path for c in p.columns])} (sorted by key)"
+    )
     if metrics is not None:
         lines.append("  last run:")
         lines += [f"    {line}" for line in metrics.render()]

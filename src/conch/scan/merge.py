@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from conch.expr import computable
 from conch.keys import encode_keys
 from conch.scan.context import ScanContext
-from conch.scan.keyspace import MergedKeys, merge_key_spaces, numeric_key, predicate_rows
+from conch.scan.keyspace import MergedKeys, merge_key_spaces, numeric_key, selected_rows
 
 
 def merge(ctx: ScanContext) -> MergedKeys:
@@ -28,8 +28,8 @@ def merge(ctx: ScanContext) -> MergedKeys:
     for ks in plan.key_spaces:
         kt = keys_of.keys(ks, fields)
         num = keys_of.numeric(ks, fields) if numeric else None
-        if plan.key_predicate is not None:
-            rows = predicate_rows(keys_of, ks, fields, plan.key_predicate)
+        rows = selected_rows(keys_of, ks, fields, plan.key_predicate, plan.within)
+        if rows is not None:
             kt = kt.take(pa.array(rows))
             num = num[rows] if num is not None else None
         else:

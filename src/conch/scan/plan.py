@@ -8,7 +8,7 @@ key predicate admits. Statistics-based pruning happens later, per fresh cell (se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +38,7 @@ class ScanPlan:
     fragments: dict[str, list[Fragment]]  # by group
     pruned: dict[str, int] = field(default_factory=dict)
     limit: int | None = None
+    within: EncodedRange | None = None  # a split's key range (full-key encodings), see `narrow`
 
     @property
     def schema(self) -> Schema:
@@ -205,3 +206,20 @@ def plan_scan(
         pruned=pruned,
         limit=limit,
     )
+
+
+def narrow(plan: ScanPlan, r: EncodedRange) -> ScanPlan:
+    """`plan` restricted to keys whose encoding is in `r` (bounds are full-key encodings, as
+    `splits` makes them): key spaces outside it are pruned by their spans."""
+    if plan.within is not None:
+        w = plan.within
+        r = EncodedRange(
+            max((b for b in (w.lo, r.lo) if b is not None), default=None),
+            min((b for b in (w.hi, r.hi) if b is not None), default=None),
+        )
+    kept = [ks for ks in plan.key_spaces if span_overlaps(r, bytes.fromhex(ks.min_key), bytes.fromhex(ks.max_key))]
+    live = {ks.id for ks in kept}
+    pruned = dict(plan.pruned)
+    pruned["key_spaces_span"] = pruned.get("key_spaces_span", 0) + len(plan.key_spaces) - len(kept)
+    frags = {g: [f for f in frs if f.key_space in live] for g, frs in plan.fragments.items()}
+    return replace(plan, key_spaces=kept, fragments=frags, within=r, pruned=pruned)

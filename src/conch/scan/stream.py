@@ -30,7 +30,7 @@ from conch.manifest import Fragment
 from conch.scan.assemble import assemble, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers, key_mask
-from conch.scan.keyspace import numeric_key, predicate_rows
+from conch.scan.keyspace import numeric_key, selected_rows
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
 from conch.scan.take import take_rows
@@ -131,8 +131,8 @@ def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> 
         if not same:
             return None
     lo, hi = 0, n
-    if plan.key_predicate is not None:
-        rows = predicate_rows(keys_of, kss[-1], fields, plan.key_predicate)
+    rows = selected_rows(keys_of, kss[-1], fields, plan.key_predicate, plan.within)
+    if rows is not None:
         lo = hi = 0
         if len(rows):
             lo, hi = int(rows[0]), int(rows[-1]) + 1
