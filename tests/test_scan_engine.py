@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import conch
 from conch.scan import keyspace
@@ -283,3 +285,44 @@ def test_repeated_blob_takes_match_cold_reads(tmp_path: Path) -> None:
         assert [r["id"] for r in warm] == keys
         if "s" in warm[0]:
             assert [r["s"] for r in warm] == [s[k] for k in keys]
+
+
+# ----- key masks: dense today, sparse next (issue 10) --------------------------------------------
+@settings(deadline=None, max_examples=80)
+@given(data=st.data())
+def test_locate_through_dense_and_sparse_masks(data: st.DataObject) -> None:
+    """Random key spaces whose rows are dealt to fragments either as contiguous runs (dense) or
+    as arbitrary interleaved subsets (sparse): `locate` finds each row's fragment and the row
+    within it, whichever implementation the masks are."""
+    from conch.scan.keymask import DenseMask, PositionsMask, locate
+
+    masks: list = []
+    ks_of: list[int] = []
+    truth: dict[tuple[int, int], tuple[int, int]] = {}
+    for ks in range(data.draw(st.integers(1, 3))):
+        n = data.draw(st.integers(1, 40))
+        if data.draw(st.booleans()):  # dense runs
+            cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=4)) if n > 1 else []))
+            for a, b in zip([0, *cuts], [*cuts, n], strict=True):
+                for r in range(a, b):
+                    truth[(ks, r)] = (len(masks), r - a)
+                masks.append(DenseMask(a, b - a))
+                ks_of.append(ks)
+        else:  # sparse: every row dealt to one of k fragments
+            k = data.draw(st.integers(1, 4))
+            owner = data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n))
+            for j in range(k):
+                pos = np.array([r for r in range(n) if owner[r] == j], dtype=np.int64)
+                if not len(pos):
+                    continue
+                for i, r in enumerate(pos):
+                    truth[(ks, int(r))] = (len(masks), i)
+                m = PositionsMask(pos)
+                assert [r for a, b in m.ranges() for r in range(a, b)] == pos.tolist()
+                masks.append(m)
+                ks_of.append(ks)
+    queries = data.draw(st.lists(st.sampled_from(sorted(truth)), min_size=1, max_size=30))
+    ks_q = np.array([q[0] for q in queries], dtype=np.int64)
+    rows_q = np.array([q[1] for q in queries], dtype=np.int64)
+    which, frow = locate(masks, ks_of, ks_q, rows_q)
+    assert list(zip(which.tolist(), frow.tolist(), strict=True)) == [truth[q] for q in queries]

@@ -69,5 +69,6 @@ def test_split_arguments(tmp_path: Path) -> None:
         t.scan(limit=3).splits(2)
     with pytest.raises(conch.ConchError, match="positive"):
         t.scan().splits(0)
+    assert len(t.scan().splits()) == 1  # 960 rows: one split by default
     empty = t.scan(keys=conch.KeyRange(5000, 6000)).splits(3)
     assert sum(s.to_arrow().num_rows for s in empty) == 0

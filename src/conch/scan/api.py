@@ -115,9 +115,9 @@ class Scan(ScanResult):
         """The plan: what is read at each step and what was pruned before reading."""
         return render(self.table.name, self._plan, self._metrics)
 
-    def splits(self, n: int) -> list[Split]:
-        """This scan cut into about `n` disjoint key-range splits of similar size, each picklable
-        and readable in another process (see `conch.scan.splits`)."""
+    def splits(self, n: int | None = None) -> list[Split]:
+        """This scan cut into at most `n` disjoint key-range splits of similar size (default: sized
+        by rows and bytes), each picklable and readable in another process (`conch.scan.splits`)."""
         from conch.scan.splits import split_scan
 
         return split_scan(self, n)

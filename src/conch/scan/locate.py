@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from conch.manifest import Fragment
 from conch.scan.context import ScanContext
-from conch.scan.keymask import locate
+from conch.scan.keymask import key_mask, locate
 from conch.scan.keyspace import MergedKeys
 from conch.schema import Column
 
@@ -72,7 +72,8 @@ def read_units(ctx: ScanContext, cols: list[Column], merged: MergedKeys, live_ke
             out_pos = remap[g]
             keep = out_pos >= 0
             idx, out_pos = idx[keep], out_pos[keep]
-            which, frow = locate(frs, [ks_pos[f.key_space] for f in frs], kidx[idx], krow[idx])
+            masks = [key_mask(f) for f in frs]
+            which, frow = locate(masks, [ks_pos[f.key_space] for f in frs], kidx[idx], krow[idx])
             frag[out_pos] = which
             row[out_pos] = frow
         units.append(ReadUnit(group, ucols, frs, frag, row))

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from conch.scan.api import Scan
 
 SAMPLES_PER_SPLIT = 64
+ROWS_PER_SPLIT = 500_000  # the size of a split when `n` is not given: rows, or ...
+BYTES_PER_SPLIT = 128 << 20  # ... bytes of the considered fragments, whichever needs more splits
+MAX_SPLITS = 4096
 
 
 @dataclass(frozen=True)
@@ -77,12 +80,17 @@ class Split:
         return self.open().to_arrow()
 
 
-def split_scan(scan: Scan, n: int) -> list[Split]:
+def split_scan(scan: Scan, n: int | None = None) -> list[Split]:
     """`scan` cut into at most `n` disjoint key-range splits of about equal rows (fewer when the
-    scan has fewer keys); their union is the scan. A scan with a `limit` cannot be split."""
+    scan has fewer keys; `n=None`: sized by `ROWS_PER_SPLIT` and `BYTES_PER_SPLIT`); their union
+    is the scan, in key order. A scan with a `limit` cannot be split."""
+    plan = scan.plan
+    if n is None:
+        rows = sum(ks.rows for ks in plan.key_spaces)
+        nbytes = sum(f.bytes for frs in plan.fragments.values() for f in frs)
+        n = min(MAX_SPLITS, max(1, -(-rows // ROWS_PER_SPLIT), -(-nbytes // BYTES_PER_SPLIT)))
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConchError(f"splits(n) takes a positive number of splits, got {n!r}")
-    plan = scan.plan
     if plan.limit is not None:
         raise ConchError("a scan with a limit cannot be split (its rows depend on the whole scan); split, then limit")
     fields = plan.key_fields
