@@ -69,7 +69,7 @@ def test_types_round_trip(catalog: conch.Catalog) -> None:
     assert frag.blob_columns
     scan = t.scan("blob", keys=[dt.datetime(2024, 1, 3)])
     assert scan.to_pylist() == [{"k": dt.datetime(2024, 1, 3), "blob": b"x" * 5000}]
-    assert sum(scan.metrics().blob_bytes_read.values()) == 5000
+    assert sum(scan.metrics().bytes_read.values()) == 5000
 
 
 def test_schema_evolution_and_column_groups(catalog: conch.Catalog) -> None:

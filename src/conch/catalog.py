@@ -16,7 +16,7 @@ from conch.integrity import seal_json
 from conch.metastore import Metastore, SqliteMetastore, TableRecord
 from conch.metastore.sqlite import now_us
 from conch.scan import Scan
-from conch.scan.execute import KeyCache
+from conch.scan.keyspace import KeyCache
 from conch.schema import parse_key_schema, schema_from_arrow
 from conch.storage import LocalStorage, new_id
 from conch.table import Table, TableColumn

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 import conch
-from conch.errors import ConchError
+from conch.errors import ConchError, InvalidKeyError
 from conch.expr import parse
 from conch.keys import decode_key
 
@@ -186,6 +186,9 @@ def scan(
     since: Annotated[str | None, typer.Option(help="Commit time (µs) or ISO time, inclusive")] = None,
     level: Annotated[str | None, typer.Option(help="Child level, e.g. scenes.clips")] = None,
     limit: Annotated[int | None, typer.Option(min=0, help="At most this many rows (>= 0)")] = None,
+    keys: Annotated[
+        str | None, typer.Option(help="Records with these keys, e.g. '3,17'; a multi-column key as 'a/1,b/2'")
+    ] = None,
     format: Annotated[str, typer.Option("--format", help="table | csv | json | parquet")] = "table",
     output: Annotated[Path | None, typer.Option(help="File to write (csv/json/parquet)")] = None,
     explain: Annotated[bool, typer.Option(help="Print the plan and what the scan read")] = False,
@@ -196,6 +199,7 @@ def scan(
     s = t.scan(
         *cols,
         where=parse(where) if where else None,
+        keys=_parse_keys(keys, t.state().schema.key_fields(level or "")) if keys else None,
         asof=parse_time(asof),
         since=parse_time(since),
         level=level,
@@ -208,6 +212,22 @@ def scan(
         _write(s, format, output)
     if explain:
         console.print(s.explain(), highlight=False)
+
+
+def _parse_keys(text: str, fields: list[pa.Field]) -> list[tuple[Any, ...]]:
+    """`--keys` text as key tuples typed like the key columns ('/' separates a key's columns)."""
+    parts = [k.split("/") for k in text.split(",") if k.strip()]
+    bad = [p for p in parts if len(p) != len(fields)]
+    if bad:
+        names = "/".join(f.name for f in fields)
+        raise InvalidKeyError(f"--keys: {'/'.join(bad[0])!r} is not a key of columns {names}; write keys like {names}")
+    cols = []
+    for i, f in enumerate(fields):
+        try:
+            cols.append(pa.array([p[i].strip() for p in parts]).cast(f.type).to_pylist())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise InvalidKeyError(f"--keys: key column {f.name!r} is {f.type}, got {[p[i] for p in parts]}: {e}") from e
+    return list(zip(*cols, strict=True))
 
 
 def _head(s: conch.Scan, n: int) -> pa.Table:

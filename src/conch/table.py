@@ -156,7 +156,9 @@ class Table:
         return root_member(self, name)
 
     def __getitem__(self, path: str) -> TableColumn:
-        self.state().schema.resolve(path)  # raises ColumnNotFoundError early
+        schema = self.state().schema
+        if path not in schema.key_names(""):  # key columns filter too (turned into key ranges)
+            schema.resolve(path)  # raises ColumnNotFoundError early
         return TableColumn(self, path)
 
     # ----- writes -----------------------------------------------------------------------
