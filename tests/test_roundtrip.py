@@ -184,7 +184,7 @@ def test_catalog_lifecycle_and_filter_forms(catalog: conch.Catalog) -> None:
     assert ids(t.scan(where=t["score"].is_not_null())) == [0, 2]
     t.delete(pa.table({"id": pa.array([0, 2], pa.int32())}))
     assert ids(t.scan()) == [1]
-    path = local_path(catalog.storage, t.id)
+    path = local_path(catalog.warehouse.storage, t.id)
     catalog.drop_table("a")
     assert catalog.list_tables() == ["b"]
     assert not Path(path).exists()

@@ -124,7 +124,7 @@ def test_blob_take_reads_bytes_in_proportion_to_rows(catalog: conch.Catalog) -> 
             {"id": pa.array(range(n), pa.uint64()), "audio": pa.StructArray.from_arrays([pa.array(blobs)], ["bytes"])}
         )
     )
-    catalog.format.clear_cache()
+    catalog.warehouse.format.clear_cache()
     scan = t.scan("audio.bytes", where=t["score"] < 1)  # 1 % of rows
     out = scan.to_arrow()
     assert out.num_rows == 20

@@ -22,6 +22,7 @@ import conch
 from conch.errors import ConchError, InvalidKeyError
 from conch.expr import parse
 from conch.keys import decode_key
+from conch.timeparse import to_time as parse_time
 
 app = typer.Typer(help="Conch: keyed, column-grouped tables for ML data.", no_args_is_help=True, add_completion=False)
 console = Console()
@@ -38,7 +39,8 @@ def _main(warehouse: Warehouse = ".conch") -> None:
 
 
 def _catalog() -> conch.Catalog:
-    return conch.connect(_state["warehouse"])
+    # create=False: a read-only command on a mistyped path says so instead of making a warehouse.
+    return conch.connect(_state["warehouse"], create=False)
 
 
 def human_bytes(n: float) -> str:
@@ -53,15 +55,6 @@ def when(us: int | None) -> str:
     if us is None:
         return "N/A"
     return str(datetime.fromtimestamp(us / 1_000_000, tz=UTC))
-
-
-def parse_time(text: str | None) -> int | datetime | None:
-    """A commit time in µs, or an ISO datetime."""
-    if text is None:
-        return None
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return datetime.fromisoformat(text)
 
 
 @app.command()
@@ -166,7 +159,7 @@ def manifests(
                     {
                         "id": f.id,
                         "bytes": f.bytes,
-                        "meta": f.meta_bytes or len(f.stats),
+                        "meta": len(f.stats),
                         "span": span,
                         "lsm": f.lsm,
                         "time": f.time,
@@ -311,6 +304,20 @@ def vacuum(
     r = _catalog().table(table).vacuum(older_than, dry_run)
     verb = "would remove" if dry_run else "removed"
     console.print(f"{verb} {r.files_removed} files ({human_bytes(r.bytes_removed)}); kept {r.files_kept}")
+
+
+@app.command("rename-column")
+def rename_column(table: str, column: str, new_name: str) -> None:
+    """Rename a column (metadata-only; time travel still sees the old name)."""
+    c = _catalog().table(table).rename_column(column, new_name)
+    console.print(f"commit {c.seq}: {c.summary}")
+
+
+@app.command("drop-columns")
+def drop_columns(table: str, columns: list[str]) -> None:
+    """Drop columns (metadata-only; time travel still sees them)."""
+    c = _catalog().table(table).drop_columns(*columns)
+    console.print(f"commit {c.seq}: {c.summary}")
 
 
 @app.command()

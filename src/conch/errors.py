@@ -76,3 +76,13 @@ class MissingDependencyError(ConchError, ImportError):
 # ----- input validation (h4) -------------------------------------------------------------------
 class InvalidArgumentError(ConchError, ValueError):
     """An argument is out of its range or of the wrong kind (`scan(limit=-1)`)."""
+
+
+# ----- h1: warehouses and connections -----------------------------------------------------------
+class WarehouseError(ConchError, ValueError):
+    """A warehouse URI names no usable warehouse: an unsupported scheme, or a file where a
+    directory should be."""
+
+
+class WarehouseNotFoundError(WarehouseError, LookupError):
+    """No warehouse at that location (and `connect(..., create=False)` was asked not to make one)."""

@@ -6,23 +6,44 @@ import copy
 import dataclasses
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from conch.errors import ConchError, CorruptFileError, InvalidArgumentError
+from conch.fragments import VortexFormat
 from conch.keys import EncodedRange
+from conch.manifest import TableState
 from conch.scan.assemble import output_schema
 from conch.scan.context import ScanContext, ScanOptions
 from conch.scan.execute import execute
 from conch.scan.explain import render
+from conch.scan.keyspace import KeyCache
 from conch.scan.metrics import ScanMetrics
 from conch.scan.plan import ScanPlan, narrow, plan_scan
 from conch.scan.result import ScanResult
 
 if TYPE_CHECKING:
     from conch.scan.splits import Split
-    from conch.table import Table
+
+
+class ScanSource(Protocol):
+    """What a scan reads from: a table's state by time and the warehouse's handles (its URI,
+    fragment format and key-space cache). `conch.tablelog.TableLog` is one."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def format(self) -> VortexFormat: ...
+
+    @property
+    def key_cache(self) -> KeyCache: ...
+
+    def state_at(self, asof: Any = None, version: int | None = None) -> TableState: ...
 
 
 class Scan(ScanResult):
@@ -32,7 +53,7 @@ class Scan(ScanResult):
 
     def __init__(
         self,
-        table: Table,
+        source: ScanSource,
         columns: tuple[Any, ...],
         where: Any = None,
         keys: Any = None,
@@ -43,8 +64,8 @@ class Scan(ScanResult):
     ) -> None:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidArgumentError(f"limit must be a non-negative number of rows, got {limit!r}")
-        self.table = table
-        self._state = table.state_at(asof)
+        self.source = source
+        self._state = source.state_at(asof)
         self._plan = plan_scan(
             self._state, columns, where=where, keys=keys, asof=asof, since=since, level=level, limit=limit
         )
@@ -84,14 +105,14 @@ class Scan(ScanResult):
 
     def _run(self, plan: ScanPlan) -> Iterator[pa.RecordBatch]:
         """The batches of `plan`, with a file that vanished reported as a typed error."""
-        cat = self.table.catalog
-        ctx = ScanContext(plan, cat.format, cat.key_cache, self._options)
+        src = self.source
+        ctx = ScanContext(plan, src.format, src.key_cache, self._options)
         self._metrics = ctx.metrics
         try:
             yield from execute(ctx)
         except FileNotFoundError as e:
             raise CorruptFileError(
-                f"table {self.table.name!r}: file {e.filename} is missing although a commit references it; "
+                f"table {self.source.name!r}: file {e.filename} is missing although a commit references it; "
                 "see `conch history` and restore the file, or drop the table"
             ) from e
 
@@ -113,7 +134,7 @@ class Scan(ScanResult):
 
     def explain(self) -> str:
         """The plan: what is read at each step and what was pruned before reading."""
-        return render(self.table.name, self._plan, self._metrics)
+        return render(self.source.name, self._plan, self._metrics)
 
     def splits(self, n: int | None = None) -> list[Split]:
         """This scan cut into at most `n` disjoint key-range splits of similar size (default: sized

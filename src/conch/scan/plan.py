@@ -9,7 +9,7 @@ key predicate admits. Statistics-based pruning happens later, per fresh cell (se
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from conch.errors import ColumnNotFoundError, ExpressionError, LevelError, TimeTravelError
@@ -18,6 +18,7 @@ from conch.keys import EncodedRange, KeyPredicate, predicate_bounds, span_overla
 from conch.manifest import Fragment, KeySpace, TableState
 from conch.scan.keyfilter import key_range_of
 from conch.schema import Column, Schema, join_path
+from conch.timeparse import to_time as parse_time
 
 
 @dataclass
@@ -49,17 +50,10 @@ class ScanPlan:
         return self.schema.key_fields(self.level)
 
 
-def to_time(t: int | datetime | None, what: str) -> int | None:
-    """Commit times are µs since the epoch; datetimes (naive = UTC) are converted."""
-    if t is None:
-        return None
-    if isinstance(t, datetime):
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=UTC)
-        return int(t.timestamp() * 1_000_000)
-    if isinstance(t, int) and not isinstance(t, bool):
-        return t
-    raise TimeTravelError(f"{what} must be a commit time (int µs) or a datetime, got {t!r}")
+def to_time(t: object, what: str) -> int | None:
+    """Commit times are µs since the epoch; datetimes and ISO strings are converted
+    (`conch.timeparse`, the one parser of Python, CLI and Spark)."""
+    return parse_time(t, what)
 
 
 def resolve_columns(schema: Schema, level: str | None, selectors: tuple[Any, ...]) -> tuple[str, list[Column]]:

@@ -100,7 +100,7 @@ def split_scan(scan: Scan, n: int | None = None) -> list[Split]:
     n = min(n, max(sum(ks.rows for ks in runs), 1))
     cuts: list[bytes] = []
     if n > 1 and runs and fields:
-        cuts = boundaries(runs, n, fields, scan.table.catalog.key_cache)
+        cuts = boundaries(runs, n, fields, scan.source.key_cache)
     edges: list[bytes | None] = [None, *cuts, None]
     state = plan.state
     ranges = [
@@ -112,8 +112,8 @@ def split_scan(scan: Scan, n: int | None = None) -> list[Split]:
     for r in kept or ranges[:1]:  # no key at all: one split that returns nothing
         out.append(
             Split(
-                uri=scan.table.catalog.uri,
-                table=scan.table.name,
+                uri=scan.source.uri,
+                table=scan.source.name,
                 seq=state.seq,
                 time=plan.asof if plan.asof is not None else state.time,
                 level=plan.level,

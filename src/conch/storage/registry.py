@@ -1,0 +1,69 @@
+"""Storage backends by URI scheme (STYLE: backends come from a registry).
+
+`connect("dir")` and `connect("file:///abs/dir")` are the embedded default (`LocalStorage`).
+A new backend (`s3://`, `memory://`, `http://`) is one class implementing `Storage` plus one
+`register_storage` call; unknown schemes fail naming the supported ones.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from urllib.parse import unquote, urlsplit
+
+from conch.errors import WarehouseError, WarehouseNotFoundError
+from conch.storage.base import Storage
+from conch.storage.local import LocalStorage
+
+# (location without the scheme, create) -> storage. `create`: True makes the location now,
+# False requires it to exist, None (the default of `connect`) creates it on the first write.
+StorageFactory = Callable[[str, bool | None], Storage]
+
+
+def _local(location: str, create: bool | None) -> Storage:
+    path = os.path.abspath(os.path.expanduser(location))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise WarehouseError(f"{path} is a file, not a warehouse directory: connect() to a directory")
+    if not os.path.exists(path):
+        if create is False:
+            raise WarehouseNotFoundError(
+                f"no warehouse at {path}: check the path, or create one with conch.connect({location!r}, create=True)"
+            )
+        if create:
+            os.makedirs(path, exist_ok=True)
+    return LocalStorage(path)
+
+
+_FACTORIES: dict[str, StorageFactory] = {"file": _local}
+
+
+def register_storage(scheme: str, factory: StorageFactory) -> None:
+    """Make `connect("<scheme>://...")` use `factory(location, create)`."""
+    _FACTORIES[scheme] = factory
+
+
+def storage_schemes() -> list[str]:
+    return sorted(_FACTORIES)
+
+
+def split_uri(uri: str | os.PathLike[str]) -> tuple[str, str]:
+    """`(scheme, location)`: a plain path is `file`; `file:///abs` → `("file", "/abs")`."""
+    text = os.fspath(uri)
+    if "://" not in text:
+        return "file", text
+    parts = urlsplit(text)
+    if parts.scheme == "file":
+        return "file", unquote(parts.netloc + parts.path)
+    return parts.scheme, text
+
+
+def storage_from_uri(uri: str | os.PathLike[str], create: bool | None = None) -> Storage:
+    """The storage at a warehouse URI; raises `WarehouseError` naming the supported schemes."""
+    scheme, location = split_uri(uri)
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        raise WarehouseError(
+            f"unsupported warehouse URI {os.fspath(uri)!r}: supported are a local path or "
+            f"{', '.join(s + '://' for s in storage_schemes())}"
+        )
+    return factory(location, create)
