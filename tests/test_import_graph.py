@@ -102,17 +102,24 @@ def test_the_graph_sees_lazy_and_type_checking_imports() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# Cycles known and owned by another change; each entry must still be a cycle (so it is removed
-# here when fixed). nested.query.Query.where builds a filtered `Path` (api) while api builds
-# queries: issue 9, nested API layering.
-KNOWN = [["conch.nested.api", "conch.nested.query"]]
+# Import edges that close cycles owned by other changes (issue 9), listed so that no new cycle
+# goes unnoticed; each must still close a cycle (remove it here when it is fixed):
+# - `Query.where` (nested/query.py) builds a filtered `Path` (nested/api.py), which builds queries;
+# - `Split.open` (scan/splits.py) reopens a table through `conch.connect`, above the scan layer;
+# - `Scan.splits` (scan/api.py) and `split_scan` (scan/splits.py) import each other.
+KNOWN = [
+    ("conch.nested.query", "conch.nested.api"),
+    ("conch.scan.splits", "conch"),
+    ("conch.scan.api", "conch.scan.splits"),
+]
 
 
 def test_no_import_cycles() -> None:
-    found = cycles(import_graph())
-    for known in KNOWN:
-        assert known in found, f"{known} is no longer a cycle: remove it from KNOWN"
-    found = [c for c in found if c not in KNOWN]
+    graph = import_graph()
+    for a, b in KNOWN:
+        assert b in graph[a] and any({a, b} <= set(c) for c in cycles(graph)), f"{a} -> {b}: remove from KNOWN"
+        graph[a] = graph[a] - {b}
+    found = cycles(graph)
     assert not found, "import cycles (every import counts, lazy and TYPE_CHECKING ones too):\n" + "\n".join(
         " <-> ".join(c) for c in found
     )

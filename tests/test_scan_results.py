@@ -70,7 +70,7 @@ def test_count_reads_keys_only(catalog: conch.Catalog) -> None:
     n = 10_000
     rng = np.random.default_rng(1)
     t.write({"id": list(range(n)), "score": rng.random(n), "audio": [rng.bytes(2000) for _ in range(n)]})
-    catalog.format.clear_cache()
+    catalog.warehouse.format.clear_cache()
     scan = t.scan()
     assert scan.count() == n
     m = scan.metrics()
@@ -78,7 +78,7 @@ def test_count_reads_keys_only(catalog: conch.Catalog) -> None:
     assert 0 < m.key_bytes_read < 1 << 20
     filtered = t.scan(where=t["score"] < 0.25)
     assert filtered.count() == filtered.to_arrow().num_rows
-    catalog.format.clear_cache()
+    catalog.warehouse.format.clear_cache()
     filtered.count()
     assert filtered.metrics().value_bytes_read < 1 << 20  # the score column, not the blobs
     assert t.scan(limit=7).count() == 7
@@ -92,12 +92,12 @@ def test_metrics_are_per_scan_under_concurrency(catalog: conch.Catalog) -> None:
         tables.append(t)
     alone = []
     for t in tables:
-        catalog.format.clear_cache()
+        catalog.warehouse.format.clear_cache()
         s = t.scan()
         s.to_arrow()
         alone.append(s.metrics().value_bytes_read)  # keys stay in the key cache
     assert alone[1] > 10 * alone[0]
-    catalog.format.clear_cache()
+    catalog.warehouse.format.clear_cache()
     scans = [t.scan() for t in tables]
     threads = [threading.Thread(target=s.to_arrow) for s in scans]
     for th in threads:
