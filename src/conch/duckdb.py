@@ -43,7 +43,7 @@ import pyarrow as pa
 from conch._deps import optional_import
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
 from conch.keys import KeyRange
-from conch.loaders.source import ScanSpec, pinned_time, resolve_table
+from conch.loaders.source import ScanSpec, narrowest_column, pinned_time, resolve_table
 from conch.scan import Scan
 from conch.table import Table
 
@@ -105,7 +105,7 @@ class ConchSource(_Base):
         self._keys = {f.name: f.type for f in fields}
         self._first_key = fields[0] if fields else None
         self._columns = {c.path: c.type for c in base.plan.columns}
-        self._narrowest = min(base.plan.columns, key=lambda c: (_width(c.type), c.path)).path
+        self._narrowest = narrowest_column(base.plan.columns)
 
     def __repr__(self) -> str:
         return f"ConchSource({self.spec.table_name!r}, level={self.spec.level!r}, asof={self.spec.asof})"
@@ -331,10 +331,3 @@ def _is_string(t: pa.DataType) -> bool:
 
 def _is_text(t: pa.DataType) -> bool:
     return _is_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
-
-
-def _width(t: pa.DataType) -> int:
-    try:
-        return int(t.bit_width)
-    except ValueError:
-        return 1 << 20

@@ -26,11 +26,9 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
-
 from conch._deps import optional_import
 from conch.loaders.polars_expr import PolarsTranslator, Pushdown
-from conch.loaders.source import ScanSpec, pinned_time, resolve_table
+from conch.loaders.source import ScanSpec, narrowest_column, pinned_time, resolve_table
 from conch.scan import Scan
 from conch.table import Table
 
@@ -67,7 +65,7 @@ def scan(
     ) -> Iterator[Any]:
         pushed = translator.translate(predicate) if predicate is not None else Pushdown(None, None, True)
         needed = set(with_columns or top) | (set(predicate.meta.root_names()) if predicate is not None else set())
-        groups = tuple(sorted(n for n in needed if n in top)) or _narrowest(base)
+        groups = tuple(sorted(n for n in needed if n in top)) or (narrowest_column(base.plan.columns),)
         conch_scan = table.scan(
             *groups,
             where=pushed.where,
@@ -100,16 +98,3 @@ def scan(
         explain_name="conch",
         explain_detail=f"{spec.table_name} level={spec.level or '<root>'} asof={spec.asof}",
     )
-
-
-def _narrowest(base: Scan) -> tuple[str, ...]:
-    """A column to read when a query needs keys only (a scan always reads some column)."""
-    cols = sorted(base.plan.columns, key=lambda c: (_width(c.type), c.path))
-    return (cols[0].path,) if cols else ()
-
-
-def _width(t: pa.DataType) -> int:
-    try:
-        return int(t.bit_width)
-    except ValueError:
-        return 1 << 20  # variable width: strings, blobs, lists
