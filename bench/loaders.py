@@ -2,7 +2,7 @@
 run by `python -m bench` (workload "loaders").
 
 1. Data loader throughput, one epoch through `DataLoader(ds, batch_size=None, num_workers=k)`
-   for k = 0, 1, 2, on the same rows: `conch.torch.dataset` vs `lance.torch.data.LanceDataset`
+   for k = 0, 1, 2 (persistent workers, timed after a warm-up epoch), on the same rows: `conch.torch.dataset` vs `lance.torch.data.LanceDataset`
    vs a Parquet + `pyarrow.dataset` loader (row groups dealt to workers). Samples/s on a
    metadata table (numbers + a 16-float vector) and MB/s on a 20 KB-blob table. Lance's dataset
    shards only across ranks, so each worker would read everything: here each DataLoader worker
@@ -109,13 +109,19 @@ def _lance_dataset(path: Path, columns: list[str]) -> Any:
     return PerWorkerLance(str(path), BATCH, columns=columns, auto_detect_rank=False)
 
 
-def _epoch(ds: Any, workers: int) -> int:
+def _loader(ds: Any, workers: int, context: str | None) -> Any:
+    """Persistent workers: an epoch is timed after a warm-up epoch started them."""
     from torch.utils.data import DataLoader
 
-    n = 0
-    for b in DataLoader(ds, batch_size=None, num_workers=workers):
-        n += len(b["id"])
-    return n
+    if not workers:
+        return DataLoader(ds, batch_size=None)
+    return DataLoader(
+        ds, batch_size=None, num_workers=workers, persistent_workers=True, multiprocessing_context=context
+    )
+
+
+def _epoch(loader: Any) -> int:
+    return sum(len(b["id"]) for b in loader)
 
 
 def loader_throughput(work: Path, name: str, data: pa.Table, reps: int, rec: list[dict[str, Any]]) -> None:
@@ -137,7 +143,10 @@ def loader_throughput(work: Path, name: str, data: pa.Table, reps: int, rec: lis
     }
     for workers in (0, 1, 2):
         for system, make in systems.items():
-            secs, n = _time(lambda make=make, workers=workers: _epoch(make(), workers), reps)
+            # Lance is not fork-safe (it says so): its workers start with forkserver.
+            loader = _loader(make(), workers, "forkserver" if system == "lance" else None)
+            secs, n = _time(lambda loader=loader: _epoch(loader), reps)
+            del loader
             if n != data.num_rows:
                 print(f"  !! {system} with {workers} workers delivered {n} rows of {data.num_rows}")
             row = {

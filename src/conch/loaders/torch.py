@@ -183,6 +183,7 @@ class ConchIterableDataset(_IterableDataset):
         splits = self.my_splits(epoch)
         start = resume or {"block": 0, "pos": 0, "offset": 0, "done": 0}
         blocks = _prefetched(self._blocks(splits, start), self.opts.prefetch)
+        arrow = self.opts.format == "arrow"
         out = _Rebatcher(self.opts.batch_size, self.opts.drop_last)
         try:
             for block in blocks:
@@ -191,30 +192,23 @@ class ConchIterableDataset(_IterableDataset):
                     rng = np.random.default_rng([self.opts.seed, epoch, me, block.index])
                     rows = rows.take(pa.array(rng.permutation(rows.num_rows)))
                 skip = int(start["done"]) if block.index == start["block"] else 0
-                for i in range(skip, rows.num_rows, 4096):
-                    piece = rows.slice(i, 4096)
-                    at = {"epoch": epoch, "block": block.index, "pos": block.pos, "offset": block.offset}
-                    for item, n_done in out.push(piece):
-                        if self.opts.batch_size is not None or self.opts.format == "arrow":
-                            self._cursor = {**at, "done": i + n_done}
-                            yield self._convert(item)
-                            continue
-                        cols = to_tensors(item, self.opts.decode)
-                        for j in range(item.num_rows):
-                            self._cursor = {**at, "done": i + j + 1}
-                            yield {k: v[j] for k, v in cols.items()}
+                # Convert once per block; batches are then views (tensor slices) of it.
+                piece: Any = rows.slice(skip) if arrow else _Cols.of(rows.slice(skip), self.opts.decode)
+                at = {"epoch": epoch, "block": block.index, "pos": block.pos, "offset": block.offset}
+                for item, n_done in out.push(piece):
+                    if self.opts.batch_size is not None or arrow:
+                        self._cursor = {**at, "done": skip + n_done}
+                        yield _one_batch(item) if arrow else item.cols
+                        continue
+                    for j in range(item.num_rows):
+                        self._cursor = {**at, "done": skip + n_done - item.num_rows + j + 1}
+                        yield {k: v[j] for k, v in item.cols.items()}
             self._cursor = {"epoch": epoch + 1, "block": 0, "pos": 0, "offset": 0, "done": 0}
             for item, _ in out.flush():
-                yield self._convert(item)
+                yield _one_batch(item) if arrow else item.cols
         finally:
             blocks.close()
         self.epoch = epoch + 1  # the next pass in this process (a persistent worker, say) is the next epoch
-
-    def _convert(self, table: pa.Table) -> Any:
-        """A batch (or, for Arrow without a batch size, a slice) in the output format."""
-        if self.opts.format == "arrow":
-            return _one_batch(table)
-        return to_tensors(table, self.opts.decode)
 
     def _blocks(self, splits: list[Split], start: Mapping[str, Any]) -> Iterator[_Block]:
         """Blocks of `block_rows` rows read from `splits`, starting at a cursor."""
@@ -250,16 +244,49 @@ class ConchIterableDataset(_IterableDataset):
             yield _Block(index, block_pos, block_offset, pa.Table.from_batches(pending))
 
 
+class _Cols:
+    """Converted columns of some rows (tensors or lists by path), sliced without copying."""
+
+    def __init__(self, cols: dict[str, Any], num_rows: int) -> None:
+        self.cols = cols
+        self.num_rows = num_rows
+
+    @classmethod
+    def of(cls, table: pa.Table, decode: Mapping[str, Callable[[Any], Any]]) -> _Cols:
+        return cls(to_tensors(table, decode), table.num_rows)
+
+    def slice(self, offset: int, length: int) -> _Cols:
+        n = max(0, min(length, self.num_rows - offset))
+        return _Cols({k: v[offset : offset + n] for k, v in self.cols.items()}, n)
+
+    @staticmethod
+    def concat(parts: list[_Cols]) -> _Cols:
+        if len(parts) == 1:
+            return parts[0]
+        cols = {
+            k: torch.cat([p.cols[k] for p in parts])
+            if isinstance(parts[0].cols[k], torch.Tensor)
+            else [x for p in parts for x in p.cols[k]]
+            for k in parts[0].cols
+        }
+        return _Cols(cols, sum(p.num_rows for p in parts))
+
+
+def _concat(parts: list[Any]) -> Any:
+    return pa.concat_tables(parts) if isinstance(parts[0], pa.Table) else _Cols.concat(parts)
+
+
 class _Rebatcher:
-    """Cuts a stream of row slices into batches of `size` (or single rows when None)."""
+    """Cuts a stream of row slices (Arrow tables or `_Cols`) into batches of `size` rows (when
+    None: passes each slice through)."""
 
     def __init__(self, size: int | None, drop_last: bool) -> None:
         self.size = size or 0
         self.drop_last = drop_last
-        self.parts: list[pa.Table] = []
+        self.parts: list[Any] = []
         self.have = 0
 
-    def push(self, piece: pa.Table) -> Iterator[tuple[pa.Table, int]]:
+    def push(self, piece: Any) -> Iterator[tuple[Any, int]]:
         """Yield (batch, rows of `piece` consumed so far) for each batch completed by `piece`."""
         if not self.size:
             if piece.num_rows:
@@ -272,13 +299,13 @@ class _Rebatcher:
             self.have += take
             used += take
             if self.have == self.size:
-                batch = pa.concat_tables(self.parts)
+                batch = _concat(self.parts)
                 self.parts, self.have = [], 0
                 yield batch, used
 
-    def flush(self) -> Iterator[tuple[pa.Table, int]]:
+    def flush(self) -> Iterator[tuple[Any, int]]:
         if self.have and not self.drop_last:
-            yield pa.concat_tables(self.parts), 0
+            yield _concat(self.parts), 0
         self.parts, self.have = [], 0
 
 
