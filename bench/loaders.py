@@ -30,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
+import torch
+from lance.torch.data import LanceDataset
 
 import conch
 from bench import systems as S
@@ -74,39 +76,31 @@ def blobs(n: int, size: int = 20_000) -> pa.Table:
 
 
 # ----- loaders --------------------------------------------------------------------------------------
-def _parquet_dataset(path: Path, columns: list[str]) -> Any:
-    import torch
+class ParquetLoader(torch.utils.data.IterableDataset):  # type: ignore[misc]
+    """Row groups dealt round-robin to DataLoader workers; batches of BATCH rows as tensors."""
 
-    from conch.torch import to_tensors
+    def __init__(self, path: Path, columns: list[str]) -> None:
+        self.path, self.columns = path, columns
 
-    class ParquetLoader(torch.utils.data.IterableDataset):  # type: ignore[misc]
-        """Row groups dealt round-robin to DataLoader workers; batches of BATCH rows as tensors."""
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        from conch.torch import to_tensors
 
-        def __iter__(self) -> Iterator[dict[str, Any]]:
-            info = torch.utils.data.get_worker_info()
-            wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-            frags = [rg for f in pads.dataset(path).get_fragments() for rg in f.split_by_row_group()]
-            for frag in frags[wid::nw]:
-                for b in frag.to_batches(columns=columns, batch_size=BATCH):
-                    yield to_tensors(pa.Table.from_batches([b]))
-
-    return ParquetLoader()
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        frags = [rg for f in pads.dataset(self.path).get_fragments() for rg in f.split_by_row_group()]
+        for frag in frags[wid::nw]:
+            for b in frag.to_batches(columns=self.columns, batch_size=BATCH):
+                yield to_tensors(pa.Table.from_batches([b]))
 
 
-def _lance_dataset(path: Path, columns: list[str]) -> Any:
-    import torch
-    from lance.torch.data import LanceDataset
+class PerWorkerLance(LanceDataset):  # type: ignore[misc]
+    """LanceDataset sharded by fragment over DataLoader workers (it shards only by rank)."""
 
-    class PerWorkerLance(LanceDataset):  # type: ignore[misc]
-        """LanceDataset sharded by fragment over DataLoader workers (it shards only by rank)."""
-
-        def __iter__(self) -> Iterator[Any]:
-            info = torch.utils.data.get_worker_info()
-            if info is not None:
-                self.rank, self.world_size = info.id, info.num_workers
-            return super().__iter__()
-
-    return PerWorkerLance(str(path), BATCH, columns=columns, auto_detect_rank=False)
+    def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            self.rank, self.world_size = info.id, info.num_workers
+        return super().__iter__()
 
 
 def _loader(ds: Any, workers: int, context: str | None) -> Any:
@@ -138,8 +132,8 @@ def loader_throughput(work: Path, name: str, data: pa.Table, reps: int, rec: lis
     nbytes = data.nbytes
     systems = {
         "conch": lambda: ct.dataset(t.scan(*columns[1:]), batch_size=BATCH),
-        "lance": lambda: _lance_dataset(work / f"{name}.lance", columns),
-        "parquet+pyarrow": lambda: _parquet_dataset(work / f"{name}.parquet", columns),
+        "lance": lambda: PerWorkerLance(str(work / f"{name}.lance"), BATCH, columns=columns, auto_detect_rank=False),
+        "parquet+pyarrow": lambda: ParquetLoader(work / f"{name}.parquet", columns),
     }
     for workers in (0, 1, 2):
         for system, make in systems.items():

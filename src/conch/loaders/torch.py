@@ -198,14 +198,14 @@ class ConchIterableDataset(_IterableDataset):
                 for item, n_done in out.push(piece):
                     if self.opts.batch_size is not None or arrow:
                         self._cursor = {**at, "done": skip + n_done}
-                        yield _one_batch(item) if arrow else item.cols
+                        yield _one_batch(item) if arrow else _compact(item.cols)
                         continue
                     for j in range(item.num_rows):
                         self._cursor = {**at, "done": skip + n_done - item.num_rows + j + 1}
                         yield {k: v[j] for k, v in item.cols.items()}
             self._cursor = {"epoch": epoch + 1, "block": 0, "pos": 0, "offset": 0, "done": 0}
             for item, _ in out.flush():
-                yield _one_batch(item) if arrow else item.cols
+                yield _one_batch(item) if arrow else _compact(item.cols)
         finally:
             blocks.close()
         self.epoch = epoch + 1  # the next pass in this process (a persistent worker, say) is the next epoch
@@ -242,6 +242,21 @@ class ConchIterableDataset(_IterableDataset):
                 block_pos, block_offset = p + 1, 0
         if have:
             yield _Block(index, block_pos, block_offset, pa.Table.from_batches(pending))
+
+
+def _compact(cols: dict[str, Any]) -> dict[str, Any]:
+    """In a DataLoader worker, batch tensors are sent to the main process through shared memory,
+    a whole storage at a time: a batch that is a view of its block would send the block. Copy
+    each into a shared storage of its own (one copy, as `default_collate` does)."""
+    if torch.utils.data.get_worker_info() is None:
+        return cols
+    out = {}
+    for k, v in cols.items():
+        if isinstance(v, torch.Tensor):
+            shared = torch.empty(v.shape, dtype=v.dtype).share_memory_()
+            v = shared.copy_(v)
+        out[k] = v
+    return out
 
 
 class _Cols:
