@@ -93,6 +93,14 @@ class ParquetLoader(torch.utils.data.IterableDataset):  # type: ignore[misc]
                 yield to_tensors(pa.Table.from_batches([b]))
 
 
+def lance_to_tensors(batch: Any, **_: Any) -> dict[str, Any]:
+    """Lance's batches converted as the other loaders' are (its own converter rejects binary)."""
+    from conch.torch import to_tensors
+
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else pa.table(batch)
+    return to_tensors(table)
+
+
 class PerWorkerLance(LanceDataset):  # type: ignore[misc]
     """LanceDataset sharded by fragment over DataLoader workers (it shards only by rank)."""
 
@@ -132,7 +140,9 @@ def loader_throughput(work: Path, name: str, data: pa.Table, reps: int, rec: lis
     nbytes = data.nbytes
     systems = {
         "conch": lambda: ct.dataset(t.scan(*columns[1:]), batch_size=BATCH),
-        "lance": lambda: PerWorkerLance(str(work / f"{name}.lance"), BATCH, columns=columns, auto_detect_rank=False),
+        "lance": lambda: PerWorkerLance(
+            str(work / f"{name}.lance"), BATCH, columns=columns, auto_detect_rank=False, to_tensor_fn=lance_to_tensors
+        ),
         "parquet+pyarrow": lambda: ParquetLoader(work / f"{name}.parquet", columns),
     }
     for workers in (0, 1, 2):
@@ -182,14 +192,21 @@ def random_access(work: Path, name: str, data: pa.Table, reps: int, rec: list[di
         print(f"  take   {name:<9} {system:<18} {per * 1000:8.2f} ms per 64 random keys", flush=True)
 
 
-def engines(work: Path, data: pa.Table, reps: int, rec: list[dict[str, Any]]) -> None:
+def engines(work: Path, n: int, reps: int, rec: list[dict[str, Any]]) -> None:
+    """A table like the demo's: metadata plus a 512-byte payload per row; a 1 % filter on `x`."""
     import duckdb
     import polars as pl
 
     import conch.duckdb as cdb
     import conch.polars as cpl
 
-    t = conch.connect(work / "metadata-conch").table("metadata")
+    data = metadata(n)
+    payload = pa.py_buffer(np.random.default_rng(9).integers(0, 256, n * 512, dtype=np.uint8))
+    offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 512)
+    data = data.append_column("payload", pa.Array.from_buffers(pa.binary(), n, [None, offsets, payload]))
+    t = conch.connect(S.fresh(work / "engine-conch")).create_table("engine", [("id", pa.int64())])
+    t.write(data)
+    print(f"engines: {n} rows, {data.nbytes / 1e6:.0f} MB; select id, x, y where x < 0.01")
     cut = 0.01
 
     def pl_push() -> int:
@@ -200,15 +217,15 @@ def engines(work: Path, data: pa.Table, reps: int, rec: list[dict[str, Any]]) ->
 
     def dd_push() -> int:
         src = cdb.source(t)  # noqa: F841 - found by DuckDB by name
-        return duckdb.sql(f"select id, x, y from src where x < {cut}").arrow().num_rows
+        return duckdb.sql(f"select id, x, y from src where x < {cut}").to_arrow_table().num_rows
 
     def dd_stream() -> int:
         stream = t.scan().to_record_batches()  # noqa: F841 - the plain Arrow stream: no pushdown
-        return duckdb.sql(f"select id, x, y from stream where x < {cut}").arrow().num_rows
+        return duckdb.sql(f"select id, x, y from stream where x < {cut}").to_arrow_table().num_rows
 
     def dd_mat() -> int:
         whole = t.scan().to_arrow()  # noqa: F841
-        return duckdb.sql(f"select id, x, y from whole where x < {cut}").arrow().num_rows
+        return duckdb.sql(f"select id, x, y from whole where x < {cut}").to_arrow_table().num_rows
 
     runs = {
         ("polars", "pushdown (conch.polars.scan)"): pl_push,
@@ -257,7 +274,7 @@ def run(work: Path, scale: float, reps: int, out: Path) -> list[dict[str, Any]]:
     loader_throughput(work, "blobs", blob, reps, rec)
     random_access(work, "metadata", meta, reps, rec)
     random_access(work, "blobs", blob, reps, rec)
-    engines(work, meta, reps, rec)
+    engines(work, int(200_000 * scale), reps, rec)
     lines = summary(rec)
     print("\n" + "\n".join(lines))
     out.mkdir(parents=True, exist_ok=True)

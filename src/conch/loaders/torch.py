@@ -245,17 +245,25 @@ class ConchIterableDataset(_IterableDataset):
 
 
 def _compact(cols: dict[str, Any]) -> dict[str, Any]:
-    """In a DataLoader worker, batch tensors are sent to the main process through shared memory,
-    a whole storage at a time: a batch that is a view of its block would send the block. Copy
-    each into a shared storage of its own (one copy, as `default_collate` does)."""
+    """In a DataLoader worker, tensors go to the main process through shared memory, one segment
+    per storage (and the receiver reuses a storage it has seen). Pack the tensors of a block (or
+    of a batch straddling blocks) into one shared storage, so a block costs one segment and its
+    batches are views of it; in the main process, nothing to do."""
     if torch.utils.data.get_worker_info() is None:
         return cols
-    out = {}
-    for k, v in cols.items():
-        if isinstance(v, torch.Tensor):
-            shared = torch.empty(v.shape, dtype=v.dtype).share_memory_()
-            v = shared.copy_(v)
-        out[k] = v
+    tensors = {k: v for k, v in cols.items() if isinstance(v, torch.Tensor)}
+    if not tensors or all(v.is_shared() for v in tensors.values()):
+        return cols
+    offsets, total = {}, 0
+    for k, v in tensors.items():
+        offsets[k] = total
+        total += -(-v.numel() * v.element_size() // 64) * 64  # 64-byte aligned views
+    buf = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_()
+    out = dict(cols)
+    for k, v in tensors.items():
+        n = v.numel() * v.element_size()
+        view = buf[offsets[k] : offsets[k] + n].view(v.dtype).view(v.shape)
+        out[k] = view.copy_(v)
     return out
 
 
@@ -268,7 +276,7 @@ class _Cols:
 
     @classmethod
     def of(cls, table: pa.Table, decode: Mapping[str, Callable[[Any], Any]]) -> _Cols:
-        return cls(to_tensors(table, decode), table.num_rows)
+        return cls(_compact(to_tensors(table, decode)), table.num_rows)
 
     def slice(self, offset: int, length: int) -> _Cols:
         n = max(0, min(length, self.num_rows - offset))
