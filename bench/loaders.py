@@ -40,14 +40,17 @@ RESULTS = Path(__file__).parent / "results"
 BATCH = 256
 
 
-def _time(fn: Callable[[], Any], reps: int) -> tuple[float, Any]:
-    out = fn()  # warm-up: page cache, imports, worker start-up paths
-    times = []
+def _interleaved(fns: dict[Any, Callable[[], Any]], reps: int) -> dict[Any, tuple[float, Any]]:
+    """Median time of each function, the systems taking turns within each repetition so that
+    a machine whose load changes (a shared 2-core box) slows all of them alike."""
+    outs = {k: fn() for k, fn in fns.items()}  # warm-up: page cache, worker start-up
+    times: dict[Any, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return median(times), out
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            outs[k] = fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: (median(v), outs[k]) for k, v in times.items()}
 
 
 # ----- data -----------------------------------------------------------------------------------------
@@ -146,11 +149,14 @@ def loader_throughput(work: Path, name: str, data: pa.Table, reps: int, rec: lis
         "parquet+pyarrow": lambda: ParquetLoader(work / f"{name}.parquet", columns),
     }
     for workers in (0, 1, 2):
-        for system, make in systems.items():
-            # Lance is not fork-safe (it says so): its workers start with forkserver.
-            loader = _loader(make(), workers, "forkserver" if system == "lance" else None)
-            secs, n = _time(lambda loader=loader: _epoch(loader), reps)
-            del loader
+        # Lance is not fork-safe (it says so): its workers start with forkserver.
+        loaders = {
+            system: _loader(make(), workers, "forkserver" if system == "lance" else None)
+            for system, make in systems.items()
+        }
+        timed = _interleaved({k: (lambda ld=ld: _epoch(ld)) for k, ld in loaders.items()}, reps)
+        del loaders
+        for system, (secs, n) in timed.items():
             if n != data.num_rows:
                 print(f"  !! {system} with {workers} workers delivered {n} rows of {data.num_rows}")
             row = {
@@ -185,8 +191,7 @@ def random_access(work: Path, name: str, data: pa.Table, reps: int, rec: list[di
         "conch map_dataset": lambda: [m.__getitems__(q) for q in queries],
         "lance take": lambda: [ds.take(q).num_rows for q in queries],
     }
-    for system, fn in runs.items():
-        secs, _ = _time(fn, reps)
+    for system, (secs, _) in _interleaved(runs, reps).items():
         per = secs / len(queries)
         rec.append({"bench": f"take/{name}", "system": system, "seconds": per, "keys": 64})
         print(f"  take   {name:<9} {system:<18} {per * 1000:8.2f} ms per 64 random keys", flush=True)
@@ -234,8 +239,7 @@ def engines(work: Path, n: int, reps: int, rec: list[dict[str, Any]]) -> None:
         ("duckdb", "plain Arrow stream"): dd_stream,
         ("duckdb", "materialised scan"): dd_mat,
     }
-    for (engine, how), fn in runs.items():
-        secs, rows = _time(fn, reps)
+    for (engine, how), (secs, rows) in _interleaved(runs, reps).items():
         rec.append({"bench": f"engine/{engine}", "system": how, "seconds": secs, "rows": rows})
         print(f"  {engine:<7} {how:<32} {secs * 1000:8.1f} ms  ({rows} rows)", flush=True)
 

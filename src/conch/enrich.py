@@ -125,7 +125,8 @@ def enrich(
     sig = _signature(lvl, [c.full_path for c in probe.plan.columns], into, where)
     history = table.history()
     runs = _runs(history, sig)
-    unfinished = next((r for r in reversed(runs.values()) if not r["done"]), None)
+    last = list(runs.values())[-1] if runs else None
+    unfinished = last if last is not None and not last["done"] else None  # killed: resume it
     if unfinished is not None and not full:
         run, pin, prev = unfinished["run"], unfinished["pin"], unfinished["prev"]
     else:
