@@ -225,7 +225,7 @@ def engines(work: Path, n: int, reps: int, rec: list[dict[str, Any]]) -> None:
         return duckdb.sql(f"select id, x, y from src where x < {cut}").to_arrow_table().num_rows
 
     def dd_stream() -> int:
-        stream = t.scan().to_record_batches()  # noqa: F841 - the plain Arrow stream: no pushdown
+        stream = t.scan()  # noqa: F841 - the scan result protocol (__arrow_c_stream__): no pushdown
         return duckdb.sql(f"select id, x, y from stream where x < {cut}").to_arrow_table().num_rows
 
     def dd_mat() -> int:

@@ -24,9 +24,10 @@ import pyarrow as pa
 from conch.catalog import Catalog, connect
 from conch.errors import ConchError
 from conch.expr import Expr
-from conch.keys import KeyPredicate
+from conch.keys import EncodedRange, KeyPredicate
 from conch.scan import Scan
 from conch.scan.plan import to_time
+from conch.scan.splits import Split
 from conch.schema import Column
 from conch.table import Table
 
@@ -42,6 +43,18 @@ def open_table(warehouse: str, name: str) -> Table:
         if cat is None:
             cat = _catalogs[key] = connect(warehouse)
     return cat.table(name)
+
+
+def open_split(split: Split) -> Scan:
+    """`split.open()`, through this process's cached table: a data loader opens many splits per
+    epoch, and a fresh connection would replay the table's log for each."""
+    table = open_table(split.uri, split.table)
+    scan = table.scan(
+        *split.columns, where=split.where, keys=split.keys, asof=split.time, since=split.since, level=split.level
+    )
+    if scan.plan.state.seq != split.seq:
+        return split.open()  # the split's own error: its commit is no longer reachable by time
+    return scan.within(EncodedRange(split.lo, split.hi)).with_options(split.options)
 
 
 def resolve_table(source: Table | str | os.PathLike[str]) -> Table:

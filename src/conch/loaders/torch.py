@@ -5,7 +5,7 @@
 ...     ds.set_epoch(epoch)
 ...     for batch in DataLoader(ds, batch_size=None, num_workers=2): ...
 
-**Sharding.** The scan is cut into disjoint key-range splits (`conch.loaders.splits`). Every
+**Sharding.** The scan is cut into disjoint key-range splits (`Scan.splits`, `conch.scan.splits`). Every
 reader (a DataLoader worker of a `torch.distributed` rank; rank and world size auto-detected
 from an initialised process group or `RANK`/`WORLD_SIZE`, or given) takes every C-th split of the
 epoch's split order, C = world size × workers, so each row is read exactly once per epoch across
@@ -56,9 +56,9 @@ import pyarrow.compute as pc
 from conch._deps import optional_import
 from conch.errors import ConchError
 from conch.keys import KeySet, encode_keys
-from conch.loaders.source import ScanSpec, narrowest_column
-from conch.loaders.splits import Split, key_splits
+from conch.loaders.source import ScanSpec, narrowest_column, open_split
 from conch.scan import Scan
+from conch.scan.splits import Split
 
 torch = optional_import("torch")
 _IterableDataset: Any = torch.utils.data.IterableDataset
@@ -93,7 +93,7 @@ def dataset(
         splits = max(1, -(-rows // SPLIT_ROWS))
     return ConchIterableDataset(
         spec,
-        key_splits(spec, splits),
+        scan.splits(splits),
         _Options(batch_size, shuffle, seed, shuffle_buffer, format, dict(decode or {}), prefetch, drop_last),
         rank,
         world_size,
@@ -220,7 +220,7 @@ class ConchIterableDataset(_IterableDataset):
         for p in range(pos, len(splits)):
             seen = 0
             skip = offset if p == pos else 0
-            for batch in self.spec.scan(keys=splits[p]).to_record_batches():
+            for batch in open_split(splits[p]).to_record_batches():
                 n = batch.num_rows
                 if seen + n <= skip:
                     seen += n
