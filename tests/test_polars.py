@@ -119,7 +119,7 @@ def test_projection_reads_only_named_groups_and_n_rows_becomes_a_limit(table: co
 
 def test_uri_asof_and_a_version_pinned_at_scan(table: conch.Table, tmp_path_factory: pytest.TempPathFactory) -> None:
     first = table.history()[0]
-    uri = f"{table.catalog.uri}/{table.name}"
+    uri = f"{table.log.uri}/{table.name}"
     old = cpl.scan(uri, asof=first.time).select("id", "x").collect()
     assert old.equals(pl.from_arrow(table.scan("x", asof=first.time).to_arrow()))
     lf = cpl.scan(table)

@@ -188,7 +188,7 @@ def test_ranks_from_the_environment_in_separate_processes(table: conch.Table) ->
     import json
 
     asof = table.state().time
-    script = RANK.format(wh=table.catalog.uri, asof=asof)
+    script = RANK.format(wh=table.log.uri, asof=asof)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", script],

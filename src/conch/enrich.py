@@ -53,7 +53,6 @@ from conch.expr import Expr
 from conch.keys import KeySet, encode_keys
 from conch.loaders.source import narrowest_column, open_table
 from conch.table import Table
-from conch.txn import commit
 from conch.write import StagedWrite, stage_write
 
 Fn = Callable[[pa.RecordBatch], Any]
@@ -140,7 +139,7 @@ def enrich(
     head = {"sig": sig, "run": run, "pin": pin, "prev": prev, "n": len(ranges)}
     jobs = [
         RangeJob(
-            table.catalog.uri,
+            table.log.uri,
             table.name,
             fn,
             tuple(c.path for c in probe.plan.columns),
@@ -168,7 +167,7 @@ def enrich(
         marker = SUMMARY + json.dumps({**head, "done": True, "seqs": commits})
         state = table.state()
         staged = StagedWrite(state.schema, state.schema, [], base_seq=state.seq)
-        commits.append(commit(table, staged, "enrich", summary=marker).seq)
+        commits.append(table.log.commit(staged.transaction("enrich", marker)).seq)
     return EnrichResult(run, pin, keys.num_rows, len(ranges), len(ranges) - len(jobs), rows, commits)
 
 
@@ -248,13 +247,16 @@ def compute_range(job: RangeJob) -> tuple[int, int]:
     enc = encode_keys(job.keys.columns)
     scan = table.scan(*job.inputs, where=job.where, keys=KeySet(enc), asof=job.pin, level=job.level or None)
     outputs = [out for batch in _batches(scan.to_record_batches(), job.batch_rows) for out in [apply_fn(job, batch)]]
-    state = table.state()
     rows = sum(o.num_rows for o in outputs)
-    if rows:
-        staged = stage_write(table.files, state, pa.concat_tables(outputs), job.level, table.catalog.write_options)
-    else:
-        staged = StagedWrite(state.schema, state.schema, [], base_seq=state.seq)
-    return commit(table, staged, "enrich", summary=job.summary).seq, rows
+    log = table.log
+    with log.staging():
+        state = table.state()
+        if rows:
+            data = pa.concat_tables(outputs)
+            staged = stage_write(log.files, state, data, job.level, log.warehouse.write_options, evolve=True)
+        else:  # nothing to write (keys deleted meanwhile): the commit still marks the range done
+            staged = StagedWrite(state.schema, state.schema, [], base_seq=state.seq)
+    return log.commit(staged.transaction("enrich", job.summary)).seq, rows
 
 
 def _batches(reader: pa.RecordBatchReader, rows: int) -> Iterator[pa.RecordBatch]:

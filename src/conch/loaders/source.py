@@ -110,8 +110,8 @@ class ScanSpec:
         p = scan.plan
         asof = p.asof if p.asof is not None else p.state.time
         return cls(
-            warehouse=scan.table.catalog.uri,
-            table_name=scan.table.name,
+            warehouse=scan.source.uri,
+            table_name=scan.source.name,
             columns=tuple(c.full_path for c in p.columns),
             level=p.level,
             asof=asof,
