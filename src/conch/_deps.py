@@ -13,6 +13,7 @@ _EXTRAS = {
     "duckdb": "duckdb",
     "pyspark": "spark",
     "psycopg": "postgres",
+    "torch": "torch",
 }
 
 
