@@ -13,6 +13,11 @@ _EXTRAS = {
     "duckdb": "duckdb",
     "pyspark": "spark",
     "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "obstore": "s3",
+    "httpx": "http",
+    "fastapi": "server",
+    "uvicorn": "server",
 }
 
 
