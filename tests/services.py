@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import os
 import shutil
 import signal
@@ -77,6 +78,7 @@ class MotoS3:
 @pytest.fixture(scope="session")
 def moto_s3() -> Iterator[MotoS3]:
     server_mod = pytest.importorskip("moto.server")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     boto3 = pytest.importorskip("boto3")
     port = free_port()
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -13,37 +13,44 @@ import pyarrow as pa
 from conch.errors import ConchError, ExpressionError, TableExistsError
 from conch.fragments import VortexFormat
 from conch.integrity import seal_json
-from conch.metastore import Metastore, SqliteMetastore, TableRecord
+from conch.metastore import Metastore, TableRecord
+from conch.metastore.registry import open_warehouse
 from conch.metastore.sqlite import now_us
 from conch.scan import Scan
 from conch.scan.execute import KeyCache
 from conch.schema import parse_key_schema, schema_from_arrow
-from conch.storage import LocalStorage, new_id
+from conch.storage import Storage, new_id
 from conch.table import Table, TableColumn
 from conch.write import WriteOptions
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
 
 
-def connect(uri: str | os.PathLike[str] = ".conch", write_options: WriteOptions | None = None) -> Catalog:
+def connect(
+    uri: str | os.PathLike[str] = ".conch",
+    write_options: WriteOptions | None = None,
+    *,
+    metastore: str | Metastore | None = None,
+    token: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Catalog:
     """Open (or create) a warehouse. A path is the embedded default: files under it and an
-    SQLite metastore in `<path>/_catalog.sqlite`. Zero set-up.
+    SQLite metastore in `<path>/_catalog.sqlite`. Zero set-up. `s3://`, `gs://`, `az://` and
+    `memory://` keep files and the WAL on object storage (no service); `http://host:port` is a
+    `conch serve` metastore (`token=` a bearer token); `metastore=` picks another metastore
+    (`postgresql://...`); `storage_options` configure object stores (endpoint, credentials).
 
     >>> cat = conch.connect("/tmp/wh")  # doctest: +SKIP
+    >>> cat = conch.connect("s3://bucket/wh", storage_options={"region": "eu-west-1"})  # doctest: +SKIP
     """
-    path = Path(os.fspath(uri))
-    if "://" in str(uri) and not str(uri).startswith("file://"):
-        raise ConchError(f"unsupported warehouse URI {uri!r}: use a local path")
-    path = Path(str(path).removeprefix("file://"))
-    path.mkdir(parents=True, exist_ok=True)
-    storage = LocalStorage(path)
-    return Catalog(storage, SqliteMetastore(path / "_catalog.sqlite"), write_options)
+    storage, meta = open_warehouse(uri, metastore=metastore, token=token, storage_options=storage_options)
+    return Catalog(storage, meta, write_options)
 
 
 class Catalog:
     """Tables of one warehouse."""
 
-    def __init__(self, storage: LocalStorage, metastore: Metastore, write_options: WriteOptions | None = None) -> None:
+    def __init__(self, storage: Storage, metastore: Metastore, write_options: WriteOptions | None = None) -> None:
         self.storage = storage
         self.metastore = metastore
         self.format = VortexFormat(storage)
@@ -52,7 +59,7 @@ class Catalog:
 
     @property
     def uri(self) -> str:
-        """The warehouse location (a local directory)."""
+        """The warehouse location (a local directory or an object-store URI)."""
         return self.storage.uri
 
     def __repr__(self) -> str:

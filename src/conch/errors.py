@@ -104,3 +104,8 @@ class AuthorizationError(ConchError, PermissionError):
 
 class InvalidPathError(ConchError, ValueError):
     """A storage path is not a clean relative path (absolute, empty or `.`/`..` segments)."""
+
+
+class InvalidNameError(ConchError, ValueError):
+    """A table name or table id is not a safe identifier (letters, digits, `_ . -`; no path
+    separators), so it could not address its own prefix of a warehouse."""

@@ -41,7 +41,7 @@ from conch.keys import (
 )
 from conch.manifest import TableState
 from conch.schema import Column, Schema, join_path, normalize_type
-from conch.storage import LocalStorage, new_id
+from conch.storage import Storage, new_id
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class StagedWrite:
 class TableFiles:
     """Where one table's files go, and how they are written."""
 
-    def __init__(self, storage: LocalStorage, table_id: str, fmt: VortexFormat) -> None:
+    def __init__(self, storage: Storage, table_id: str, fmt: VortexFormat) -> None:
         self.storage = storage
         self.table_id = table_id
         self.format = fmt
