@@ -32,10 +32,10 @@ from conch.errors import (
 from conch.metastore import Metastore, TableRecord
 from conch.metastore.objectstore import ObjectStoreMetastore
 from conch.storage import LocalStorage
-from services import MotoS3
+from services import MotoS3, Postgres
 
-WAREHOUSES = ["sqlite", "storage-local", "memory", "s3"]
-CROSS_PROCESS = {"sqlite", "storage-local", "s3"}  # memory:// lives in one process
+WAREHOUSES = ["sqlite", "storage-local", "memory", "s3", "postgres"]
+CROSS_PROCESS = {"sqlite", "storage-local", "s3", "postgres"}  # memory:// lives in one process
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,9 @@ def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
         return Warehouse(kind, str(tmp_path / "wh"), metastore="storage")
     if kind == "memory":
         return Warehouse(kind, f"memory://{uuid.uuid4().hex}/wh")
+    if kind == "postgres":
+        pg: Postgres = request.getfixturevalue("postgres")
+        return Warehouse(kind, str(tmp_path / "wh"), metastore=pg.dsn())
     s3: MotoS3 = request.getfixturevalue("moto_s3")
     return Warehouse(kind, s3.uri(), storage_options=s3.options)
 
