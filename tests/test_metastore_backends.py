@@ -12,6 +12,7 @@ import itertools
 import multiprocessing
 import threading
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,11 @@ from conch.errors import (
 from conch.metastore import Metastore, TableRecord
 from conch.metastore.objectstore import ObjectStoreMetastore
 from conch.storage import LocalStorage
-from services import MotoS3, Postgres
+from services import MotoS3, Postgres, ServerProcess
 
-WAREHOUSES = ["sqlite", "storage-local", "memory", "s3", "postgres"]
-CROSS_PROCESS = {"sqlite", "storage-local", "s3", "postgres"}  # memory:// lives in one process
+WAREHOUSES = ["sqlite", "storage-local", "memory", "s3", "postgres", "http", "http-s3", "http-inproc"]
+CROSS_PROCESS = {"sqlite", "storage-local", "s3", "postgres", "http", "http-s3"}  # memory:// lives in one process
+TOKEN = "admin-token-1"  # memory:// lives in one process
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class Warehouse:
 
     kind: str
     uri: str
-    metastore: str | None = None
+    metastore: Any = None  # a URI, or a Metastore object (in-process server)
     token: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
 
@@ -63,11 +65,39 @@ def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
         return Warehouse(kind, str(tmp_path / "wh"), metastore="storage")
     if kind == "memory":
         return Warehouse(kind, f"memory://{uuid.uuid4().hex}/wh")
+    if kind.startswith("http"):
+        return _http_warehouse(request, tmp_path, kind)
     if kind == "postgres":
         pg: Postgres = request.getfixturevalue("postgres")
         return Warehouse(kind, str(tmp_path / "wh"), metastore=pg.dsn())
     s3: MotoS3 = request.getfixturevalue("moto_s3")
     return Warehouse(kind, s3.uri(), storage_options=s3.options)
+
+
+def _http_warehouse(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Warehouse:
+    """`conch serve` over loopback (its warehouse a local directory, or S3), or in process."""
+    if kind == "http-inproc":
+        pytest.importorskip("fastapi")
+        with warnings.catch_warnings():  # starlette's note about a future httpx fork
+            warnings.simplefilter("ignore")
+            from starlette.testclient import TestClient
+
+        from conch.metastore.http import HttpMetastore
+        from conch.metastore.sqlite import SqliteMetastore
+        from conch.server import create_app
+
+        app = create_app(SqliteMetastore(tmp_path / "c.sqlite"), str(tmp_path / "wh"), {TOKEN: "admin"})
+        return Warehouse(kind, str(tmp_path / "wh"), HttpMetastore("http://inproc", TOKEN, client=TestClient(app)))
+    if kind == "http-s3":
+        s3: MotoS3 = request.getfixturevalue("moto_s3")
+        server = ServerProcess(s3.uri(), {TOKEN: "admin"}, env=s3.env)
+        storage_options = s3.options
+    else:
+        server = ServerProcess(str(tmp_path / "wh"), {TOKEN: "admin"})
+        storage_options = {}
+    request.addfinalizer(server.stop)
+    server.start()
+    return Warehouse(kind, server.url, token=TOKEN, storage_options=storage_options)
 
 
 @pytest.fixture
@@ -194,8 +224,8 @@ def test_model(metastore: Metastore, ops: list[tuple[str, int]]) -> None:
                 metastore.append(rec.id, n, '"stale"')
         elif op == "snap" and log:
             seq = min(n, len(log))
-            metastore.add_snapshot(rec.id, seq, f"p{seq}-{len(snaps)}")
-            snaps.setdefault(seq, f"p{seq}-{len(snaps)}")
+            metastore.add_snapshot(rec.id, seq, f"{rec.id}/meta/{seq}-{len(snaps)}.json")
+            snaps.setdefault(seq, f"{rec.id}/meta/{seq}-{len(snaps)}.json")
         elif op == "read":
             assert [e.entry for e in metastore.read_log(rec.id, min(n, len(log)))] == log[min(n, len(log)) :]
             assert metastore.last_seq(rec.id) == len(log)
