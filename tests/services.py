@@ -75,13 +75,15 @@ class MotoS3:
         }
 
 
-@pytest.fixture(scope="session")
-def moto_s3() -> Iterator[MotoS3]:
-    server_mod = pytest.importorskip("moto.server")
+@contextlib.contextmanager
+def moto_server() -> Iterator[MotoS3]:
+    """A moto S3 server on a free loopback port with one bucket, stopped on exit."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    boto3 = pytest.importorskip("boto3")
     port = free_port()
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
         endpoint = f"http://127.0.0.1:{port}"
@@ -106,6 +108,14 @@ def moto_s3() -> Iterator[MotoS3]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoS3]:
+    pytest.importorskip("moto.server")
+    pytest.importorskip("boto3")
+    with moto_server() as s3:
+        yield s3
+
+
 # --- PostgreSQL --------------------------------------------------------------------------
 
 
@@ -125,7 +135,8 @@ class Postgres:
 
     def dsn(self) -> str:
         """A fresh, empty database (one per test, so tests never see each other's tables)."""
-        psycopg = pytest.importorskip("psycopg")
+        import psycopg
+
         name = f"t_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
@@ -148,12 +159,13 @@ def _as_db_user(cmd: list[str]) -> list[str]:
     return cmd
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
-    pytest.importorskip("psycopg")
+@contextlib.contextmanager
+def postgres_server(durable: bool = False) -> Iterator[Postgres]:
+    """A private PostgreSQL cluster on a free loopback port, removed on exit. Tests run it with
+    `fsync=off` (speed; nothing they check needs a power loss); benchmarks with `durable=True`."""
     bin_dir = postgres_bin_dir()
     if bin_dir is None:
-        pytest.skip("PostgreSQL is not installed (make install-postgres)")
+        raise RuntimeError("PostgreSQL is not installed (bash .ci/install-postgres.sh)")
     root = tempfile.mkdtemp(prefix="conch-pg-")
     data, sock = os.path.join(root, "data"), os.path.join(root, "sock")
     os.makedirs(sock)
@@ -167,7 +179,9 @@ def postgres() -> Iterator[Postgres]:
         check=True,
         capture_output=True,
     )
-    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    if not durable:
+        opts += " -c fsync=off"
     subprocess.run(
         _as_db_user([f"{bin_dir}/pg_ctl", "-D", data, "-o", opts, "-l", f"{root}/log", "-w", "start"]),
         check=True,
@@ -178,6 +192,15 @@ def postgres() -> Iterator[Postgres]:
     finally:
         subprocess.run(_as_db_user([f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "stop"]), capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    pytest.importorskip("psycopg")
+    if postgres_bin_dir() is None:
+        pytest.skip("PostgreSQL is not installed (bash .ci/install-postgres.sh)")
+    with postgres_server() as pg:
+        yield pg
 
 
 # --- conch serve -------------------------------------------------------------------------
