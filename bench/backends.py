@@ -1,6 +1,6 @@
 """Backends side by side: commit latency and throughput per metastore, scans per storage.
 
-    .venv/bin/python -m bench.backends [--commits 40] [--rows 5000] [--only commits,scans]
+    .venv/bin/python -m bench.backends [--commits 40] [--rows 5000] [--only commits,scans,spark]
     .venv/bin/python -m bench --only b            # the same, inside the main benchmark run
 
 - **Commits**: 100-row upserts into one table, with 1 writer (median latency, commits/s) and 8
@@ -11,6 +11,8 @@
   silence_ratio < 0.01`) and a full scan, from local disk and from S3 (moto), with the bytes the
   scan read from storage (counted under the storage protocol) against the bytes it returned;
   Lance on the same S3 store for comparison.
+- **Spark ingest** (local[2]) of a Parquet file into the embedded default, into S3 through the
+  HTTP metastore, and into S3 with the object-store WAL.
 
 moto is a single-process Python S3 server on loopback: its numbers show the request pattern's
 cost (round trips, bytes), not a real object store's latency. Services are started here (the
@@ -272,6 +274,28 @@ def bench_lance(uri: str, options: dict[str, Any], rows: int, reps: int) -> list
     return out
 
 
+def bench_spark_ingest(targets: dict[str, dict[str, str]], rows: int, work: Path) -> list[dict[str, Any]]:
+    """A Spark ingest (local[2]) of the metadata table from Parquet into each target, one commit."""
+    try:
+        import conch.spark
+    except ImportError:
+        return []
+    import pyarrow.parquet as pq
+
+    src = work / "ingest.parquet"
+    pq.write_table(S.metadata_table(rows), src, row_group_size=50_000)
+    spark = conch.spark.session("conch-bench-backends")
+    out = []
+    for name, opts in targets.items():
+        df = spark.read.parquet(str(src)).repartitionByRange(4, "id")
+        t0 = time.perf_counter()
+        df.write.format("conch").options(**opts, table="ingest", key="id").mode("append").save()
+        secs = time.perf_counter() - t0
+        out.append({"target": name, "rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs)})
+        print(f"spark ingest {rows} rows -> {name:<24} {secs:8.2f} s", flush=True)
+    return out
+
+
 # --- driver ------------------------------------------------------------------------------------
 
 
@@ -279,7 +303,7 @@ def run(
     commits: int = 40, rows: int = 5000, reps: int = 3, only: tuple[str, ...] = ("commits", "scans")
 ) -> dict[str, Any]:
     """Start the services, run the benchmarks, print tables; returns the results document."""
-    doc: dict[str, Any] = {"commits": [], "scans": []}
+    doc: dict[str, Any] = {"commits": [], "scans": [], "spark_ingest": []}
     work = Path(tempfile.mkdtemp(prefix="conch-bench-backends-"))
     with moto_server() as s3, postgres_server(durable=True) as pg:
         server = ServerProcess(str(work / "http-wh"), {TOKEN: "admin"}).start()
@@ -315,6 +339,17 @@ def run(
                         f"{r['case']:<42} {r['storage']:<7} {r['system']:<6} {r['ms']:>9} {r['rows']:>6} "
                         f"{r.get('bytes_read', '-'):>12} {r['bytes_returned']:>12} {r.get('read_over_returned', '-'):>8}"
                     )
+            if "spark" in only:
+                so = json.dumps(s3.options)
+                doc["spark_ingest"] = bench_spark_ingest(
+                    {
+                        "local (embedded)": {"warehouse": str(work / "spark-local")},
+                        "s3 via http metastore": {"warehouse": server.url, "token": TOKEN, "storageOptions": so},
+                        "s3 (object-store WAL)": {"warehouse": s3.uri("spark"), "storageOptions": so},
+                    },
+                    rows * 40,
+                    work,
+                )
         finally:
             server.stop()
     return doc
@@ -325,7 +360,7 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=40, help="commits per measurement (split over 8 writers)")
     ap.add_argument("--rows", type=int, default=5000, help="rows of the audio table (20 KB blobs)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--only", default="commits,scans")
+    ap.add_argument("--only", default="commits,scans,spark")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     doc = run(args.commits, args.rows, args.reps, tuple(args.only.split(",")))
