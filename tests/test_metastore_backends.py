@@ -180,6 +180,7 @@ def test_snapshots(metastore: Metastore) -> None:
     assert metastore.latest_snapshot(rec.id) == (7, f"{rec.id}/meta/7-b.json")
     assert metastore.latest_snapshot(rec.id, 6) == (3, f"{rec.id}/meta/3-a.json")
     assert metastore.latest_snapshot(rec.id, 2) is None
+    assert metastore.check() == []
 
 
 def test_concurrent_appends_lose_nothing(metastore: Metastore) -> None:
@@ -248,6 +249,8 @@ def test_tables_round_trip(warehouse: Warehouse) -> None:
     assert got.column("id").to_pylist() == [0, 1, 2, 3] and got.column("x").to_pylist() == [0, 1, 2, -1]
     assert again.scan("blob", keys=[7]).to_arrow().column("blob").to_pylist() == [bytes([7]) * 1000]
     assert again.scan(asof=first.time).to_arrow().num_rows == 50
+    report = again.check()
+    assert report.ok and report.entries_checked == 3, str(report)
     cat.drop_table("audio")
     assert warehouse.connect().list_tables() == []
     assert list(cat.storage.list(t.id)) == []

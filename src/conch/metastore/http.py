@@ -191,6 +191,10 @@ class HttpMetastore:
     def add_snapshot(self, table_id: str, seq: int, path: str) -> None:
         self._call("POST", f"/v1/logs/{check_name(table_id, 'table id')}/snapshots", json={"seq": seq, "path": path})
 
+    def check(self) -> list[str]:
+        """Damage the server's metastore finds in its own storage."""
+        return [str(p) for p in self._call("GET", "/v1/check")["problems"]]
+
     def close(self) -> None:
         with self._lock:
             if self._client is not None and self._pid == os.getpid():

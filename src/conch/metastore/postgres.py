@@ -188,6 +188,21 @@ class PostgresMetastore:
                 (table_id, seq, path),
             )
 
+    def check(self) -> list[str]:
+        """Logs with gaps or commit times that do not increase (the CAS rules out both)."""
+        with self._conn() as conn:
+            gaps = conn.execute(
+                "SELECT table_id, COUNT(*), MAX(seq) FROM conch_wal GROUP BY table_id HAVING COUNT(*) <> MAX(seq)"
+            ).fetchall()
+            times = conn.execute(
+                "SELECT table_id, seq FROM (SELECT table_id, seq, time_us, "
+                "LAG(time_us) OVER (PARTITION BY table_id ORDER BY seq) AS prev FROM conch_wal) w "
+                "WHERE prev >= time_us"
+            ).fetchall()
+        return [f"log of table {t}: {n} entries but last seq {m}" for t, n, m in gaps] + [
+            f"log of table {t}: entry {seq} is not later than the one before" for t, seq in times
+        ]
+
     def close(self) -> None:
         with self._lock:
             if self._pool is not None and self._pid == os.getpid():

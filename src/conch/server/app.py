@@ -105,6 +105,10 @@ class LatestSnapshot(BaseModel):
     snapshot: SnapshotModel | None
 
 
+class CheckBody(BaseModel):
+    problems: list[str]
+
+
 class ServerConfig(BaseModel):
     api: int
     warehouse: str = Field(description="where the data files are: clients open this storage")
@@ -281,6 +285,11 @@ def create_app(
     def config(scope: Annotated[str, need("read")]) -> ServerConfig:
         """The storage clients open for data files, and the scope of the caller's token."""
         return ServerConfig(api=API_VERSION, warehouse=warehouse, scope=scope)
+
+    @app.get("/v1/check", response_model=CheckBody, tags=["catalog"])
+    def check(_: Annotated[str, need("read")]) -> CheckBody:
+        """Damage the backing metastore finds in its own storage (`Table.check()`)."""
+        return CheckBody(problems=metastore.check())
 
     @app.get("/v1/tables", response_model=TableList, tags=["catalog"])
     def list_tables(_: Annotated[str, need("read")]) -> TableList:
