@@ -155,8 +155,8 @@ def w4(work: Path, scale: float, reps: int, rec: Recorder) -> None:
         return cat.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.01).to_arrow()
 
     # bytes read from storage, cold Conch caches: counted by Vortex reads + blob ranges
-    cat.format.clear_cache()
-    cat.key_cache = type(cat.key_cache)(cat.format)
+    cat.warehouse.format.clear_cache()
+    cat.key_cache = type(cat.key_cache)(cat.warehouse.format)
     sc = cat.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.01)
     r0 = S.rchar()
     out = sc.to_arrow()

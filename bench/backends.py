@@ -39,6 +39,7 @@ import pyarrow as pa
 import conch
 from bench import systems as S
 from conch.storage.base import FileInfo, RangeReader, Storage
+from conch.warehouse import Warehouse
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from services import ServerProcess, moto_server, postgres_server
@@ -206,8 +207,8 @@ def bench_scans(uri: str, options: dict[str, Any] | None, rows: int, reps: int) 
         ),
         ("full scan", lambda c, tt: tt.scan()),
     ):
-        counting = CountingStorage(cat.storage)
-        cold = conch.Catalog(counting, cat.metastore)  # fresh caches: every byte comes from storage
+        counting = CountingStorage(cat.warehouse.storage)
+        cold = conch.Catalog(Warehouse(counting, cat.warehouse.metastore))  # fresh caches: every byte from storage
         tt = cold.table("audio")
         result = make(cold, tt).to_arrow()
         read = counting.counter[0]

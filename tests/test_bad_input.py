@@ -135,11 +135,11 @@ def test_schema_change_of_level_and_column_kinds(catalog: conch.Catalog) -> None
 
 def test_corrupt_fragment_is_a_typed_error_and_other_data_survives(table: conch.Table) -> None:
     frag = next(iter(table.state().fragments.values()))
-    path = local_path(table.catalog.storage, frag.path)
+    path = local_path(table.log.storage, frag.path)
     with open(path, "r+b") as f:
         f.seek(max(0, os.path.getsize(path) - 64))
         f.write(b"\x00" * 64)
-    table.catalog.format.clear_cache()
+    table.log.format.clear_cache()
     with pytest.raises(CorruptFileError, match=frag.id):
         table.scan().to_arrow()
     # the log is intact: new writes still commit
@@ -157,8 +157,8 @@ def test_unsupported_input(table: conch.Table) -> None:
 
 def test_missing_file_is_a_typed_error_naming_it(table: conch.Table) -> None:
     frag = next(iter(table.state().fragments.values()))
-    os.remove(local_path(table.catalog.storage, frag.path))
-    table.catalog.format.clear_cache()
+    os.remove(local_path(table.log.storage, frag.path))
+    table.log.format.clear_cache()
     with pytest.raises(CorruptFileError, match=frag.id):
         table.scan().to_arrow()
 
@@ -186,7 +186,7 @@ class Snapshot:
         self.files = self._files()
 
     def _files(self) -> set[str]:
-        return {f.path for f in self.t.catalog.storage.list(self.t.id) if "/keys/" in f.path or "/cg/" in f.path}
+        return {f.path for f in self.t.log.storage.list(self.t.id) if "/keys/" in f.path or "/cg/" in f.path}
 
     def check(self) -> None:
         assert self.t.scan().to_pylist() == self.rows

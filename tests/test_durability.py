@@ -47,7 +47,9 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
         assert p.exitcode == 0
     t = conch.connect(warehouse).table("t")
     history = t.history()
-    assert [c.seq for c in history] == list(range(1, WRITERS * COMMITS + 1))
+    assert [c.seq for c in history] == list(range(1, len(history) + 1))
+    assert [c.kind for c in history].count("write") == WRITERS * COMMITS
+    assert {c.kind for c in history} <= {"write", "flush"}, "auto flushes register snapshots through the log"
     times = [c.time for c in history]
     assert all(a < b for a, b in itertools.pairwise(times)), "commit times must strictly increase"
     by_seq = {c.seq: c.time for c in history}
@@ -62,7 +64,7 @@ def test_cas_append_rejects_a_stale_sequence(catalog: conch.Catalog) -> None:
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write([{"id": 1}])
     with pytest.raises(CommitConflictError):
-        catalog.metastore.append(t.id, 0, '{"kind":"write","ops":[]}')
+        catalog.warehouse.metastore.append(t.id, 0, '{"kind":"write","ops":[]}')
     assert len(t.history()) == 1
 
 
@@ -71,7 +73,7 @@ import os, signal, sys, pyarrow as pa, conch
 from conch.write import stage_write
 t = conch.connect(sys.argv[1]).table("t")
 rows = pa.table({"id": pa.array(range(100, 200), pa.int64()), "v": pa.array(range(100), pa.int64())})
-staged = stage_write(t.files, t.state(), rows)
+staged = stage_write(t.log.files, t.state(), rows)
 assert staged.files  # every file is written, nothing is committed yet
 os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -99,7 +101,7 @@ def test_killed_writer_leaves_last_commit_and_vacuum_removes_orphans(tmp_path: P
     t = conch.connect(warehouse).create_table("t", [("id", pa.int64())])
     t.write(pa.table({"id": pa.array(range(10), pa.int64()), "v": pa.array(range(10), pa.int64())}))
     before = t.scan().to_arrow()
-    files_before = {f.path for f in t.catalog.storage.list(t.id)}
+    files_before = {f.path for f in t.log.storage.list(t.id)}
 
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), warehouse], capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
@@ -107,7 +109,7 @@ def test_killed_writer_leaves_last_commit_and_vacuum_removes_orphans(tmp_path: P
     t = conch.connect(warehouse).table("t")
     assert t.scan().to_arrow().equals(before)
     assert len(t.history()) == 1
-    orphans = {f.path for f in t.catalog.storage.list(t.id)} - files_before
+    orphans = {f.path for f in t.log.storage.list(t.id)} - files_before
     assert orphans, "the killed writer left files behind"
 
     assert t.vacuum(older_than_seconds=3600).files_removed == 0, "the grace period protects in-flight writes"
@@ -115,7 +117,7 @@ def test_killed_writer_leaves_last_commit_and_vacuum_removes_orphans(tmp_path: P
     assert dry.files_removed == len(orphans)
     result = t.vacuum(older_than_seconds=0)
     assert result.files_removed == len(orphans)
-    assert {f.path for f in t.catalog.storage.list(t.id)} == files_before
+    assert {f.path for f in t.log.storage.list(t.id)} == files_before
     assert conch.connect(warehouse).table("t").scan().to_arrow().equals(before)
     t.write([{"id": 500, "v": 5}])
     assert t.scan().to_arrow().num_rows == 11
@@ -140,14 +142,14 @@ def test_flush_then_reopen_reads_snapshot_plus_tail(tmp_path: Path) -> None:
     t.write([{"id": 0, "v": 100}])
     t.delete([1])
     reopened = conch.connect(warehouse).table("t")
-    assert reopened.catalog.metastore.latest_snapshot(reopened.id) == (
+    assert reopened.log.warehouse.metastore.latest_snapshot(reopened.id) == (
         seq,
-        reopened.catalog.metastore.latest_snapshot(reopened.id)[1],
+        reopened.log.warehouse.metastore.latest_snapshot(reopened.id)[1],
     )
     assert reopened.scan().to_pylist() == [{"id": 0, "v": 100}, {"id": 2, "v": 2}, {"id": 3, "v": 3}, {"id": 4, "v": 4}]
     assert reopened.scan(asof=reopened.history()[2].time).to_pylist() == [{"id": i, "v": i} for i in range(3)]
     assert os.path.exists(
-        local_path(reopened.catalog.storage, reopened.catalog.metastore.latest_snapshot(reopened.id)[1])
+        local_path(reopened.log.storage, reopened.log.warehouse.metastore.latest_snapshot(reopened.id)[1])
     )
 
 
@@ -156,52 +158,67 @@ def test_vacuum_keeps_blob_files_of_live_data(catalog: conch.Catalog) -> None:
     t.write([{"id": i, "audio": {"bytes": bytes([i]) * 4096}} for i in range(20)])
     assert any(f.blob_columns for f in t.state().fragments.values()), "values of 4 KB go out of line"
     t.vacuum(older_than_seconds=0)
-    catalog.format.clear_cache()
+    catalog.warehouse.format.clear_cache()
     assert t.scan("audio.bytes", keys=[3]).to_pylist() == [{"id": 3, "audio": {"bytes": bytes([3]) * 4096}}]
 
 
-def test_concurrent_schema_changes_conflict_instead_of_losing_columns(catalog: conch.Catalog) -> None:
-    from conch.txn import commit
+def test_concurrent_commuting_schema_changes_rebase(catalog: conch.Catalog) -> None:
     from conch.write import stage_write
 
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write([{"id": 1, "x": 1}])
     state = t.state()
     child = pa.table({"id": [1], "clips": pa.array([[{"$": 1}]], pa.list_(pa.struct([("$", pa.int64())])))})
-    adds_level = stage_write(t.files, state, child)  # a new level, no new value column
-    adds_column = stage_write(t.files, state, pa.table({"id": [1], "y": ["a"]}))
-    commit(t, adds_column, "write")
-    with pytest.raises(CommitConflictError, match="changed the schema"):
-        commit(t, adds_level, "write")
+    adds_level = stage_write(t.log.files, state, child)  # a new level, no new value column
+    adds_column = stage_write(t.log.files, state, pa.table({"id": [1], "y": ["a"]}))
+    t.log.commit(adds_column.transaction("write"))
+    t.log.commit(adds_level.transaction("write"))  # disjoint additions commute: rebased, not refused
     assert t.schema.columns == ["x", "y"]
+    assert "clips" in t.state().schema.levels
     t.write([{"id": 2, "z": 2.5}])  # gets a fresh column id: y's data stays y's
     assert t.scan().to_pylist() == [{"id": 1, "x": 1, "y": "a", "z": None}, {"id": 2, "x": None, "y": None, "z": 2.5}]
 
 
+def test_concurrent_clashing_schema_changes_conflict(catalog: conch.Catalog) -> None:
+    from conch.write import stage_write
+
+    t = catalog.create_table("t", [("id", pa.int64())])
+    t.write([{"id": 1, "x": 1}])
+    state = t.state()
+    as_string = stage_write(t.log.files, state, pa.table({"id": [2], "y": ["a"]}))
+    as_float = stage_write(t.log.files, state, pa.table({"id": [3], "y": [1.5]}))
+    as_group = stage_write(t.log.files, state, pa.table({"id": [4], "y": pa.array([{"a": 1}])}))
+    t.log.commit(as_string.transaction("write"))
+    for loser in (as_float, as_group):
+        with pytest.raises(CommitConflictError, match="'y"):
+            t.log.commit(loser.transaction("write"))
+        assert not any(t.log.storage.exists(f) for f in loser.files), "a conflicted write's files are removed"
+    assert t.schema.columns == ["x", "y"]
+    assert t.scan().to_pylist() == [{"id": 1, "x": 1, "y": None}, {"id": 2, "x": None, "y": "a"}]
+
+
 def test_commit_after_a_vacuum_removed_its_staged_files_fails(catalog: conch.Catalog) -> None:
-    from conch.txn import commit
     from conch.write import stage_write
 
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write([{"id": 1, "v": 1}])
-    staged = stage_write(t.files, t.state(), pa.table({"id": [2], "v": [2]}))
+    staged = stage_write(t.log.files, t.state(), pa.table({"id": [2], "v": [2]}))
     t.vacuum(older_than_seconds=0)  # the staged files are unreferenced and past the cutoff
     with pytest.raises(CommitConflictError, match=r"gone|vacuum"):
-        commit(t, staged, "write")
+        t.log.commit(staged.transaction("write"))
     assert t.scan().to_pylist() == [{"id": 1, "v": 1}]
 
 
 def test_staged_files_older_than_a_later_vacuum_cutoff_conflict(catalog: conch.Catalog) -> None:
     """Even when the files survive (e.g. vacuum ran dry or lost a race), a commit after a vacuum
     whose cutoff is newer than the write's start must not go through."""
-    from conch.txn import commit
     from conch.write import stage_write
 
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write([{"id": 1, "v": 1}])
-    staged = stage_write(t.files, t.state(), pa.table({"id": [2], "v": [2]}))
+    staged = stage_write(t.log.files, t.state(), pa.table({"id": [2], "v": [2]}))
     staged.started -= 10  # the write began well before the vacuum's cutoff below
     t.vacuum(older_than_seconds=5)  # the files are newer than 5 s: kept, but the cutoff is logged
-    assert all(t.catalog.storage.exists(f) for f in staged.files)
+    assert all(t.log.storage.exists(f) for f in staged.files)
     with pytest.raises(CommitConflictError, match="vacuum"):
-        commit(t, staged, "write")
+        t.log.commit(staged.transaction("write"))

@@ -102,7 +102,7 @@ def _http_warehouse(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -
 
 @pytest.fixture
 def metastore(warehouse: Warehouse) -> Metastore:
-    return warehouse.connect().metastore
+    return warehouse.connect().warehouse.metastore
 
 
 def _record(name: str) -> TableRecord:
@@ -253,7 +253,7 @@ def test_tables_round_trip(warehouse: Warehouse) -> None:
     assert report.ok and report.entries_checked == 3, str(report)
     cat.drop_table("audio")
     assert warehouse.connect().list_tables() == []
-    assert list(cat.storage.list(t.id)) == []
+    assert list(cat.warehouse.storage.list(t.id)) == []
 
 
 def _writer_process(warehouse: Warehouse, w: int, commits: int) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -223,6 +224,8 @@ class TableMachine(RuleBasedStateMachine):
     )
     def scan_root(self, cols: list[str], filt: int | None, keysel: Any, time: tuple[int, int, int]) -> None:
         asof, since = self._times(time)
+        if self._before_first(asof):
+            return
         keys_arg, keys_pred = _keys(keysel)
         where = FILTERS[filt] if filt is not None else None
         got = self.t.scan(*cols, where=where[0] if where else None, keys=keys_arg, asof=asof, since=since).to_pylist()
@@ -234,9 +237,20 @@ class TableMachine(RuleBasedStateMachine):
     @rule(time=st.tuples(st.integers(-1, 40), st.integers(-1, 40), st.sampled_from([0, -1, 1])))
     def scan_children(self, time: tuple[int, int, int]) -> None:
         asof, since = self._times(time)
+        if self._before_first(asof):
+            return
         got = self.t.scan(level="items", asof=asof, since=since).to_pylist()
         want = self.model.scan(2, ["v"], asof, since, None, None)
         assert got == want, f"asof={asof} since={since}"
+
+    def _before_first(self, asof: int | None) -> bool:
+        """An asof before the first commit is a TimeTravelError naming that commit's time."""
+        first = self.t.history()[0].time
+        if asof is None or asof >= first:
+            return False
+        with pytest.raises(conch.TimeTravelError, match="first commit"):
+            self.t.scan(asof=asof)
+        return True
 
     def _times(self, spec: tuple[int, int, int]) -> tuple[int | None, int | None]:
         a, s, nudge = spec

@@ -69,7 +69,7 @@ def test_types_round_trip(catalog: conch.Catalog) -> None:
     assert frag.blob_columns
     scan = t.scan("blob", keys=[dt.datetime(2024, 1, 3)])
     assert scan.to_pylist() == [{"k": dt.datetime(2024, 1, 3), "blob": b"x" * 5000}]
-    assert sum(scan.metrics().blob_bytes_read.values()) == 5000
+    assert sum(scan.metrics().bytes_read.values()) == 5000
 
 
 def test_schema_evolution_and_column_groups(catalog: conch.Catalog) -> None:
@@ -184,7 +184,7 @@ def test_catalog_lifecycle_and_filter_forms(catalog: conch.Catalog) -> None:
     assert ids(t.scan(where=t["score"].is_not_null())) == [0, 2]
     t.delete(pa.table({"id": pa.array([0, 2], pa.int32())}))
     assert ids(t.scan()) == [1]
-    path = local_path(catalog.storage, t.id)
+    path = local_path(catalog.warehouse.storage, t.id)
     catalog.drop_table("a")
     assert catalog.list_tables() == ["b"]
     assert not Path(path).exists()

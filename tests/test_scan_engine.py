@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import conch
 from conch.scan import keyspace
@@ -122,7 +124,7 @@ def test_blob_take_reads_bytes_in_proportion_to_rows(catalog: conch.Catalog) -> 
             {"id": pa.array(range(n), pa.uint64()), "audio": pa.StructArray.from_arrays([pa.array(blobs)], ["bytes"])}
         )
     )
-    catalog.format.clear_cache()
+    catalog.warehouse.format.clear_cache()
     scan = t.scan("audio.bytes", where=t["score"] < 1)  # 1 % of rows
     out = scan.to_arrow()
     assert out.num_rows == 20
@@ -171,39 +173,23 @@ def test_key_predicates_by_binary_search(catalog: conch.Catalog, keys: list[int]
 
 
 # ----- fast paths agree with the general path ---------------------------------------------------
-def _both(scan_fn, monkeypatch: pytest.MonkeyPatch) -> tuple[pa.Table, pa.Table, str]:
-    """(fast result, general-path result, strategy the fast run used)."""
-    from conch.scan import execute
-
-    sc = scan_fn()
-    fast = sc.to_arrow()
-    strategy = sc.metrics().merge
-    monkeypatch.setattr(execute, "FAST_PATHS", False)
-    try:
-        slow = scan_fn().to_arrow()
-    finally:
-        monkeypatch.setattr(execute, "FAST_PATHS", True)
-    return fast, slow, strategy
+def _both(scan: conch.Scan) -> tuple[pa.Table, pa.Table, conch.ScanMetrics]:
+    """(fast result, general-path result, metrics of the fast run), in batches of 256 rows.
+    `fast_paths=False` is the documented debug option that forces the general path."""
+    fast_scan = scan.with_options(batch_rows=256)
+    fast = fast_scan.to_arrow()
+    slow = scan.with_options(batch_rows=256, fast_paths=False).to_arrow()
+    return fast, slow, fast_scan.metrics()
 
 
 @pytest.mark.parametrize("seed", range(int(__import__("os").environ.get("CONCH_FAST_SEEDS", "12"))))
-def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
     """Random tables in the shapes the fast paths target (one write cut into many key spaces and
     fragments; group-by-group writes of identical key sets; blob columns; full rewrites), plus
     shapes they must refuse (overlapping runs, deletes); random projections, key ranges,
     filters and limits. Fast and general results must be identical."""
-    from conch.scan import execute
-
     rng = random.Random(seed)
     resident: list[bool] = []
-    make = execute.ScanExecutor._make_resident
-
-    def spy(self: execute.ScanExecutor, u: execute.ReadUnit) -> None:
-        make(self, u)
-        resident.append(u.resident is not None)
-
-    monkeypatch.setattr(execute.ScanExecutor, "_make_resident", spy)
-    monkeypatch.setattr(execute.ScanExecutor, "_batch_rows", lambda self, units: 256)  # many batches
     chunk_rows, fragment_bytes = rng.choice([7, 50, 1000]), rng.choice([64, 1 << 20])
     opts = conch.WriteOptions(chunk_rows=chunk_rows, fragment_bytes=fragment_bytes, large_value_bytes=8)
     cat = conch.connect(tmp_path / "w", write_options=opts)
@@ -265,10 +251,9 @@ def test_fast_paths_match_general_path(tmp_path: Path, monkeypatch: pytest.Monke
             lo = rng.randint(-60, 400)
             keys = conch.KeyRange((lo,), (lo + rng.randint(0, 200),))
         limit = rng.choice([None, None, 1, 17])
-        fast, slow, strategy = _both(
-            lambda c=cols, w=where, k=keys, n=limit: t.scan(*c, where=w, keys=k, limit=n), monkeypatch
-        )
-        used.add(strategy)
+        fast, slow, m = _both(t.scan(*cols, where=where, keys=keys, limit=limit))
+        used.add(m.merge)
+        resident.append(any(g.decoded_whole for g in m.groups.values()))
         assert fast.schema == slow.schema
         assert fast.to_pylist() == slow.to_pylist(), (shape, cols, where, keys, limit)
     if shape in ("one", "groups", "rewrite", "patches"):
@@ -300,3 +285,44 @@ def test_repeated_blob_takes_match_cold_reads(tmp_path: Path) -> None:
         assert [r["id"] for r in warm] == keys
         if "s" in warm[0]:
             assert [r["s"] for r in warm] == [s[k] for k in keys]
+
+
+# ----- key masks: dense today, sparse next (issue 10) --------------------------------------------
+@settings(deadline=None, max_examples=80)
+@given(data=st.data())
+def test_locate_through_dense_and_sparse_masks(data: st.DataObject) -> None:
+    """Random key spaces whose rows are dealt to fragments either as contiguous runs (dense) or
+    as arbitrary interleaved subsets (sparse): `locate` finds each row's fragment and the row
+    within it, whichever implementation the masks are."""
+    from conch.scan.keymask import DenseMask, PositionsMask, locate
+
+    masks: list = []
+    ks_of: list[int] = []
+    truth: dict[tuple[int, int], tuple[int, int]] = {}
+    for ks in range(data.draw(st.integers(1, 3))):
+        n = data.draw(st.integers(1, 40))
+        if data.draw(st.booleans()):  # dense runs
+            cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=4)) if n > 1 else []))
+            for a, b in zip([0, *cuts], [*cuts, n], strict=True):
+                for r in range(a, b):
+                    truth[(ks, r)] = (len(masks), r - a)
+                masks.append(DenseMask(a, b - a))
+                ks_of.append(ks)
+        else:  # sparse: every row dealt to one of k fragments
+            k = data.draw(st.integers(1, 4))
+            owner = data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n))
+            for j in range(k):
+                pos = np.array([r for r in range(n) if owner[r] == j], dtype=np.int64)
+                if not len(pos):
+                    continue
+                for i, r in enumerate(pos):
+                    truth[(ks, int(r))] = (len(masks), i)
+                m = PositionsMask(pos)
+                assert [r for a, b in m.ranges() for r in range(a, b)] == pos.tolist()
+                masks.append(m)
+                ks_of.append(ks)
+    queries = data.draw(st.lists(st.sampled_from(sorted(truth)), min_size=1, max_size=30))
+    ks_q = np.array([q[0] for q in queries], dtype=np.int64)
+    rows_q = np.array([q[1] for q in queries], dtype=np.int64)
+    which, frow = locate(masks, ks_of, ks_q, rows_q)
+    assert list(zip(which.tolist(), frow.tolist(), strict=True)) == [truth[q] for q in queries]

@@ -60,7 +60,7 @@ def test_every_endpoint_checks_its_token(client: TestClient) -> None:
         "/v1/logs/{table_id}/snapshots": {"seq": 1, "path": f"{t['id']}/meta/1.json"},
     }
     ops = _operations(client)
-    assert len(ops) == 12
+    assert len(ops) == 13
     for method, template in ops:
         path = template.replace("{name}", "t").replace("{table_id}", t["id"])
         params = {"time_us": 1} if path.endswith("/at") else {}
@@ -168,7 +168,7 @@ def test_fuzz_no_server_errors(api_schema: Any, mode: str) -> None:
 
     checks = [not_a_server_error, status_code_conformance, response_schema_conformance]
     operations = [r.ok() for r in api_schema.get_all_operations()]
-    assert len(operations) == 12
+    assert len(operations) == 13
     for operation in operations:
 
         @given(case=operation.as_strategy(generation_mode=GenerationMode[mode]))

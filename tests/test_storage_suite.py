@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conch.errors import ConditionalWriteUnsupportedError, StorageError
+from conch.errors import ConditionalWriteUnsupportedError, StorageError, WarehouseError
 from conch.storage import LocalStorage, Storage
-from conch.storage.registry import open_storage
+from conch.storage.registry import storage_from_uri
 from services import MotoS3
 
 BACKENDS = ["local", "memory", "s3"]
@@ -25,21 +25,21 @@ BACKENDS = ["local", "memory", "s3"]
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     kind = request.param
     if kind == "local":
-        return open_storage(tmp_path / "root")
+        return storage_from_uri(tmp_path / "root", create=True)
     if kind == "memory":
-        return open_storage(f"memory://{uuid.uuid4().hex}/wh")
+        return storage_from_uri(f"memory://{uuid.uuid4().hex}/wh")
     s3: MotoS3 = request.getfixturevalue("moto_s3")
-    return open_storage(s3.uri(), s3.options)
+    return storage_from_uri(s3.uri(), options=s3.options)
 
 
 def test_registry_picks_backend_by_scheme(tmp_path: Path) -> None:
-    assert isinstance(open_storage(tmp_path), LocalStorage)
-    assert isinstance(open_storage(f"file://{tmp_path}"), LocalStorage)
-    assert open_storage("memory://x/y").uri == "memory://x/y"
-    with pytest.raises(StorageError, match="unsupported storage URI"):
-        open_storage("ftp://host/x")
+    assert isinstance(storage_from_uri(tmp_path), LocalStorage)
+    assert storage_from_uri("memory://x/y").uri == "memory://x/y"
+    assert storage_from_uri("s3://bucket/wh", options={"region": "eu-west-1"}).uri == "s3://bucket/wh"
+    with pytest.raises(WarehouseError, match="unsupported warehouse URI"):
+        storage_from_uri("ftp://host/x")
     with pytest.raises(StorageError, match="local directory"):
-        open_storage(tmp_path, {"endpoint": "http://x"})
+        storage_from_uri(tmp_path, options={"endpoint": "http://x"})
 
 
 def test_write_read_overwrite(storage: Storage) -> None:
@@ -142,7 +142,7 @@ def test_large_file_multipart(storage: Storage) -> None:
 
 def test_s3_without_conditional_writes_is_refused(moto_s3: MotoS3) -> None:
     """A store configured without conditional puts cannot commit: `create` says so, typed."""
-    s = open_storage(moto_s3.uri(), {**moto_s3.options, "conditional_put": "disabled"})
+    s = storage_from_uri(moto_s3.uri(), options={**moto_s3.options, "conditional_put": "disabled"})
     with pytest.raises(ConditionalWriteUnsupportedError, match="conditional writes"):
         s.create("x", b"1")
 
@@ -150,16 +150,21 @@ def test_s3_without_conditional_writes_is_refused(moto_s3: MotoS3) -> None:
 def test_s3_credentials_from_environment(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in moto_s3.env.items():
         monkeypatch.setenv(k, v)
-    s = open_storage(moto_s3.uri())
+    s = storage_from_uri(moto_s3.uri())
     s.write("x", b"from env")
     assert s.read("x") == b"from env"
 
 
 def test_unreachable_store_is_a_typed_error() -> None:
     port = __import__("services").free_port()  # nothing listens there
-    s = open_storage(
+    s = storage_from_uri(
         "s3://b/p",
-        {"endpoint": f"http://127.0.0.1:{port}", "access_key_id": "x", "secret_access_key": "x", "region": "us-east-1"},
+        options={
+            "endpoint": f"http://127.0.0.1:{port}",
+            "access_key_id": "x",
+            "secret_access_key": "x",
+            "region": "us-east-1",
+        },
     )
     with pytest.raises(StorageError, match=r"s3://b/p/x"):
         s.write("x", b"1")

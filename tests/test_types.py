@@ -88,10 +88,10 @@ def test_float16_composite_key(tmp_path: Path) -> None:
 def test_unstorable_types_are_refused_before_any_file(catalog: conch.Catalog, array: pa.Array, message: str) -> None:
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write({"id": [1, 2], "x": [1.0, 2.0]})
-    files = {f.path for f in catalog.storage.list(t.id)}
+    files = {f.path for f in catalog.warehouse.storage.list(t.id)}
     with pytest.raises(SchemaError, match=f"column 'v.*{message}"):
         t.write(pa.table({"id": [3, 4], "v": array}))
-    assert {f.path for f in catalog.storage.list(t.id)} == files  # refused before any file was written
+    assert {f.path for f in catalog.warehouse.storage.list(t.id)} == files  # refused before any file was written
     assert len(t.history()) == 1 and t.scan().to_pylist() == [{"id": 1, "x": 1.0}, {"id": 2, "x": 2.0}]
     with pytest.raises(SchemaError, match=message):
         catalog.create_table("u", [("id", pa.int64())], pa.schema([("v", array.type)]))

@@ -29,6 +29,8 @@ from conch.errors import (
     TableExistsError,
     TableNotFoundError,
     TimeTravelError,
+    WarehouseError,
+    WarehouseNotFoundError,
 )
 from conch.expr import Col, Expr
 from conch.keys import KeyPrefix, KeyRange
@@ -68,6 +70,8 @@ __all__ = [
     "TableExistsError",
     "TableNotFoundError",
     "TimeTravelError",
+    "WarehouseError",
+    "WarehouseNotFoundError",
     "WriteOptions",
     "_",
     "connect",

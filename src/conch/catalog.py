@@ -1,26 +1,32 @@
-"""`connect()` and `Catalog`: named tables in a warehouse (files + a metastore)."""
+"""`connect()` and `Catalog`: named tables in a warehouse (files + a metastore).
+
+`connect` resolves the warehouse URI through the storage and metastore registries
+(`conch.storage.registry`, `conch.metastore.registry`), builds the I/O handles once
+(`conch.warehouse.Warehouse`) and hands them down to every table.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import time
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
 
-from conch.errors import ConchError, ExpressionError, TableExistsError
-from conch.fragments import VortexFormat
+from conch.errors import ConchError, ExpressionError, SchemaError, TableExistsError
 from conch.integrity import seal_json
-from conch.metastore import Metastore, TableRecord
+from conch.metastore.base import Metastore, TableRecord
 from conch.metastore.registry import open_warehouse
-from conch.metastore.sqlite import now_us
 from conch.scan import Scan
-from conch.scan.execute import KeyCache
 from conch.schema import parse_key_schema, schema_from_arrow
-from conch.storage import Storage, new_id
+from conch.storage.base import new_id
 from conch.table import Table, TableColumn
+from conch.tablelog import TableLog
+from conch.warehouse import Warehouse
 from conch.write import WriteOptions
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
@@ -30,47 +36,74 @@ def connect(
     uri: str | os.PathLike[str] = ".conch",
     write_options: WriteOptions | None = None,
     *,
+    create: bool | None = None,
+    evolve: bool = True,
     metastore: str | Metastore | None = None,
     token: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> Catalog:
-    """Open (or create) a warehouse. A path is the embedded default: files under it and an
-    SQLite metastore in `<path>/_catalog.sqlite`. Zero set-up. `s3://`, `gs://`, `az://` and
-    `memory://` keep files and the WAL on object storage (no service); `http://host:port` is a
-    `conch serve` metastore (`token=` a bearer token); `metastore=` picks another metastore
-    (`postgresql://...`); `storage_options` configure object stores (endpoint, credentials).
+    """Open a warehouse. A path (or `file:///path`) is the embedded default: files under it and
+    an SQLite metastore in `<path>/_catalog.sqlite`. Zero set-up.
 
-    >>> cat = conch.connect("/tmp/wh")  # doctest: +SKIP
+    `create`: None (default) makes the directory on the first `create_table`, so reading a
+    mistyped path never leaves a warehouse behind; True makes it now; False raises
+    `WarehouseNotFoundError` if it does not exist. A path that is a file raises `WarehouseError`,
+    as does an unsupported scheme (the message lists the supported ones).
+
+    `evolve`: whether writes may add columns the schema lacks (default True: Python writes build
+    tables up column by column and every commit names the columns it added, see
+    `Table.history()`); False makes a write with unknown columns raise `SchemaError` unless it
+    passes `evolve=True` itself, as Spark writes do without `mergeSchema`.
+
+    Beyond one machine (`docs/backends.md`): `s3://`, `gs://`, `az://` and `memory://` keep files
+    and the WAL on object storage (no service); `http://host:port` is a `conch serve` metastore
+    whose storage the client opens (`token=`: a bearer token); `metastore=` picks another
+    metastore (`postgresql://...`, `sqlite:///path/file.sqlite`, `http://...`, or a `Metastore`);
+    `storage_options` configure object stores (endpoint, region, credentials, `allow_http`).
+
+    >>> with conch.connect("/tmp/wh") as cat:  # doctest: +SKIP
+    ...     cat.list_tables()
     >>> cat = conch.connect("s3://bucket/wh", storage_options={"region": "eu-west-1"})  # doctest: +SKIP
     """
-    storage, meta = open_warehouse(uri, metastore=metastore, token=token, storage_options=storage_options)
-    return Catalog(storage, meta, write_options)
+    storage, ms = open_warehouse(uri, create=create, metastore=metastore, token=token, storage_options=storage_options)
+    return Catalog(Warehouse(storage, ms, write_options, evolve=evolve))
 
 
 class Catalog:
-    """Tables of one warehouse."""
+    """Tables of one warehouse. Usable as a context manager (`close()` on exit)."""
 
-    def __init__(self, storage: Storage, metastore: Metastore, write_options: WriteOptions | None = None) -> None:
-        self.storage = storage
-        self.metastore = metastore
-        self.format = VortexFormat(storage)
-        self.key_cache = KeyCache(self.format)
-        self.write_options = write_options or WriteOptions()
+    def __init__(self, warehouse: Warehouse) -> None:
+        self.warehouse = warehouse
 
     @property
     def uri(self) -> str:
-        """The warehouse location (a local directory or an object-store URI)."""
-        return self.storage.uri
+        """The warehouse location."""
+        return self.warehouse.uri
 
     def __repr__(self) -> str:
         return f"Catalog({self.uri!r})"
+
+    def close(self) -> None:
+        """Release the metastore's connections and cached file handles. Tables opened from this
+        catalog reconnect if used again."""
+        self.warehouse.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
     def create_table(
         self, name: str, key_schema: Any, schema: pa.Schema | None = None, exist_ok: bool = False
     ) -> Table:
         """Create a table. `key_schema`: a `pyarrow.Schema`, `[(name, type)]` or `{name: type}`
         (empty for a root that only holds child levels). `schema`: optional Arrow value schema;
-        structs are column groups and `list<struct<$: K, ...>>` fields are child levels."""
+        structs are column groups and `list<struct<$: K, ...>>` fields are child levels.
+        `exist_ok`: return the existing table of that name if its key schema is the same (a
+        different key schema raises `SchemaError`)."""
         if not _NAME.match(name):
             raise ConchError(f"invalid table name {name!r}: letters, digits, '_', '.', '-'")
         keys = parse_key_schema(key_schema)
@@ -78,31 +111,38 @@ class Catalog:
             schema = pa.schema(list(schema.items()))
         tree = schema_from_arrow(keys, schema)
         record = TableRecord(
-            name, f"{name}-{new_id()[:8]}", now_us(), seal_json(json.dumps({"schema": tree.to_json()}))
+            name, f"{name}-{new_id()[:8]}", time.time_ns() // 1000, seal_json(json.dumps({"schema": tree.to_json()}))
         )
         try:
-            self.metastore.create_table(record)
+            self.warehouse.metastore.create_table(record)
         except TableExistsError:
-            if exist_ok:
-                return self.table(name)
-            raise
-        return Table(self, record)
+            if not exist_ok:
+                raise
+            table = self.table(name)
+            if not table.key_schema.equals(keys):
+                raise SchemaError(
+                    f"table {name!r} exists with key schema ({_keys(table.key_schema)}), not ({_keys(keys)}): "
+                    "open it with table(), or pick another name"
+                ) from None
+            return table
+        return Table(TableLog(self.warehouse, record))
 
     def table(self, name: str) -> Table:
         """Open an existing table; raises `TableNotFoundError`."""
-        return Table(self, self.metastore.get_table(name))
+        return Table(TableLog(self.warehouse, self.warehouse.metastore.get_table(name)))
 
     def __getitem__(self, name: str) -> Table:
         return self.table(name)
 
     def list_tables(self) -> list[str]:
         """Names of the warehouse's tables, sorted."""
-        return [r.name for r in self.metastore.list_tables()]
+        return [r.name for r in self.warehouse.metastore.list_tables()]
 
     def drop_table(self, name: str) -> None:
-        """Forget a table and delete its files."""
-        rec = self.metastore.drop_table(name)
-        self.storage.delete_prefix(rec.id)
+        """Forget a table and delete its files. Handles to it raise `TableNotFoundError` from
+        then on; a table created later under the same name is a different table."""
+        rec = self.warehouse.metastore.drop_table(name)
+        self.warehouse.storage.delete_prefix(rec.id)
 
     def scan(self, *columns: Any, where: Any = None, **kwargs: Any) -> Scan:
         """The spec/001 form: `catalog.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.1)`."""
@@ -111,3 +151,7 @@ class Catalog:
             raise ExpressionError("catalog.scan needs column references of exactly one table: t['column']")
         table = next(iter(tables.values()))
         return table.scan(*columns, where=where, **kwargs)
+
+
+def _keys(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema) or "none"

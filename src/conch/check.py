@@ -20,6 +20,7 @@ from conch.manifest import TableState
 from conch.metastore.base import Metastore
 from conch.schema import Schema
 from conch.storage import Storage
+from conch.wal import replay
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ def check_table(
         prev_seq, prev_time = e.seq, e.time
     if state is not None:
         try:
-            state.replay(entries)
+            state = replay(state, entries)
         except (ConchError, KeyError, TypeError, ValueError) as err:  # an entry whose content is wrong
             report.problems.append(Problem(where, f"the WAL does not replay: {err}"))
             state = None

@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 import conch
-from conch.errors import ConchError
+from conch.errors import ConchError, InvalidKeyError
 from conch.expr import parse
 from conch.keys import decode_key
+from conch.timeparse import to_time as parse_time
 
 app = typer.Typer(help="Conch: keyed, column-grouped tables for ML data.", no_args_is_help=True, add_completion=False)
 console = Console()
@@ -38,7 +39,8 @@ def _main(warehouse: Warehouse = ".conch") -> None:
 
 
 def _catalog() -> conch.Catalog:
-    return conch.connect(_state["warehouse"])
+    # create=False: a read-only command on a mistyped path says so instead of making a warehouse.
+    return conch.connect(_state["warehouse"], create=False)
 
 
 def human_bytes(n: float) -> str:
@@ -53,15 +55,6 @@ def when(us: int | None) -> str:
     if us is None:
         return "N/A"
     return str(datetime.fromtimestamp(us / 1_000_000, tz=UTC))
-
-
-def parse_time(text: str | None) -> int | datetime | None:
-    """A commit time in µs, or an ISO datetime."""
-    if text is None:
-        return None
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return datetime.fromisoformat(text)
 
 
 @app.command()
@@ -166,7 +159,7 @@ def manifests(
                     {
                         "id": f.id,
                         "bytes": f.bytes,
-                        "meta": f.meta_bytes or len(f.stats),
+                        "meta": len(f.stats),
                         "span": span,
                         "lsm": f.lsm,
                         "time": f.time,
@@ -186,6 +179,9 @@ def scan(
     since: Annotated[str | None, typer.Option(help="Commit time (µs) or ISO time, inclusive")] = None,
     level: Annotated[str | None, typer.Option(help="Child level, e.g. scenes.clips")] = None,
     limit: Annotated[int | None, typer.Option(min=0, help="At most this many rows (>= 0)")] = None,
+    keys: Annotated[
+        str | None, typer.Option(help="Records with these keys, e.g. '3,17'; a multi-column key as 'a/1,b/2'")
+    ] = None,
     format: Annotated[str, typer.Option("--format", help="table | csv | json | parquet")] = "table",
     output: Annotated[Path | None, typer.Option(help="File to write (csv/json/parquet)")] = None,
     explain: Annotated[bool, typer.Option(help="Print the plan and what the scan read")] = False,
@@ -196,6 +192,7 @@ def scan(
     s = t.scan(
         *cols,
         where=parse(where) if where else None,
+        keys=_parse_keys(keys, t.state().schema.key_fields(level or "")) if keys else None,
         asof=parse_time(asof),
         since=parse_time(since),
         level=level,
@@ -208,6 +205,22 @@ def scan(
         _write(s, format, output)
     if explain:
         console.print(s.explain(), highlight=False)
+
+
+def _parse_keys(text: str, fields: list[pa.Field]) -> list[tuple[Any, ...]]:
+    """`--keys` text as key tuples typed like the key columns ('/' separates a key's columns)."""
+    parts = [k.split("/") for k in text.split(",") if k.strip()]
+    bad = [p for p in parts if len(p) != len(fields)]
+    if bad:
+        names = "/".join(f.name for f in fields)
+        raise InvalidKeyError(f"--keys: {'/'.join(bad[0])!r} is not a key of columns {names}; write keys like {names}")
+    cols = []
+    for i, f in enumerate(fields):
+        try:
+            cols.append(pa.array([p[i].strip() for p in parts]).cast(f.type).to_pylist())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise InvalidKeyError(f"--keys: key column {f.name!r} is {f.type}, got {[p[i] for p in parts]}: {e}") from e
+    return list(zip(*cols, strict=True))
 
 
 def _head(s: conch.Scan, n: int) -> pa.Table:
@@ -291,6 +304,20 @@ def vacuum(
     r = _catalog().table(table).vacuum(older_than, dry_run)
     verb = "would remove" if dry_run else "removed"
     console.print(f"{verb} {r.files_removed} files ({human_bytes(r.bytes_removed)}); kept {r.files_kept}")
+
+
+@app.command("rename-column")
+def rename_column(table: str, column: str, new_name: str) -> None:
+    """Rename a column (metadata-only; time travel still sees the old name)."""
+    c = _catalog().table(table).rename_column(column, new_name)
+    console.print(f"commit {c.seq}: {c.summary}")
+
+
+@app.command("drop-columns")
+def drop_columns(table: str, columns: list[str]) -> None:
+    """Drop columns (metadata-only; time travel still sees them)."""
+    c = _catalog().table(table).drop_columns(*columns)
+    console.print(f"commit {c.seq}: {c.summary}")
 
 
 @app.command()

@@ -109,3 +109,13 @@ class InvalidPathError(ConchError, ValueError):
 class InvalidNameError(ConchError, ValueError):
     """A table name or table id is not a safe identifier (letters, digits, `_ . -`; no path
     separators), so it could not address its own prefix of a warehouse."""
+
+
+# ----- h1: warehouses and connections -----------------------------------------------------------
+class WarehouseError(ConchError, ValueError):
+    """A warehouse URI names no usable warehouse: an unsupported scheme, or a file where a
+    directory should be."""
+
+
+class WarehouseNotFoundError(WarehouseError, LookupError):
+    """No warehouse at that location (and `connect(..., create=False)` was asked not to make one)."""

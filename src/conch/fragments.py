@@ -21,7 +21,8 @@ from __future__ import annotations
 import base64
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -96,7 +97,8 @@ class VortexFormat:
         # bounded however many files a scan touches.
         self._segment_bytes = segment_cache_bytes
         self.segment_cache = vx.SegmentCache(segment_cache_bytes)
-        self.bytes_read = 0  # every byte read from storage: Vortex segment reads + blob reads
+        # Byte counters of the reads in flight, by file path (see `counted`).
+        self._counters: dict[str, list[Callable[[int], None]]] = {}
         self._lock = threading.Lock()
         # Blob index (offsets, lengths, validity: 17 B/row) of fragments taken from more than
         # once, so repeated random takes cost only the value preads; and open blob descriptors.
@@ -118,9 +120,30 @@ class VortexFormat:
             self._blob_readers.clear()
         self.segment_cache = vx.SegmentCache(self._segment_bytes)
 
-    def _count(self, n: int) -> None:
+    @contextmanager
+    def counted(self, ref: FileRef, on_bytes: Callable[[int], None]) -> Iterator[None]:
+        """Report every byte read from storage for `ref` (its Vortex file and blob file) to
+        `on_bytes` while the block runs: a scan's own byte count, not a process-wide one.
+
+        Vortex reads on its own threads, so the reader cannot be known from the thread: bytes
+        are attributed by file. Two scans reading the same file at the same moment are each
+        charged the bytes of both (the shared segment cache makes that rare and small)."""
+        path = ref.path
         with self._lock:
-            self.bytes_read += n
+            self._counters.setdefault(path, []).append(on_bytes)
+        try:
+            yield
+        finally:
+            with self._lock:
+                listeners = self._counters[path]
+                listeners.remove(on_bytes)
+                if not listeners:
+                    del self._counters[path]
+
+    def _count(self, path: str, n: int) -> None:
+        with self._lock:
+            for on_bytes in self._counters.get(path, ()):
+                on_bytes(n)
 
     def write(self, table: pa.Table, path: str, blob_columns: Sequence[str] = (), ordinal: bool = False) -> WrittenFile:
         """Write a fragment (or key space) at storage path `path`, durably; returns its size and
@@ -148,9 +171,9 @@ class VortexFormat:
             verified = None
             try:
                 # Opened through a Python reader so every byte read from storage is counted
-                # (Scan.metrics()) and verified; measured as fast as vx.open here. Files are
-                # immutable, so the path is a valid cache key.
-                reader: Any = _CountingReader(self.storage.open(path), self._count)
+                # (`counted`, Scan.metrics()) and verified; measured as fast as vx.open here.
+                # Files are immutable, so the path is a valid cache key.
+                reader: Any = _CountingReader(self.storage.open(path), path, self._count)
                 if ref.checksum:
                     reader = verified = VerifiedReader(reader, path, ref.checksum)
                 f = vx.open_readable(reader, segment_cache=self.segment_cache, cache_key=path)
@@ -224,7 +247,7 @@ class VortexFormat:
         for c in columns:
             if c in blob_columns:
                 arr, n = _read_ranges(bf, _blob_index(table, c), schema.field(c).type, path + BLOB_SUFFIX)
-                self._count(n)
+                self._count(path, n)
                 out.append(arr)
             else:
                 out.append(table.column(c))
@@ -277,7 +300,7 @@ class VortexFormat:
             for c in out_schema.names:
                 if c in blob_columns:
                     arr, n = _read_ranges(bf, _blob_index(batch, c), schema.field(c).type, ref.path + BLOB_SUFFIX)
-                    self._count(n)
+                    self._count(ref.path, n)
                     arrays.append(arr)
                 else:
                     arrays.append(batch.column(c))
@@ -301,7 +324,7 @@ class VortexFormat:
             arr, nbytes = _read_ranges(
                 bf, self._index(ref, c).take(indices), schema.field(c).type, ref.path + BLOB_SUFFIX
             )
-            self._count(nbytes)
+            self._count(ref.path, nbytes)
             got[c] = arr
         return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
 
@@ -404,19 +427,20 @@ def _damage(verified: VerifiedReader | None, what: str, e: Exception) -> Corrupt
 class _CountingReader:
     """A `RangeReader` over a storage reader that reports every byte read from storage."""
 
-    def __init__(self, reader: RangeReader, count: Any) -> None:
+    def __init__(self, reader: RangeReader, path: str, count: Callable[[str, int], None]) -> None:
         self._reader = reader
+        self._path = path
         self._count = count
 
     def size(self) -> int:
         return self._reader.size()
 
     def read_at(self, offset: int, length: int) -> bytes:
-        self._count(length)
+        self._count(self._path, length)
         return self._reader.read_at(offset, length)
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        self._count(sum(n for _, n in ranges))
+        self._count(self._path, sum(n for _, n in ranges))
         return self._reader.read_ranges(ranges)
 
     def close(self) -> None:

@@ -231,10 +231,17 @@ def encode_key(values: Sequence[Any], fields: Sequence[pa.Field]) -> bytes:
 # ----- key predicates (key filtration) -------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class KeyRange:
-    """Keys `k` with `start <= k < end` in key order; either bound may be a key prefix or None."""
+    """Keys `k` with `start <= k < end` in key order; either bound may be a key prefix or None.
+    A one-column key's bounds may be scalars: `KeyRange(10, 12)` is `KeyRange((10,), (12,))`."""
 
     start: tuple[Any, ...] | None = None
     end: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, tuple):
+                object.__setattr__(self, name, tuple(v) if isinstance(v, list) else (v,))
 
 
 @dataclass(frozen=True, slots=True)

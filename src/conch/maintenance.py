@@ -1,35 +1,25 @@
-"""Maintenance: flush the WAL into snapshot files, and vacuum unreferenced files (DESIGN §4, §6).
+"""Maintenance: vacuum unreferenced files (DESIGN §4, §6). Flushing snapshots is the table log's
+(`TableLog.flush`).
 
-Vacuum removes files that no WAL entry or snapshot references: the leftovers of writers that
-died or lost before committing. Files referenced by old log entries stay, so time travel keeps
-working. A grace period protects files of writes still in flight in other processes.
+Vacuum removes files that no log entry or snapshot references: the leftovers of writers that
+died or lost before committing (temporary files included). Files referenced by old log entries
+stay, so time travel keeps working. A grace period protects files of writes still in flight in
+other processes: the vacuum first logs its cutoff through the same compare-and-swap as commits,
+so a transaction (a write, a Spark job, a flush registering a snapshot) that started before the
+cutoff and commits after it conflicts instead of referencing files that may be gone
+(`conch.wal.conflicts`). Files that vanish while vacuum lists or deletes them are skipped.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from conch.errors import InvalidArgumentError
 from conch.fragments import BLOB_SUFFIX
-from conch.integrity import with_digest
-from conch.storage import new_id
-from conch.txn import commit
-from conch.write import StagedWrite
-
-if TYPE_CHECKING:
-    from conch.table import Table
-
-
-def flush(table: Table) -> int:
-    """Write the current state as a snapshot file; readers then replay only the WAL after it."""
-    state = table.state()
-    data = state.to_json().encode()
-    rel = with_digest(f"{table.id}/meta/{state.seq:012d}-{new_id()}.json", data)  # verified on read
-    table.catalog.storage.write(rel, data)
-    table.catalog.metastore.add_snapshot(table.id, state.seq, rel)
-    return state.seq
+from conch.tablelog import TableLog
+from conch.wal import CLOCK_SLACK_US, Transaction, VacuumCutoff, referenced_paths
 
 
 @dataclass(frozen=True)
@@ -39,40 +29,40 @@ class VacuumResult:
     files_kept: int
 
 
-def referenced_files(table: Table) -> set[str]:
+def referenced_files(log: TableLog) -> set[str]:
+    """Every file a log entry or a registered snapshot references."""
     refs: set[str] = set()
-    ms = table.catalog.metastore
-    for e in ms.read_log(table.id):
-        for op in json.loads(e.entry)["ops"]:
-            if "path" in op:
-                refs.add(op["path"])
-                if op.get("blob_columns"):
-                    refs.add(op["path"] + BLOB_SUFFIX)
-    snap = ms.latest_snapshot(table.id)
-    seq = None
-    while snap is not None:
-        refs.add(snap[1])
-        seq = snap[0] - 1
-        snap = ms.latest_snapshot(table.id, seq) if seq >= 0 else None
+    for _, _, entry in log.entries():
+        refs.update(referenced_paths(entry, BLOB_SUFFIX))
+    refs.update(path for _, path in log.warehouse.metastore.snapshots(log.id))
     return refs
 
 
-def vacuum(table: Table, older_than_seconds: float = 3600.0, dry_run: bool = False) -> VacuumResult:
+def vacuum(log: TableLog, older_than_seconds: float = 3600.0, dry_run: bool = False) -> VacuumResult:
     """Delete files under the table's directory that nothing references and that are older
     than the grace period (so in-flight writes of other processes are safe)."""
+    if (
+        isinstance(older_than_seconds, bool)
+        or not isinstance(older_than_seconds, int | float)
+        or math.isnan(older_than_seconds)
+        or older_than_seconds < 0
+    ):
+        raise InvalidArgumentError(
+            f"vacuum(older_than_seconds={older_than_seconds!r}): the grace period is a number of seconds >= 0"
+        )
     cutoff = time.time() - older_than_seconds
     if not dry_run:
-        # Logged first, through the same CAS as commits: a write staged before the cutoff that
-        # commits after this entry sees it and fails instead of referencing deleted files, and
-        # every commit before it is in the references read below.
-        schema = table.state().schema
-        staged = StagedWrite(schema, schema, [])
-        commit(table, staged, "vacuum", summary=f"grace {older_than_seconds:g}s", cutoff_us=int(cutoff * 1_000_000))
-    refs = referenced_files(table)
-    storage = table.catalog.storage
+        # Logged first: every commit before it is in the references read below, and a
+        # transaction started before the cutoff that commits after it conflicts.
+        cutoff_us = int(cutoff * 1_000_000)
+        log.commit(Transaction("vacuum", (VacuumCutoff(cutoff_us),), f"grace {older_than_seconds:g}s"))
+    refs = referenced_files(log)
+    storage = log.warehouse.storage
     removed = kept = nbytes = 0
-    for f in list(storage.list(table.id)):
-        if f.path in refs or f.mtime > cutoff:
+    for f in list(storage.list(log.id)):
+        # The slack keeps files a writer made just before our cutoff by the file system's
+        # coarse clock, which the writer's conflict check (same slack) might not catch.
+        if f.path in refs or f.mtime > cutoff - CLOCK_SLACK_US / 1e6:
             kept += 1
             continue
         if not dry_run:

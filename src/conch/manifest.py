@@ -1,28 +1,25 @@
-"""Table state: the schema and the live key spaces and fragments, replayed from the WAL.
+"""Table state: the schema and the live key spaces and fragments at one log sequence number.
 
-The state at log sequence `seq` is the newest flushed snapshot at or before `seq` plus the WAL
-entries after it (DESIGN §4). A WAL entry is a JSON document: `{"kind": ..., "ops": [...]}` with
-operations `add_key_space`, `add_fragment`, `remove_key_space`, `remove_fragment`,
-`add_columns` (schema changes) and `truncate` (an overwrite). Cells take the commit time of the
-entry that added them, unless an operation carries its own `time` (compaction keeps original
-times, DESIGN §6).
+`KeySpace` and `Fragment` are the manifest records, declared once here: the WAL operations
+carry them (`conch.wal`), snapshots store them, and their Arrow manifest schemas are derived
+from these dataclasses (`key_space_manifest`, `fragment_manifest`), so pruning is vectorised.
 
-In memory the manifests are Arrow tables (`key_space_manifest`, `fragment_manifest`) so pruning
-is vectorised over them.
+A `TableState` is immutable: its maps are read-only views, and replaying log entries
+(`conch.wal.replay`) returns a new state. It can be handed out freely.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from conch.errors import CorruptFileError
 from conch.fragments import decode_stats
-from conch.integrity import open_entry, seal_json
-from conch.metastore.base import LogEntry
 from conch.schema import Schema
 
 
@@ -42,7 +39,7 @@ class KeySpace:
     lsm: int = 0
     compacted_at: int | None = None
     bytes: int = 0
-    checksum: str = ""  # of the file; "" where the table was written before checksums
+    checksum: str = ""  # "" = not recorded (tables written before integrity checks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +56,6 @@ class Fragment:
     column_ids: tuple[int, ...]
     stats: str  # base64 Arrow IPC: min.<id>, max.<id>, nulls.<id>
     bytes: int = 0
-    meta_bytes: int = 0
     format: str = "vortex"
     # `lsm` and `compacted_at` (here and on KeySpace) are set by compaction (DESIGN §6, not built
     # yet); every write is L0. The CLI shows them, as spec/001's manifest listings do.
@@ -68,52 +64,78 @@ class Fragment:
     lsm: int = 0
     compacted_at: int | None = None
     blob_columns: tuple[int, ...] = ()  # column ids stored out of line in `<path>.blobs`
-    checksum: str = ""  # of the file(s); "" where the table was written before checksums
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Fragment:
-        """From a WAL operation or a snapshot (JSON turns tuples into lists)."""
-        return cls(**{**d, "column_ids": tuple(d["column_ids"]), "blob_columns": tuple(d.get("blob_columns", ()))})
+    checksum: str = ""  # "" = not recorded (tables written before integrity checks)
 
 
-@dataclass
+R = TypeVar("R", KeySpace, Fragment)
+
+
+def record_from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
+    """A manifest record from a WAL operation or a snapshot. JSON turns tuples into lists, and
+    fields that older versions wrote and this one dropped (`meta_bytes`) are ignored."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    kw = {k: v for k, v in d.items() if k in names}
+    for k in ("column_ids", "blob_columns"):
+        if k in kw:
+            kw[k] = tuple(kw[k])
+    return cls(**kw)
+
+
+def record_to_dict(record: KeySpace | Fragment) -> dict[str, Any]:
+    return asdict(record)
+
+
+class FrozenMap(Mapping[str, Any]):
+    """A read-only dict view that can be pickled (a state travels to Spark tasks)."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: Mapping[str, Any] | None = None) -> None:
+        self._d: dict[str, Any] = dict(d) if d is not None else {}
+
+    def __getitem__(self, k: str) -> Any:
+        return self._d[k]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __contains__(self, k: object) -> bool:
+        return k in self._d
+
+    def get(self, k: str, default: Any = None) -> Any:
+        return self._d.get(k, default)
+
+    def values(self) -> Any:
+        return self._d.values()
+
+    def items(self) -> Any:
+        return self._d.items()
+
+    def keys(self) -> Any:
+        return self._d.keys()
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._d!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self._d
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        self._d = d
+
+
+@dataclass(frozen=True, slots=True)
 class TableState:
-    """Schema + live files of a table at one log sequence number."""
+    """Schema + live files of a table at one log sequence number (immutable)."""
 
     schema: Schema
     seq: int = 0
     time: int = 0
-    key_spaces: dict[str, KeySpace] = field(default_factory=dict)
-    fragments: dict[str, Fragment] = field(default_factory=dict)
-
-    def apply(self, entry: LogEntry) -> None:
-        doc = open_entry(entry.entry, entry.seq, entry.time, self.seq, self.time)
-        for op in doc["ops"]:
-            kind = op["op"]
-            if kind == "add_columns":
-                self.schema = Schema.from_json(op["schema"])
-            elif kind == "add_key_space":
-                ks = KeySpace(**{k: v for k, v in op.items() if k != "op"})
-                self.key_spaces[ks.id] = replace(ks, time=op.get("time") or entry.time, seq=entry.seq)
-            elif kind == "add_fragment":
-                fr = Fragment.from_dict({k: v for k, v in op.items() if k != "op"})
-                self.fragments[fr.id] = replace(fr, time=op.get("time") or entry.time, seq=entry.seq)
-            elif kind == "remove_key_space":
-                self.key_spaces.pop(op["id"], None)
-            elif kind == "remove_fragment":
-                self.fragments.pop(op["id"], None)
-            elif kind == "truncate":
-                self.key_spaces.clear()
-                self.fragments.clear()
-            else:
-                raise ValueError(f"unknown WAL operation {kind!r} at seq {entry.seq}")
-        self.seq = entry.seq
-        self.time = entry.time
-
-    def replay(self, entries: Iterable[LogEntry]) -> TableState:
-        for e in entries:
-            self.apply(e)
-        return self
+    key_spaces: Mapping[str, KeySpace] = field(default_factory=FrozenMap)
+    fragments: Mapping[str, Fragment] = field(default_factory=FrozenMap)
 
     # ----- snapshots --------------------------------------------------------------------
     def to_json(self) -> str:
@@ -122,31 +144,31 @@ class TableState:
                 "seq": self.seq,
                 "time": self.time,
                 "schema": self.schema.to_json(),
-                "key_spaces": [asdict(k) for k in self.key_spaces.values()],
-                "fragments": [asdict(f) for f in self.fragments.values()],
+                "key_spaces": [record_to_dict(k) for k in self.key_spaces.values()],
+                "fragments": [record_to_dict(f) for f in self.fragments.values()],
             },
             separators=(",", ":"),
         )
 
     @classmethod
-    def from_json(cls, text: str) -> TableState:
-        d = json.loads(text)
-        frags = {f["id"]: Fragment.from_dict(f) for f in d["fragments"]}
-        return cls(
-            schema=Schema.from_json(d["schema"]),
-            seq=d["seq"],
-            time=d["time"],
-            key_spaces={k["id"]: KeySpace(**k) for k in d["key_spaces"]},
-            fragments=frags,
-        )
-
-    def copy(self) -> TableState:
-        return TableState(self.schema, self.seq, self.time, dict(self.key_spaces), dict(self.fragments))
+    def from_json(cls, text: str | bytes, path: str = "<snapshot>") -> TableState:
+        """A snapshot file's state; damage is `CorruptFileError` naming `path`."""
+        try:
+            d = json.loads(text)
+            return cls(
+                schema=Schema.from_json(d["schema"]),
+                seq=int(d["seq"]),
+                time=int(d["time"]),
+                key_spaces=FrozenMap({k["id"]: record_from_dict(KeySpace, k) for k in d["key_spaces"]}),
+                fragments=FrozenMap({f["id"]: record_from_dict(Fragment, f) for f in d["fragments"]}),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CorruptFileError(f"snapshot {path} is damaged ({type(e).__name__}: {e})") from e
 
     # ----- Arrow manifests --------------------------------------------------------------
     def key_space_manifest(self) -> pa.Table:
-        rows = [asdict(k) for k in self.key_spaces.values()]
-        return pa.Table.from_pylist(rows, schema=_KEY_SPACE_SCHEMA)
+        rows = [record_to_dict(k) for k in self.key_spaces.values()]
+        return pa.Table.from_pylist(rows, schema=KEY_SPACE_MANIFEST)
 
     def fragment_manifest(self, level: str | None = None, group: str | None = None) -> pa.Table:
         """Fragments (optionally of one level and group) with their per-column statistics."""
@@ -156,7 +178,7 @@ class TableState:
             if (level is None or f.level == level) and (group is None or f.group == group)
         ]
         base = pa.Table.from_pylist(
-            [{k: v for k, v in asdict(f).items() if k != "stats"} for f in frs], schema=_FRAGMENT_SCHEMA
+            [{k: v for k, v in record_to_dict(f).items() if k != "stats"} for f in frs], schema=FRAGMENT_MANIFEST
         )
         if not frs:
             return base
@@ -167,46 +189,18 @@ class TableState:
         return base
 
 
-_KEY_SPACE_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("level", pa.string()),
-        ("path", pa.string()),
-        ("rows", pa.int64()),
-        ("min_key", pa.string()),
-        ("max_key", pa.string()),
-        ("kind", pa.string()),
-        ("time", pa.int64()),
-        ("seq", pa.int64()),
-        ("lsm", pa.int64()),
-        ("compacted_at", pa.int64()),
-        ("bytes", pa.int64()),
-        ("checksum", pa.string()),
-    ]
-)
-
-_FRAGMENT_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("level", pa.string()),
-        ("group", pa.string()),
-        ("key_space", pa.string()),
-        ("start", pa.int64()),
-        ("rows", pa.int64()),
-        ("path", pa.string()),
-        ("column_ids", pa.list_(pa.int64())),
-        ("bytes", pa.int64()),
-        ("meta_bytes", pa.int64()),
-        ("format", pa.string()),
-        ("time", pa.int64()),
-        ("seq", pa.int64()),
-        ("lsm", pa.int64()),
-        ("compacted_at", pa.int64()),
-        ("blob_columns", pa.list_(pa.int64())),
-        ("checksum", pa.string()),
-    ]
-)
+_ARROW_TYPES = {
+    "str": pa.string(),
+    "int": pa.int64(),
+    "int | None": pa.int64(),
+    "tuple[int, ...]": pa.list_(pa.int64()),
+}
 
 
-def entry_json(kind: str, ops: list[dict[str, Any]], **extra: Any) -> str:
-    return seal_json(json.dumps({"kind": kind, "ops": ops, **extra}, separators=(",", ":")))
+def _manifest_schema(cls: type, skip: tuple[str, ...] = ()) -> pa.Schema:
+    """The Arrow schema of a manifest, derived from its record dataclass."""
+    return pa.schema([(f.name, _ARROW_TYPES[str(f.type)]) for f in dataclasses.fields(cls) if f.name not in skip])
+
+
+KEY_SPACE_MANIFEST = _manifest_schema(KeySpace)
+FRAGMENT_MANIFEST = _manifest_schema(Fragment, skip=("stats",))  # stats become per-column columns

@@ -17,6 +17,7 @@ Naming, used everywhere (scans, manifests, the CLI):
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,7 +162,8 @@ class Schema:
     key_schema: pa.Schema
     levels: Mapping[str, Level]
     columns: tuple[Column, ...]
-    next_column_id: int = 1
+    next_column_id: int = 1  # legacy: ids of tables created before hashed ids (see `column_id_for`)
+    dropped_ids: frozenset[int] = frozenset()  # ids of dropped columns: never reused
     _by_path: dict[str, Column] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -183,6 +185,7 @@ class Schema:
         columns = list(self.columns)
         by_path = dict(self._by_path)
         next_id = self.next_column_id
+        taken = {c.id for c in columns} | self.dropped_ids
         added: list[Column] = []
         kinds = self.path_kinds()
         for kind, lvl, path, t in _walk(fields, level, ""):
@@ -210,14 +213,44 @@ class Schema:
                     )
                 continue
             check_value_type(full, t)
-            col = Column(next_id, lvl, path, t)
-            next_id += 1
+            col = Column(column_id_for(full, taken), lvl, path, t)
+            taken.add(col.id)
             columns.append(col)
             by_path[full] = col
             added.append(col)
         if not added and len(levels) == len(self.levels):
             return self, []
-        return Schema(self.key_schema, levels, tuple(columns), next_id), added
+        return Schema(self.key_schema, levels, tuple(columns), next_id, self.dropped_ids), added
+
+    def rename_column(self, full_path: str, new_name: str) -> Schema:
+        """The schema with a column renamed in place (same level and group, same id: files store
+        ids, so this is metadata-only). `new_name` is a leaf name or a full path with the same
+        parent. Raises `ColumnNotFoundError` or `SchemaError` (name taken, or a move)."""
+        col = self.column(full_path)
+        parent = full_path.rpartition(".")[0]
+        new_full = new_name if "." in new_name else join_path(parent, new_name)
+        if new_full.rpartition(".")[0] != parent:
+            raise SchemaError(
+                f"rename {full_path!r} to {new_name!r}: a rename keeps the column in its group; moving it to "
+                "another group or level is not a rename"
+            )
+        leaf = new_full.rpartition(".")[2]
+        if not leaf or leaf.startswith(RESERVED_PREFIX) or leaf == CHILD_KEY:
+            raise SchemaError(f"invalid column name {leaf!r}: not empty, no leading '__', not '$'")
+        groups = {c.full_path.rsplit(".", i)[0] for c in self.columns for i in range(1, c.full_path.count(".") + 1)}
+        taken = self._by_path.keys() | self.levels.keys() | groups
+        if new_full in taken or new_full in self.key_names(col.level):
+            raise SchemaError(f"cannot rename {full_path!r} to {new_full!r}: that name is taken")
+        renamed = Column(col.id, col.level, join_path(col.group, leaf), col.type)
+        cols = tuple(renamed if c.id == col.id else c for c in self.columns)
+        return Schema(self.key_schema, self.levels, cols, self.next_column_id, self.dropped_ids)
+
+    def drop_columns(self, full_paths: Iterable[str]) -> Schema:
+        """The schema without these columns (metadata-only: their cells stay in files but are
+        never read again, and their ids are never reused). Raises `ColumnNotFoundError`."""
+        ids = {self.column(p).id for p in full_paths}
+        cols = tuple(c for c in self.columns if c.id not in ids)
+        return Schema(self.key_schema, self.levels, cols, self.next_column_id, self.dropped_ids | ids)
 
     def path_kinds(self) -> dict[str, str]:
         """Every full path of the tree → "level", "group" or "column".
@@ -328,6 +361,7 @@ class Schema:
             "columns": [[c.id, c.level, c.path] for c in self.columns],
             "column_types": _b64_schema(pa.schema(fields)),
             "next_column_id": self.next_column_id,
+            **({"dropped_ids": sorted(self.dropped_ids)} if self.dropped_ids else {}),
         }
 
     @classmethod
@@ -341,7 +375,7 @@ class Schema:
         columns = tuple(
             Column(cid, lvl, path, f.type) for (cid, lvl, path), f in zip(d["columns"], col_types, strict=True)
         )
-        return cls(key_schema, levels, columns, d["next_column_id"])
+        return cls(key_schema, levels, columns, d["next_column_id"], frozenset(d.get("dropped_ids", ())))
 
     # ----- display ----------------------------------------------------------------------
     def render(self, table_name: str = "table") -> str:
@@ -356,6 +390,22 @@ class Schema:
 
     def __str__(self) -> str:
         return self.render()
+
+
+def column_id_for(full_path: str, taken: set[int] | frozenset[int]) -> int:
+    """A new column's id: a hash of its path, probing past ids in use or dropped.
+
+    Two writers that add the same column concurrently pick the same id, and writers adding
+    different columns pick different ones, so their commits rebase onto each other (DESIGN §4)
+    although their files already name the columns by id.
+    """
+    n = 0
+    while True:
+        digest = hashlib.blake2b(f"{full_path}#{n}".encode(), digest_size=4).digest()
+        cid = int.from_bytes(digest, "big") & 0x7FFFFFFF
+        if cid >= 1 << 16 and cid not in taken:  # small ids: tables created with sequential ids
+            return cid
+        n += 1
 
 
 def _castable(src: pa.DataType, dst: pa.DataType) -> bool:

@@ -1,30 +1,34 @@
-"""`Table`: a keyed, column-grouped table; writes, deletes, scans, history and manifests."""
+"""`Table`: the user-facing facade of one table: writes, deletes, scans, schema changes, history.
+
+A thin layer over `conch.tablelog.TableLog` (state, time travel, commits) and the write path
+(`conch.write`); it holds no state of its own.
+
+Attribute access is the nested API's entry point (`t.scenes`, spec/002), so a column or level
+named like a `Table` attribute (`name`, `id`, `log`, `schema`, `scan`, ...) is reached with
+`t.col("name")` (nested API) or `t["name"]` (a column reference for `where=` and scans).
+"""
 
 from __future__ import annotations
 
-import json
-import threading
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from conch import maintenance
 from conch.check import CheckReport, check_table
+from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr import Col
-from conch.integrity import open_json, read_snapshot
 from conch.manifest import TableState
-from conch.metastore.base import TableRecord
+from conch.nested.api import root_member
+from conch.nested.writes import BatchWriter
 from conch.scan import Scan
-from conch.scan.plan import to_time
 from conch.schema import Schema, type_name
-from conch.txn import Commit, commit
-from conch.write import TableFiles, stage_delete, stage_write
-
-if TYPE_CHECKING:
-    from conch.catalog import Catalog
-
-FLUSH_EVERY = 64  # WAL entries between automatic snapshot flushes
+from conch.tablelog import TableLog
+from conch.timeparse import to_time
+from conch.txn import Commit
+from conch.wal import DropColumns, RenameColumn, Transaction
+from conch.write import stage_delete, stage_write
 
 
 class TableColumn(Col):
@@ -75,67 +79,27 @@ class Table:
 
     >>> t = conch.connect(path).create_table("audio", [("id", pa.uint64())])  # doctest: +SKIP
     >>> t.write([{"id": 1, "silence_ratio": 0.05}])  # doctest: +SKIP
+
+    A handle stays bound to the table it was opened on: after `drop_table`, its reads and writes
+    raise `TableNotFoundError`, even if a table of the same name was created again.
     """
 
-    def __init__(self, catalog: Catalog, record: TableRecord) -> None:
-        self.catalog = catalog
-        self.name = record.name
-        self.id = record.id
-        self._record = record
-        self._lock = threading.Lock()
-        self._state: TableState | None = None
-        self._past: dict[int, TableState] = {}  # states at old sequence numbers, for time travel
-        self.files = TableFiles(catalog.storage, self.id, catalog.format)
+    def __init__(self, log: TableLog) -> None:
+        self.log = log
+        self.name = log.name
+        self.id = log.id
 
     def __repr__(self) -> str:
         return f"Table({self.name!r})"
 
     # ----- state ------------------------------------------------------------------------
-    def _initial_state(self) -> TableState:
-        props = open_json(self._record.props, f"the metastore record of table {self.name!r}")
-        return TableState(Schema.from_json(props["schema"]))
-
-    def _load(self, seq: int | None = None) -> TableState:
-        """The state at `seq` (default: the newest): nearest snapshot, then the WAL after it."""
-        ms = self.catalog.metastore
-        snap = ms.latest_snapshot(self.id, seq)
-        if snap is not None:
-            state = TableState.from_json(read_snapshot(self.catalog.storage, snap[1]))
-        else:
-            state = self._initial_state()
-        return state.replay(ms.read_log(self.id, state.seq, seq))
-
     def state(self) -> TableState:
-        """The latest committed state (reads only the WAL entries new since the last call)."""
-        with self._lock:
-            if self._state is None:
-                self._state = self._load()
-            new = self.catalog.metastore.read_log(self.id, self._state.seq)
-            if new:
-                self._state = self._state.copy().replay(new)
-            return self._state
+        """The latest committed state (immutable: schema, live key spaces and fragments)."""
+        return self.log.state()
 
-    def state_at(self, asof: int | datetime | None) -> TableState:
-        """The state as of a commit time: the files live then (cells newer than it are ignored)."""
-        t = to_time(asof, "asof")
-        latest = self.state()
-        if t is None or t >= latest.time:
-            return latest
-        seq = self.catalog.metastore.seq_at_time(self.id, t)
-        if seq == 0:
-            # Before the first commit the table was empty; keep today's schema so columns resolve.
-            return TableState(latest.schema)
-        with self._lock:
-            state = self._past.get(seq)
-            if state is None:
-                state = self._past[seq] = self._load(seq)
-                if len(self._past) > 8:  # time-travel scans usually revisit a few commits
-                    self._past.pop(next(iter(self._past)))
-            return state
-
-    def _after_commit(self, seq: int) -> None:
-        if seq % FLUSH_EVERY == 0:
-            maintenance.flush(self)
+    def state_at(self, asof: int | str | datetime | None = None, version: int | None = None) -> TableState:
+        """The state as of a commit time or version (see `scan`)."""
+        return self.log.state_at(asof, version)
 
     # ----- schema -----------------------------------------------------------------------
     @property
@@ -151,40 +115,88 @@ class Table:
         # The nested API's entry point (spec/002): `t.scenes` is a lazy reference to a level.
         if name.startswith("_"):
             raise AttributeError(name)
-        from conch.nested.api import root_member
+        return root_member(self, name)
 
+    def col(self, name: str) -> Any:
+        """`t.<name>` for a name a `Table` attribute shadows: `t.col("name")`, `t.col("schema")`."""
         return root_member(self, name)
 
     def __getitem__(self, path: str) -> TableColumn:
-        self.state().schema.resolve(path)  # raises ColumnNotFoundError early
+        schema = self.state().schema
+        if path not in schema.key_names(""):  # key columns filter too (turned into key ranges)
+            schema.resolve(path)  # raises ColumnNotFoundError early
         return TableColumn(self, path)
 
+    def rename_column(self, path: str, new_name: str) -> Commit:
+        """Rename a column in place (metadata-only: files store column ids). `new_name` is the
+        new leaf name (`"rate"`) or the full new path in the same group (`"audio.rate"`). Scans
+        as of earlier times still see the old name.
+
+        >>> t.rename_column("audio.sr", "rate")  # doctest: +SKIP
+        """
+        state = self.state()
+        col = state.schema.column(path)
+        renamed = state.schema.rename_column(path, new_name)  # validates before committing
+        new_path = next(c.full_path for c in renamed.columns if c.id == col.id)
+        txn = Transaction(
+            "schema", (RenameColumn(col.id, new_path.rpartition(".")[2]),), f"rename {path} to {new_path}", state.seq
+        )
+        return self.log.commit(txn)
+
+    def drop_columns(self, *paths: str) -> Commit:
+        """Drop columns (metadata-only: their cells stay in files until compaction and are
+        never read again; scans as of earlier times still see them). Key columns stay.
+
+        >>> t.drop_columns("audio_length", "audio.meta.size")  # doctest: +SKIP
+        """
+        if not paths:
+            raise InvalidArgumentError("drop_columns needs at least one column path")
+        state = self.state()
+        keys = set(state.schema.key_names(""))
+        if keys & set(paths):
+            raise ColumnNotFoundError(f"key columns {sorted(keys & set(paths))} cannot be dropped")
+        ids = tuple(state.schema.column(p).id for p in paths)
+        txn = Transaction("schema", (DropColumns(ids),), f"drop {', '.join(paths)}", state.seq)
+        return self.log.commit(txn)
+
     # ----- writes -----------------------------------------------------------------------
-    def write(self, data: Any = None, level: str | None = None) -> Any:
+    def write(self, data: Any = None, level: str | None = None, evolve: bool | None = None) -> Any:
         """Upsert `data` (Arrow, list of dicts, dict of lists, pandas, Polars) in one commit.
 
         Key columns are required; any subset of value columns may be given; nested structs are
         column groups; `list<struct<$: K>>` fields are child levels. `level` writes rows of a
         child level directly (key columns: the level's full key, e.g. "scenes", "scenes.clips").
-        Without `data`, returns a batching writer for `with t.write() as w: w.scenes["s1"].x = 1`
-        (spec/002), committed once when the block exits.
+        `evolve`: whether columns the schema lacks are added (default: the catalog's, see
+        `connect`); the commit's `added_columns` names them. Without `data`, returns a batching
+        writer for `with t.write() as w: w.scenes["s1"].x = 1` (spec/002), committed once when
+        the block exits.
         """
         if data is None:
-            from conch.nested.writes import BatchWriter
-
             return BatchWriter(self)
-        staged = stage_write(self.files, self.state(), data, level or "", self.catalog.write_options)
-        rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items())
-        return commit(self, staged, "write", summary=rows or "no rows")
+        wh = self.log.warehouse
+        with self.log.staging():
+            staged = stage_write(
+                self.log.files,
+                self.state(),
+                data,
+                level or "",
+                wh.write_options,
+                wh.evolve if evolve is None else evolve,
+            )
+        rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
+        if staged.added_columns:
+            rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
+        return self.log.commit(staged.transaction("write", rows))
 
     def delete(self, keys: Any, level: str | None = None) -> Commit:
         """Delete keys (a list of values or tuples, or an Arrow table of key columns).
 
         Deleting a key removes its whole subtree of child levels.
         """
-        staged = stage_delete(self.files, self.state(), keys, level or "")
-        n = sum(op["rows"] for op in staged.ops)
-        return commit(self, staged, "delete", summary=f"{n} keys at {level or 'root'}")
+        with self.log.staging():
+            staged = stage_delete(self.log.files, self.state(), keys, level or "")
+        n = staged.rows.get(level or "", 0)
+        return self.log.commit(staged.transaction("delete", f"{n} keys at {level or 'root'}"))
 
     # ----- reads ------------------------------------------------------------------------
     def scan(
@@ -192,18 +204,35 @@ class Table:
         *columns: str | Col,
         where: Col | Any = None,
         keys: Any = None,
-        asof: int | datetime | None = None,
-        since: int | datetime | None = None,
+        asof: int | str | datetime | None = None,
+        since: int | str | datetime | None = None,
         level: str | None = None,
         limit: int | None = None,
+        version: int | None = None,
     ) -> Scan:
         """A lazy scan of fresh records (spec/000). Nothing is read until a `to_*` call.
 
         `columns`: column paths or groups (default: every column of the level); `where`: a value
         filter on fresh records; `keys`: exact keys, a `KeyRange` or a `KeyPrefix`; `asof` /
-        `since`: inclusive commit-time bounds; `level`: a child level such as "scenes.clips".
+        `since`: inclusive commit-time bounds (datetime, ISO string, or int µs since the epoch:
+        `conch.timeparse`); `version`: the table as of commit number N (`Commit.seq`), instead of
+        `asof`; `level`: a child level such as "scenes.clips". An `asof` before the table's first
+        commit raises `TimeTravelError`.
         """
-        return Scan(self, columns, where=where, keys=keys, asof=asof, since=since, level=level, limit=limit)
+        if version is not None:
+            if asof is not None:
+                raise InvalidArgumentError("give asof= or version=, not both")
+            asof = self.log.time_of(version)
+        return Scan(
+            self.log,
+            columns,
+            where=where,
+            keys=keys,
+            asof=to_time(asof, "asof"),
+            since=to_time(since, "since"),
+            level=level,
+            limit=limit,
+        )
 
     def to_arrow(self) -> pa.Table:
         """Every fresh record of the root level as one Arrow table."""
@@ -211,17 +240,13 @@ class Table:
 
     # ----- history and metadata ------------------------------------------------------------
     def history(self) -> list[Commit]:
-        """Every commit, oldest first."""
-        out = []
-        for e in self.catalog.metastore.read_log(self.id):
-            d = json.loads(e.entry)
-            out.append(Commit(e.seq, e.time, d.get("kind", "write"), d.get("summary", "")))
-        return out
+        """Every commit, oldest first (with the columns each added)."""
+        return self.log.history()
 
-    def manifests(self, asof: int | datetime | None = None) -> dict[str, pa.Table]:
+    def manifests(self, asof: int | str | datetime | None = None, version: int | None = None) -> dict[str, pa.Table]:
         """Manifests as Arrow tables: `"key_spaces"`, then one per column group
         (`"<level>/<group>"`, root group `"/"`)."""
-        state = self.state_at(asof)
+        state = self.log.state_at(asof, version)
         out = {"key_spaces": state.key_space_manifest()}
         for lvl in state.schema.levels:
             for g in state.schema.groups(lvl):
@@ -230,16 +255,16 @@ class Table:
 
     def flush(self) -> int:
         """Fold the WAL into a snapshot file now; returns the snapshot's sequence number."""
-        return maintenance.flush(self)
+        return self.log.flush()
 
     def vacuum(self, older_than_seconds: float = 3600.0, dry_run: bool = False) -> maintenance.VacuumResult:
         """Remove files no commit references (leftovers of failed writers)."""
-        return maintenance.vacuum(self, older_than_seconds, dry_run)
+        return maintenance.vacuum(self.log, older_than_seconds, dry_run)
 
     def check(self) -> CheckReport:
         """Verify every live file and metastore row against its recorded checksum (`conch check`)."""
-        cat = self.catalog
-        return check_table(self.name, self.id, self._record.props, cat.metastore, cat.storage, cat.format)
+        wh = self.log.warehouse
+        return check_table(self.name, self.id, self.log.record.props, wh.metastore, wh.storage, wh.format)
 
     def describe(self) -> str:
         """A one-line summary: key, key spaces, fragments, log sequence."""

@@ -39,9 +39,10 @@ from conch.keys import (
     strictly_increasing,
     validate_key_columns,
 )
-from conch.manifest import TableState
+from conch.manifest import Fragment, KeySpace, TableState
 from conch.schema import Column, Schema, join_path, normalize_type
 from conch.storage import Storage, new_id
+from conch.wal import AddFragment, AddKeySpace, Op, Transaction
 
 
 @dataclass(frozen=True)
@@ -59,22 +60,30 @@ class WriteOptions:
 
 @dataclass
 class StagedWrite:
-    """Files written for one commit and the operations that will commit them."""
+    """Files written for one commit and the typed WAL operations that will commit them."""
 
     schema: Schema
     base_schema: Schema
     added_columns: list[Column]
-    ops: list[dict[str, Any]] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)  # rows written per level
     base_seq: int = -1  # the log sequence the write was staged against (-1: unknown)
     started: float = field(default_factory=time.time)  # before any file was written
 
-    def all_ops(self) -> list[dict[str, Any]]:
-        schema_ops = (
-            [{"op": "add_columns", "schema": self.schema.to_json()}] if self.schema is not self.base_schema else []
+    def transaction(self, kind: str, summary: str = "", **extra: Any) -> Transaction:
+        """The transaction that commits these files (`TableLog.commit` rebases and appends it)."""
+        return Transaction(
+            kind,
+            tuple(self.ops),
+            summary,
+            base_seq=self.base_seq,
+            base_schema=self.base_schema,
+            schema=self.schema,
+            files=tuple(self.files),
+            started_us=int(self.started * 1_000_000),
+            extra=extra,
         )
-        return schema_ops + self.ops
 
 
 class TableFiles:
@@ -91,6 +100,9 @@ class TableFiles:
     def fragment_path(self, level: str, group: str, frag_id: str) -> str:
         gdir = join_path(level, group) or "_root"
         return f"{self.table_id}/cg/{gdir}/{frag_id}{self.format.suffix}"
+
+    def snapshot_path(self, seq: int) -> str:
+        return f"{self.table_id}/meta/{seq:012d}-{new_id()}.json"
 
 
 def chunks(batches: Iterator[pa.RecordBatch], opts: WriteOptions) -> Iterator[pa.Table]:
@@ -128,7 +140,8 @@ def stage_write(
     schema, added = base.extend(new_fields, level)
     if added and not evolve:
         raise SchemaError(
-            f"columns {[c.full_path for c in added]} are not in the table's schema (schema evolution is off)"
+            f"columns {[c.full_path for c in added]} are not in the table's schema and schema evolution is off: "
+            "fix the names, or add them with write(..., evolve=True) (or connect(..., evolve=True))"
         )
     staged = StagedWrite(schema, base, added, base_seq=state.seq)
     runs: dict[str, list[pa.Table]] = {}
@@ -199,18 +212,19 @@ def write_key_space(
     first = encode_keys([c.slice(0, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
     last = encode_keys([c.slice(keys.num_rows - 1, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
     staged.ops.append(
-        {
-            "op": "add_key_space",
-            "id": ks_id,
-            "level": level,
-            "path": rel,
-            "rows": keys.num_rows,
-            "min_key": first.hex(),
-            "max_key": last.hex(),
-            "kind": kind,
-            "bytes": written.bytes,
-            "checksum": written.checksum,
-        }
+        AddKeySpace(
+            KeySpace(
+                id=ks_id,
+                level=level,
+                path=rel,
+                rows=keys.num_rows,
+                min_key=first.hex(),
+                max_key=last.hex(),
+                kind=kind,
+                bytes=written.bytes,
+                checksum=written.checksum,
+            )
+        )
     )
     return ks_id
 
@@ -241,21 +255,22 @@ def write_fragments(
             staged.files.append(rel + BLOB_SUFFIX)
         stats = {c.id: column_stats(part.column(column_name(c.id))) for c, _ in cols}
         staged.ops.append(
-            {
-                "op": "add_fragment",
-                "id": frag_id,
-                "level": level,
-                "group": group,
-                "key_space": ks_id,
-                "start": start,
-                "rows": part.num_rows,
-                "path": rel,
-                "column_ids": [c.id for c, _ in cols],
-                "stats": encode_stats(stats, types),
-                "bytes": written.bytes,
-                "checksum": written.checksum,
-                "blob_columns": blob_ids,
-            }
+            AddFragment(
+                Fragment(
+                    id=frag_id,
+                    level=level,
+                    group=group,
+                    key_space=ks_id,
+                    start=start,
+                    rows=part.num_rows,
+                    path=rel,
+                    column_ids=tuple(c.id for c, _ in cols),
+                    stats=encode_stats(stats, types),
+                    bytes=written.bytes,
+                    checksum=written.checksum,
+                    blob_columns=tuple(blob_ids),
+                )
+            )
         )
 
 
@@ -268,4 +283,5 @@ def stage_delete(files: TableFiles, state: TableState, keys: Any, level: str = "
     staged = StagedWrite(schema, schema, [], base_seq=state.seq)
     if table.num_rows:
         write_key_space(files, schema, level, table, staged, kind="tombstone")
+        staged.rows[level] = table.num_rows
     return staged

@@ -1,9 +1,18 @@
 """Metastores: where table names and each table's write-ahead log live (DESIGN §4).
 
-`Metastore` is the interface; backends are chosen by URI in `open_metastore`.
+`Metastore` is the interface; backends are chosen by URI scheme in `metastore.registry`.
 """
 
 from conch.metastore.base import LogEntry, Metastore, TableRecord
+from conch.metastore.registry import default_metastore_uri, metastore_from_uri, register_metastore
 from conch.metastore.sqlite import SqliteMetastore
 
-__all__ = ["LogEntry", "Metastore", "SqliteMetastore", "TableRecord"]
+__all__ = [
+    "LogEntry",
+    "Metastore",
+    "SqliteMetastore",
+    "TableRecord",
+    "default_metastore_uri",
+    "metastore_from_uri",
+    "register_metastore",
+]

@@ -4,6 +4,12 @@ The whole commit protocol rests on one primitive, `append(table_id, expected_seq
 adds entry number `expected_seq + 1` only if the log's last entry is still `expected_seq`, and
 assigns the commit time (µs since the epoch, strictly increasing per table). Anything that can
 do that atomically can be a metastore.
+
+Contract (the behaviour suite `tests/test_metastore.py` runs it against every backend):
+- reads never create anything: a metastore whose store does not exist yet lists no tables;
+- `read_log`, `last_seq`, `seq_at_time` and `append` raise `TableNotFoundError` for a table id
+  that was dropped (or never created), so a handle to a dropped table cannot write or read;
+- commit times are strictly increasing per table.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ class LogEntry:
 
 
 class Metastore(Protocol):
+    @property
+    def uri(self) -> str:
+        """Where the metastore lives (`sqlite:///dir/_catalog.sqlite`, later `postgresql://...`)."""
+        ...
+
     def create_table(self, record: TableRecord) -> None:
         """Register a table; raises `TableExistsError` if the name is taken."""
 
@@ -52,9 +63,15 @@ class Metastore(Protocol):
     def latest_snapshot(self, table_id: str, at_or_before_seq: int | None = None) -> tuple[int, str] | None:
         """The newest flushed snapshot (seq, path) at or before a sequence number."""
 
-    def add_snapshot(self, table_id: str, seq: int, path: str) -> None: ...
+    def snapshots(self, table_id: str) -> list[tuple[int, str]]:
+        """Every registered snapshot (seq, path), oldest first."""
+
+    def add_snapshot(self, table_id: str, seq: int, path: str) -> None:
+        """Index a snapshot already registered in the log (`RegisterSnapshot`); the first
+        registration of a sequence number wins."""
 
     def check(self) -> list[str]:
         """Damage the backend finds in its own storage (`Table.check()`); [] if none."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release connections; the metastore stays usable (it reconnects)."""

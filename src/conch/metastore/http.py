@@ -79,6 +79,10 @@ class HttpMetastore:
     def __repr__(self) -> str:
         return f"HttpMetastore({self.url!r})"
 
+    @property
+    def uri(self) -> str:
+        return self.url
+
     def _http(self) -> Any:
         if self._injected is not None:
             return self._injected
@@ -187,6 +191,10 @@ class HttpMetastore:
         got = self._call("GET", f"/v1/logs/{check_name(table_id, 'table id')}/snapshots/latest", params=params)
         snap = got["snapshot"]
         return (int(snap["seq"]), str(snap["path"])) if snap else None
+
+    def snapshots(self, table_id: str) -> list[tuple[int, str]]:
+        got = self._call("GET", f"/v1/logs/{check_name(table_id, 'table id')}/snapshots")
+        return [(int(s["seq"]), str(s["path"])) for s in got["snapshots"]]
 
     def add_snapshot(self, table_id: str, seq: int, path: str) -> None:
         self._call("POST", f"/v1/logs/{check_name(table_id, 'table id')}/snapshots", json={"seq": seq, "path": path})

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -43,7 +44,6 @@ from conch.errors import (
 )
 from conch.metastore.base import LogEntry, TableRecord
 from conch.metastore.names import check_name
-from conch.metastore.sqlite import now_us
 from conch.storage.base import Storage, new_id
 
 CATALOG = "_catalog"
@@ -122,6 +122,11 @@ class ObjectStoreMetastore:
 
     def __repr__(self) -> str:
         return f"ObjectStoreMetastore({self.storage.uri!r})"
+
+    @property
+    def uri(self) -> str:
+        """The storage the WAL objects live in."""
+        return self.storage.uri
 
     @property
     def _pool(self) -> ThreadPoolExecutor:
@@ -216,7 +221,7 @@ class ObjectStoreMetastore:
         elif expected_seq < 0:
             raise CommitConflictError(f"log of table {table_id}: no entry follows sequence {expected_seq}")
         writer = new_id()
-        mine = LogEntry(seq, max(now_us(), prev_time + 1), entry)
+        mine = LogEntry(seq, max(time.time_ns() // 1000, prev_time + 1), entry)
         doc = json.dumps({"seq": seq, "time": mine.time, "writer": writer, "entry": entry}).encode()
         path = self._entry_path(table_id, seq)
         try:
@@ -299,23 +304,30 @@ class ObjectStoreMetastore:
 
     # --- snapshots -----------------------------------------------------------------------
 
-    def latest_snapshot(self, table_id: str, at_or_before_seq: int | None = None) -> tuple[int, str] | None:
+    def _snapshot_seqs(self, table_id: str) -> list[int]:
         prefix = f"{check_name(table_id, 'table id')}/_snapshots"
+        return sorted(int(f.path.rsplit("/", 1)[1].removesuffix(".json")) for f in self.storage.list(prefix))
+
+    def _snapshot(self, table_id: str, seq: int) -> tuple[int, str] | None:
+        path = f"{table_id}/_snapshots/{seq:020d}.json"
+        try:
+            doc: dict[str, Any] = json.loads(self.storage.read(path))
+            return int(doc["seq"]), str(doc["path"])
+        except FileNotFoundError:
+            return None  # dropped meanwhile
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptFileError(f"snapshot record {self.storage.uri}/{path} is damaged: {e}") from e
+
+    def latest_snapshot(self, table_id: str, at_or_before_seq: int | None = None) -> tuple[int, str] | None:
         bound = at_or_before_seq if at_or_before_seq is not None else 2**62
-        seqs = sorted(
-            (int(f.path.rsplit("/", 1)[1].removesuffix(".json")) for f in self.storage.list(prefix)), reverse=True
-        )
-        for seq in seqs:
+        for seq in reversed(self._snapshot_seqs(table_id)):
             if seq <= bound:
-                path = f"{prefix}/{seq:020d}.json"
-                try:
-                    doc: dict[str, Any] = json.loads(self.storage.read(path))
-                    return int(doc["seq"]), str(doc["path"])
-                except FileNotFoundError:
-                    return None  # dropped meanwhile
-                except (ValueError, KeyError, TypeError) as e:
-                    raise CorruptFileError(f"snapshot record {self.storage.uri}/{path} is damaged: {e}") from e
+                return self._snapshot(table_id, seq)
         return None
+
+    def snapshots(self, table_id: str) -> list[tuple[int, str]]:
+        found = (self._snapshot(table_id, seq) for seq in self._snapshot_seqs(table_id))
+        return [s for s in found if s is not None]
 
     def add_snapshot(self, table_id: str, seq: int, path: str) -> None:
         doc = json.dumps({"seq": seq, "path": path}).encode()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,7 +28,6 @@ from conch.errors import (
     TableNotFoundError,
 )
 from conch.metastore.base import LogEntry, TableRecord
-from conch.metastore.sqlite import now_us
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conch_tables (
@@ -61,6 +61,11 @@ class PostgresMetastore:
 
     def __repr__(self) -> str:
         return f"PostgresMetastore({self._where()!r})"
+
+    @property
+    def uri(self) -> str:
+        """The database, without its password."""
+        return self._where()
 
     def _where(self) -> str:
         """The DSN without its password, for messages."""
@@ -136,7 +141,7 @@ class PostgresMetastore:
                 last_seq, last_time = last if last else (0, 0)
                 if last_seq != expected_seq:
                     raise CommitConflictError(f"log of table {table_id} is at {last_seq}, expected {expected_seq}")
-                t = max(now_us(), last_time + 1)
+                t = max(time.time_ns() // 1000, last_time + 1)
                 conn.execute(
                     "INSERT INTO conch_wal (table_id, seq, time_us, entry) VALUES (%s, %s, %s, %s)",
                     (table_id, expected_seq + 1, t, entry),
@@ -180,6 +185,13 @@ class PostgresMetastore:
                 (table_id, upto),
             ).fetchone()
         return (int(row[0]), str(row[1])) if row else None
+
+    def snapshots(self, table_id: str) -> list[tuple[int, str]]:
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT seq, path FROM conch_snapshots WHERE table_id = %s ORDER BY seq", (table_id,)
+            ).fetchall()
+        return [(int(s), str(p)) for s, p in rows]
 
     def add_snapshot(self, table_id: str, seq: int, path: str) -> None:
         with self._conn() as conn:

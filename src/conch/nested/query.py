@@ -8,10 +8,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from conch.errors import ConchError
 from conch.nested.exec import Executor
 from conch.nested.explain import plan_tree
-from conch.nested.nodes import Domain, Explode, Node, common_ancestor, parent_level
+from conch.nested.nodes import Domain, Explode, Node, common_ancestor, parent_level, render
 from conch.nested.stream import DEFAULT_CHUNK_ROWS, Source, chunks
+from conch.scan import Scan, ScanMetrics, ScanResult
 
 
 class Query:
@@ -54,8 +56,9 @@ def _leaves(spec: dict[str, Any]) -> Iterator[Node]:
             yield v
 
 
-class NestedScan:
-    """The result of a select: key columns of the level, then the fields.
+class NestedScan(ScanResult):
+    """The result of a select: key columns of the level, then the fields (the `ScanResult`
+    protocol: `pa.table(result)`, Polars, DuckDB, `count()`, `metrics()` work as on `Scan`).
 
     Execution streams (`conch.nested.stream`): the core scans of all levels are read in lockstep
     and cut into parent-aligned chunks of about `chunk_rows` rows each, every operator runs per
@@ -72,6 +75,7 @@ class NestedScan:
         self._result: pa.Table | None = None
         self.chunks_run = 0  # chunks computed by the last run (for tests and explain)
         self.peak_rows: dict[str, int] = {}  # most rows of one level held by any chunk
+        self._scans: list[Scan] = []  # the core scans of the last run
 
     def _evaluate(self, ex: Executor) -> pa.Table:
         q = self.query
@@ -92,6 +96,7 @@ class NestedScan:
             ex.collect(n)
         ex.reset({}, dry=True)
         self._evaluate(ex)  # plans the scans on empty inputs: which levels, which windows
+        self._scans = [s for _d, scans in ex.sources.values() for s in scans]
         levels = [d.level for d, _scans in ex.sources.values()]
         levels += [parent_level(w) for w in ex.window_levels]
         cut = levels[0] if levels else ""
@@ -145,7 +150,7 @@ class NestedScan:
         return self.to_arrow(keys).to_pylist()
 
     def to_pandas(self, keys: bool = True) -> Any:
-        return self.to_arrow(keys).to_pandas()
+        return super().to_pandas() if keys else self.to_arrow(keys).to_pandas()
 
     def to_polars(self, keys: bool = True) -> Any:
         from conch._deps import optional_import
@@ -162,8 +167,16 @@ class NestedScan:
         first = next(tables)
         return pa.RecordBatchReader.from_batches(first.schema, self._batches(itertools.chain([first], tables)))
 
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        return iter(self.to_record_batches())
+    @property
+    def schema(self) -> pa.Schema:
+        """The output schema (computes the result's first chunk)."""
+        return self.to_record_batches().schema
+
+    def metrics(self) -> ScanMetrics:
+        """What the core scans of the last run read, summed."""
+        if not self._scans:
+            raise ConchError("the query has not run yet: call to_arrow() or iterate it first")
+        return combined_metrics(self._scans)
 
     def explain(self) -> str:
         return self.query.explain()
@@ -172,17 +185,47 @@ class NestedScan:
         return repr(self.to_arrow(keys=False))
 
 
+def combined_metrics(scans: list[Scan]) -> ScanMetrics:
+    """The metrics of several core scans summed (scans that did not run count nothing)."""
+    out = ScanMetrics()
+    for s in scans:
+        try:
+            m = s.metrics()
+        except ConchError:
+            continue
+        for name in (
+            "key_spaces",
+            "tombstones",
+            "keys_merged",
+            "keys_out",
+            "fragments_considered",
+            "fragments_read",
+            "fragments_pruned_by_stats",
+            "key_bytes_read",
+            "rows_out",
+            "bytes_out",
+        ):
+            setattr(out, name, getattr(out, name) + getattr(m, name))
+        out.merge = ", ".join(x for x in dict.fromkeys([*out.merge.split(", "), m.merge]) if x)
+        for g, gm in m.groups.items():
+            mine = out.group(g)
+            for f in gm.__dataclass_fields__:
+                setattr(mine, f, getattr(mine, f) + getattr(gm, f))
+    return out
+
+
 def _chain(scans: list[Any]) -> Iterator[pa.RecordBatch]:
     """The batches of one or more key-ordered core scans (sorted, disjoint seeks) in order."""
     for s in scans:
         yield from s.to_record_batches()
 
 
-class ExplodeScan:
-    """The rows of an exploded list column."""
+class ExplodeScan(ScanResult):
+    """The rows of an exploded list column: the list's level keys, `$idx`, the element."""
 
     def __init__(self, node: Explode, asof: Any = None, since: Any = None) -> None:
         self.node, self.asof, self.since = node, asof, since
+        self._scans: list[Scan] = []
 
     def to_arrow(self) -> pa.Table:
         from conch.nested.exec import home
@@ -191,7 +234,22 @@ class ExplodeScan:
         assert isinstance(d, Domain)
         ex = Executor(d.table, self.asof, self.since)
         ex.collect(self.node)
-        return ex.explode(self.node)
+        out = ex.explode(self.node)
+        self._scans = [s for _d, scans in ex.sources.values() for s in scans]
+        return out
 
-    def to_pylist(self) -> list[dict[str, Any]]:
-        return self.to_arrow().to_pylist()
+    def to_record_batches(self) -> pa.RecordBatchReader:
+        t = self.to_arrow()
+        return pa.RecordBatchReader.from_batches(t.schema, t.to_batches())
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.to_arrow().schema
+
+    def metrics(self) -> ScanMetrics:
+        if not self._scans:
+            raise ConchError("the explode has not run yet: call to_arrow() first")
+        return combined_metrics(self._scans)
+
+    def explain(self) -> str:
+        return f"Explode {render(self.node)}"

@@ -1,6 +1,10 @@
-"""The read path: planning (`plan`), execution (`execute`) and the user-facing `Scan`."""
+"""The read path: planning (`plan`), execution (`execute` and one module per step), the result
+protocol (`result`) and the user-facing `Scan`; key-range splits (`splits`)."""
 
 from conch.scan.api import Scan
-from conch.scan.execute import ScanMetrics
+from conch.scan.context import ScanOptions
+from conch.scan.metrics import GroupMetrics, ScanMetrics
+from conch.scan.result import ScanResult
+from conch.scan.splits import Split, split_scan
 
-__all__ = ["Scan", "ScanMetrics"]
+__all__ = ["GroupMetrics", "Scan", "ScanMetrics", "ScanOptions", "ScanResult", "Split", "split_scan"]

@@ -1,29 +1,59 @@
-"""`Scan`: a lazy scan; results as Arrow, pandas or Polars, streamed in key order."""
+"""`Scan`: a lazy scan of fresh records; results as Arrow, pandas or Polars, streamed in key order."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from conch._deps import optional_import
 from conch.errors import ConchError, CorruptFileError, InvalidArgumentError
-from conch.scan.execute import ScanExecutor, ScanMetrics, output_schema
-from conch.scan.plan import ScanPlan, plan_scan
-from conch.schema import join_path
+from conch.fragments import VortexFormat
+from conch.keys import EncodedRange
+from conch.manifest import TableState
+from conch.scan.assemble import output_schema
+from conch.scan.context import ScanContext, ScanOptions
+from conch.scan.execute import execute
+from conch.scan.explain import render
+from conch.scan.keyspace import KeyCache
+from conch.scan.metrics import ScanMetrics
+from conch.scan.plan import ScanPlan, narrow, plan_scan
+from conch.scan.result import ScanResult
 
 if TYPE_CHECKING:
-    from conch.table import Table
+    from conch.scan.splits import Split
 
 
-class Scan:
-    """A scan of fresh records. Build with `Table.scan`; nothing is read until a `to_*` call."""
+class ScanSource(Protocol):
+    """What a scan reads from: a table's state by time and the warehouse's handles (its URI,
+    fragment format and key-space cache). `conch.tablelog.TableLog` is one."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def format(self) -> VortexFormat: ...
+
+    @property
+    def key_cache(self) -> KeyCache: ...
+
+    def state_at(self, asof: Any = None, version: int | None = None) -> TableState: ...
+
+
+class Scan(ScanResult):
+    """A scan of fresh records. Build with `Table.scan`; nothing is read until it is consumed
+    (`to_arrow()`, `to_record_batches()`, iteration, `pa.table(scan)`, `pl.DataFrame(scan)`,
+    DuckDB, ...: see `ScanResult`)."""
 
     def __init__(
         self,
-        table: Table,
+        source: ScanSource,
         columns: tuple[Any, ...],
         where: Any = None,
         keys: Any = None,
@@ -34,10 +64,12 @@ class Scan:
     ) -> None:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidArgumentError(f"limit must be a non-negative number of rows, got {limit!r}")
-        self.table = table
-        state = table.state_at(asof)
-        self._plan = plan_scan(state, columns, where=where, keys=keys, asof=asof, since=since, level=level)
-        self._limit = limit
+        self.source = source
+        self._state = source.state_at(asof)
+        self._plan = plan_scan(
+            self._state, columns, where=where, keys=keys, asof=asof, since=since, level=level, limit=limit
+        )
+        self._options = ScanOptions()
         self._metrics: ScanMetrics | None = None
 
     @property
@@ -46,56 +78,53 @@ class Scan:
         return self._plan
 
     @property
+    def options(self) -> ScanOptions:
+        """The execution options (`with_options` to change them)."""
+        return self._options
+
+    def with_options(self, options: ScanOptions | None = None, **changes: Any) -> Scan:
+        """This scan with other execution options, e.g. `scan.with_options(fast_paths=False)`
+        (the documented debug switch that forces the general path; see `ScanOptions`)."""
+        out = copy.copy(self)
+        out._options = dataclasses.replace(options or self._options, **changes)
+        out._metrics = None
+        return out
+
+    def within(self, r: EncodedRange) -> Scan:
+        """This scan restricted to keys whose order-preserving encoding (`conch.keys.encode_key`)
+        is in `r`; bounds are full-key encodings. `Split.open` uses it."""
+        out = copy.copy(self)
+        out._plan = narrow(self._plan, r)
+        out._metrics = None
+        return out
+
+    @property
     def schema(self) -> pa.Schema:
         """The output schema: key columns, then projected columns nested by group."""
         return output_schema(self._plan.schema, self._plan.level, self._plan.columns)
 
-    def _executor(self) -> ScanExecutor:
-        cat = self.table.catalog
-        ex = ScanExecutor(self._plan, cat.format, cat.key_cache, limit=self._limit)
-        self._metrics = ex.metrics
-        return ex
-
-    def _batches(self, ex: ScanExecutor) -> Iterator[pa.RecordBatch]:
-        """The executor's batches, with a file that vanished reported as a typed error."""
+    def _run(self, plan: ScanPlan) -> Iterator[pa.RecordBatch]:
+        """The batches of `plan`, with a file that vanished reported as a typed error."""
+        src = self.source
+        ctx = ScanContext(plan, src.format, src.key_cache, self._options)
+        self._metrics = ctx.metrics
         try:
-            yield from ex.batches()
+            yield from execute(ctx)
         except FileNotFoundError as e:
             raise CorruptFileError(
-                f"table {self.table.name!r}: file {e.filename} is missing although a commit references it; "
+                f"table {self.source.name!r}: file {e.filename} is missing although a commit references it; "
                 "see `conch history` and restore the file, or drop the table"
             ) from e
 
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        return self._batches(self._executor())
-
     def to_record_batches(self) -> pa.RecordBatchReader:
         """A streaming reader: bounded memory, batches in key order."""
-        ex = self._executor()
-        return pa.RecordBatchReader.from_batches(ex.output_schema(), self._batches(ex))
-
-    def to_arrow(self) -> pa.Table:
-        """The whole result as one Arrow table (materialised; stream with `to_record_batches`)."""
-        ex = self._executor()
-        return pa.Table.from_batches(list(self._batches(ex)), schema=ex.output_schema())
-
-    def to_pandas(self) -> Any:
-        """The result as a pandas DataFrame (needs `conch[pandas]`)."""
-        optional_import("pandas")
-        return self.to_arrow().to_pandas()
-
-    def to_polars(self) -> Any:
-        """The result as a Polars DataFrame (needs `conch[polars]`)."""
-        pl = optional_import("polars")
-        return pl.from_arrow(self.to_arrow())
-
-    def to_pylist(self) -> list[dict[str, Any]]:
-        """The result as a list of dicts, one per record."""
-        return self.to_arrow().to_pylist()
+        return pa.RecordBatchReader.from_batches(self.schema, self._run(self._plan))
 
     def count(self) -> int:
-        """The number of records the scan returns (streams the batches)."""
-        return sum(b.num_rows for b in self)
+        """The number of records the scan returns, counted on keys: the filter's columns are
+        read, the projected value columns are not (`metrics()` shows the bytes)."""
+        keys_only = dataclasses.replace(self._plan, columns=[])
+        return sum(b.num_rows for b in self._run(keys_only))
 
     def metrics(self) -> ScanMetrics:
         """What the last run of this scan read (fragments, rows and bytes per group)."""
@@ -105,39 +134,14 @@ class Scan:
 
     def explain(self) -> str:
         """The plan: what is read at each step and what was pruned before reading."""
-        p = self._plan
-        schema = p.schema
-        lines = [f"Scan {self.table.name} level={p.level or '<root>'}"]
-        if p.asof is not None or p.since is not None:
-            lines.append(f"  time filter: since={p.since} asof={p.asof}")
-        if p.key_predicate is not None:
-            lines.append(f"  key filter: {p.key_predicate}")
-        lines.append(
-            f"  1. merge key spaces: {len(p.key_spaces)} considered"
-            f" (pruned: {p.pruned.get('key_spaces_time', 0)} by time, {p.pruned.get('key_spaces_span', 0)} by key span),"
-            f" {len(p.tombstones)} tombstone sets"
-        )
-        step = 2
-        if p.filter is not None:
-            groups = sorted({c.group for c in p.filter_columns})
-            n_frs = sum(len(p.fragments.get(g, [])) for g in groups)
-            names = ", ".join(join_path(p.level, g) or "<root>" for g in groups)
-            lines.append(
-                f"  {step}. row mask: filter {p.filter!r} on fresh cells of {names}: {n_frs} fragments;"
-                " stats pruning, then pushed into the Vortex scan where typed (→ ordinals), else on fresh records"
-            )
-            step += 1
-        for g in sorted({c.group for c in p.columns}):
-            cols = [c.path for c in p.columns if c.group == g]
-            lines.append(
-                f"  {step}. take {join_path(p.level, g) or '<root>'} {cols}: {len(p.fragments.get(g, []))} fragments,"
-                " rows by key mask"
-            )
-        lines.append(f"  output: {', '.join(schema.key_names(p.level) + [c.path for c in p.columns])} (sorted by key)")
-        if self._metrics is not None:
-            lines.append("  last run:")
-            lines += [f"    {line}" for line in self._metrics.render()]
-        return "\n".join(lines)
+        return render(self.source.name, self._plan, self._metrics)
+
+    def splits(self, n: int | None = None) -> list[Split]:
+        """This scan cut into at most `n` disjoint key-range splits of similar size (default: sized
+        by rows and bytes), each picklable and readable in another process (`conch.scan.splits`)."""
+        from conch.scan.splits import split_scan
+
+        return split_scan(self, n)
 
     def __repr__(self) -> str:
         return self.explain()

@@ -19,13 +19,14 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from conch.fragments import FileRef, VortexFormat
 from conch.keys import (
+    EncodedRange,
     KeyPredicate,
     KeySet,
     decode_key,
@@ -113,7 +114,15 @@ class MergedKeys:
     strategy: str = "zip"
 
 
-def predicate_rows(cache: KeyCache, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
+class KeyLookup(Protocol):
+    """What `predicate_rows` needs of a key cache (`KeyCache`, or a scan's counted view of it)."""
+
+    def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray: ...
+
+    def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray: ...
+
+
+def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
     """Rows of a sorted key space that the key predicate admits, by binary search."""
     if isinstance(pred, KeySet):
         if numeric_key(fields):
@@ -130,6 +139,35 @@ def predicate_rows(cache: KeyCache, ks: FileRef, fields: list[pa.Field], pred: K
     lo = 0 if r.lo is None else bisect.bisect_left(_Bytes(enc), r.lo)
     hi = len(enc) if r.hi is None else bisect.bisect_left(_Bytes(enc), r.hi)
     return np.arange(lo, max(lo, hi), dtype=np.int64)
+
+
+def selected_rows(
+    cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate | None, within: EncodedRange | None
+) -> np.ndarray | None:
+    """Rows of a sorted key space admitted by the key predicate and inside a split's range
+    `within` (full-key encodings), by binary search; None when every row is."""
+    rows = predicate_rows(cache, ks, fields, pred) if pred is not None else None
+    if within is None:
+        return rows
+    if numeric_key(fields):
+        keys = cache.numeric(ks, fields)
+        lo = 0 if within.lo is None else int(np.searchsorted(keys, _numeric_bound(within.lo, fields), "left"))
+        hi = len(keys) if within.hi is None else int(np.searchsorted(keys, _numeric_bound(within.hi, fields), "left"))
+    else:
+        enc = cache.encoded(ks, fields)
+        lo = 0 if within.lo is None else bisect.bisect_left(_Bytes(enc), within.lo)
+        hi = len(enc) if within.hi is None else bisect.bisect_left(_Bytes(enc), within.hi)
+    if rows is None:
+        return np.arange(lo, max(lo, hi), dtype=np.int64)
+    return rows[(rows >= lo) & (rows < hi)]
+
+
+def _numeric_bound(encoded: bytes, fields: list[pa.Field]) -> Any:
+    """A full one-column numeric key's encoding as the value numpy compares (timestamps: int64)."""
+    arr = pa.array([decode_key(encoded, fields)[0]], fields[0].type)
+    if pa.types.is_timestamp(arr.type):
+        arr = arr.cast(pa.int64())
+    return arr.to_numpy(zero_copy_only=False)[0]
 
 
 def _exact(keys: np.ndarray, want: np.ndarray) -> np.ndarray:

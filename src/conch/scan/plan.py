@@ -8,15 +8,17 @@ key predicate admits. Statistics-based pruning happens later, per fresh cell (se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from conch.errors import ColumnNotFoundError, ExpressionError, LevelError, TimeTravelError
 from conch.expr import Expr, check_types, columns, rename
 from conch.keys import EncodedRange, KeyPredicate, predicate_bounds, span_overlaps, to_key_predicate
 from conch.manifest import Fragment, KeySpace, TableState
+from conch.scan.keyfilter import key_range_of
 from conch.schema import Column, Schema, join_path
+from conch.timeparse import to_time as parse_time
 
 
 @dataclass
@@ -26,16 +28,18 @@ class ScanPlan:
     state: TableState
     level: str
     columns: list[Column]  # projected
-    filter: Expr | None  # over full column paths
-    filter_columns: list[Column]
-    key_predicate: KeyPredicate | None
-    key_range: EncodedRange | None
+    filter: Expr | None  # over full column paths and key column names
+    filter_columns: list[Column]  # value columns the filter reads
+    filter_keys: list[str]  # key columns the filter reads (evaluated on keys, never on values)
+    key_predicate: KeyPredicate | None  # `keys=`, and filter terms on keys turned into a range
     asof: int | None
     since: int | None
     key_spaces: list[KeySpace]
     tombstones: list[KeySpace]
     fragments: dict[str, list[Fragment]]  # by group
     pruned: dict[str, int] = field(default_factory=dict)
+    limit: int | None = None
+    within: EncodedRange | None = None  # a split's key range (full-key encodings), see `narrow`
 
     @property
     def schema(self) -> Schema:
@@ -46,17 +50,10 @@ class ScanPlan:
         return self.schema.key_fields(self.level)
 
 
-def to_time(t: int | datetime | None, what: str) -> int | None:
-    """Commit times are µs since the epoch; datetimes (naive = UTC) are converted."""
-    if t is None:
-        return None
-    if isinstance(t, datetime):
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=UTC)
-        return int(t.timestamp() * 1_000_000)
-    if isinstance(t, int) and not isinstance(t, bool):
-        return t
-    raise TimeTravelError(f"{what} must be a commit time (int µs) or a datetime, got {t!r}")
+def to_time(t: object, what: str) -> int | None:
+    """Commit times are µs since the epoch; datetimes and ISO strings are converted
+    (`conch.timeparse`, the one parser of Python, CLI and Spark)."""
+    return parse_time(t, what)
 
 
 def resolve_columns(schema: Schema, level: str | None, selectors: tuple[Any, ...]) -> tuple[str, list[Column]]:
@@ -64,6 +61,11 @@ def resolve_columns(schema: Schema, level: str | None, selectors: tuple[Any, ...
     paths = [s.path if hasattr(s, "path") else s for s in selectors]
     if level is not None:
         schema.level(level)
+    # key columns are always in the output: naming them selects nothing more
+    keys = set(schema.key_names(level or ""))
+    if paths and all(isinstance(p, str) and p in keys for p in paths):
+        return level or "", []
+    paths = [p for p in paths if not (isinstance(p, str) and p in keys and not schema.has_column(p))]
     if not paths:
         lvl = level or ""
         return lvl, schema.columns_of(lvl)
@@ -106,13 +108,16 @@ def plan_scan(
     asof: int | datetime | None = None,
     since: int | datetime | None = None,
     level: str | None = None,
+    limit: int | None = None,
 ) -> ScanPlan:
+    """Resolve a scan's arguments against `state` and choose what it must read."""
     schema = state.schema
     asof_us, since_us = to_time(asof, "asof"), to_time(since, "since")
     if asof_us is not None and since_us is not None and since_us > asof_us:
         raise TimeTravelError(f"since ({since_us}) is after asof ({asof_us}): the interval is empty")
     lvl, cols = resolve_columns(schema, level, selectors)
-    filt, filt_cols = None, []
+    key_names = schema.key_names(lvl)
+    filt, filt_cols, filt_keys = None, [], []
     if where is not None:
         if not isinstance(where, Expr):
             raise ExpressionError(f"where= takes a Conch expression like t['x'] < 1, got {where!r}")
@@ -122,17 +127,30 @@ def plan_scan(
                 return p
             if lvl and schema.has_column(join_path(lvl, p)):
                 return join_path(lvl, p)
+            if p in key_names:
+                return p
             schema.column(p)  # raises ColumnNotFoundError
             return p
 
         filt = rename(where, full)
-        check_types(filt, lambda c: schema.column(c.path).type if schema.has_column(c.path) else None)
-        filt_cols = [schema.column(p) for p in columns(filt)]
+        key_types = {f.name: f.type for f in schema.key_fields(lvl)}
+        check_types(filt, lambda c: schema.column(c.path).type if schema.has_column(c.path) else key_types.get(c.path))
+        paths = columns(filt)
+        filt_keys = [p for p in dict.fromkeys(paths) if p in key_names and not schema.has_column(p)]
+        filt_cols = [schema.column(p) for p in paths if p not in filt_keys]
         other = {c.level for c in filt_cols} - {lvl}
         if other:
             raise LevelError(f"filter {where!r} reads level(s) {sorted(other)} but the scan is of level {lvl!r}")
     key_fields = schema.key_fields(lvl)
     pred = to_key_predicate(keys, key_fields) if keys is not None else None
+    if filt is not None and filt_keys and pred is None:
+        # terms on key columns become a key range (pruning key spaces, binary search in runs);
+        # what the range does not state exactly stays in the filter, evaluated on the keys
+        pred, filt = key_range_of(filt, key_fields)
+        if filt is not None:
+            filt_keys = [p for p in dict.fromkeys(columns(filt)) if p in filt_keys]
+        else:
+            filt_keys, filt_cols = [], []
     bounds = predicate_bounds(pred, key_fields) if pred is not None else None
 
     pruned = {"key_spaces_time": 0, "key_spaces_span": 0, "fragments_of_pruned_key_spaces": 0}
@@ -172,12 +190,30 @@ def plan_scan(
         columns=cols,
         filter=filt,
         filter_columns=filt_cols,
+        filter_keys=filt_keys,
         key_predicate=pred,
-        key_range=bounds,
         asof=asof_us,
         since=since_us,
         key_spaces=data_ks,
         tombstones=tombs,
         fragments=frags,
         pruned=pruned,
+        limit=limit,
     )
+
+
+def narrow(plan: ScanPlan, r: EncodedRange) -> ScanPlan:
+    """`plan` restricted to keys whose encoding is in `r` (bounds are full-key encodings, as
+    `splits` makes them): key spaces outside it are pruned by their spans."""
+    if plan.within is not None:
+        w = plan.within
+        r = EncodedRange(
+            max((b for b in (w.lo, r.lo) if b is not None), default=None),
+            min((b for b in (w.hi, r.hi) if b is not None), default=None),
+        )
+    kept = [ks for ks in plan.key_spaces if span_overlaps(r, bytes.fromhex(ks.min_key), bytes.fromhex(ks.max_key))]
+    live = {ks.id for ks in kept}
+    pruned = dict(plan.pruned)
+    pruned["key_spaces_span"] = pruned.get("key_spaces_span", 0) + len(plan.key_spaces) - len(kept)
+    frags = {g: [f for f in frs if f.key_space in live] for g, frs in plan.fragments.items()}
+    return replace(plan, key_spaces=kept, fragments=frags, within=r, pruned=pruned)

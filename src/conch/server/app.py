@@ -101,6 +101,10 @@ class SnapshotModel(BaseModel):
     path: str = Field(min_length=1, max_length=1024)
 
 
+class SnapshotList(BaseModel):
+    snapshots: list[SnapshotModel]
+
+
 class LatestSnapshot(BaseModel):
     snapshot: SnapshotModel | None
 
@@ -363,6 +367,11 @@ def create_app(
     ) -> LatestSnapshot:
         got = metastore.latest_snapshot(table_id, at_or_before)
         return LatestSnapshot(snapshot=SnapshotModel(seq=got[0], path=got[1]) if got else None)
+
+    @app.get("/v1/logs/{table_id}/snapshots", response_model=SnapshotList, tags=["snapshots"])
+    def snapshots(table_id: TableId, _: Annotated[str, need("read")]) -> SnapshotList:
+        """Every registered snapshot, oldest first."""
+        return SnapshotList(snapshots=[SnapshotModel(seq=s, path=p) for s, p in metastore.snapshots(table_id)])
 
     @app.post("/v1/logs/{table_id}/snapshots", status_code=204, tags=["snapshots"])
     def add_snapshot(table_id: TableId, body: SnapshotModel, _: Annotated[str, need("write")]) -> None:

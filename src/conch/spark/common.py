@@ -10,11 +10,11 @@ import json
 import os
 import threading
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import conch
-from conch.errors import ConchError, TableNotFoundError, TimeTravelError
+from conch.errors import ConchError, TableNotFoundError
+from conch.timeparse import to_time
 
 METASTORE_FILE = "_catalog.sqlite"  # the embedded metastore: a warehouse exists iff it does
 
@@ -117,7 +117,7 @@ def open_table(loc: Location) -> conch.Table:
         else:
             cat = cached[1]
         try:
-            table_id = cat.metastore.get_table(loc.table).id
+            table_id = cat.warehouse.metastore.get_table(loc.table).id
         except TableNotFoundError:
             raise TableNotFoundError(
                 f"no Conch table {loc.table!r} at {loc.path!r}; tables in {loc.warehouse!r}: {cat.list_tables()}"
@@ -135,17 +135,9 @@ def forget_table(loc: Location) -> None:
             del _tables[key]
 
 
-def parse_time(text: str | None, what: str) -> int | datetime | None:
-    """A commit time option: integer µs since the epoch, or an ISO datetime (naive = UTC)."""
-    if text is None or text == "":
-        return None
-    text = text.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise TimeTravelError(f"option {what}={text!r}: give a commit time in µs or an ISO datetime") from None
+def parse_time(text: str | None, what: str) -> int | None:
+    """A commit time option: µs since the epoch or an ISO time (`conch.timeparse`, the one parser)."""
+    return to_time(text or None, what)
 
 
 def split_list(text: str | None) -> tuple[str, ...]:

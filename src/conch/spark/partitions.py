@@ -79,7 +79,7 @@ def _run_boundaries(runs: list[Any], n: int, fields: list[pa.Field]) -> list[tup
 
 def _sampled_boundaries(table: conch.Table, runs: list[Any], n: int, fields: list[pa.Field]) -> list[tuple[Any, ...]]:
     """Quantiles of keys sampled evenly from every run (runs overlap, so their edges say little)."""
-    cat = table.catalog
+    cat = table.log
     per_run = max(64, (64 * n) // max(len(runs), 1))
     samples = []
     for ks in runs:

@@ -30,6 +30,7 @@ Options: `level` (write rows of a child level: the DataFrame holds the level's f
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,13 +40,13 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from conch.errors import CommitStateUnknownError, SchemaError, TableNotFoundError
-from conch.fragments import BLOB_SUFFIX, StoredFile
+from conch.fragments import BLOB_SUFFIX
 from conch.keys import check_unique_sorted
 from conch.schema import CHILD_KEY, Schema, is_child_level_type, join_path, normalize_type
 from conch.spark.common import Location, forget_table, open_table, option, split_list
 from conch.spark.types import arrow_schema, cast_batch, write_type
 from conch.storage import new_id
-from conch.txn import commit
+from conch.wal import AddFragment, AddKeySpace, Op, Truncate
 from conch.write import StagedWrite, TableFiles, WriteOptions, stage_write
 
 SPARK_CHUNK_ROWS = 1 << 23
@@ -55,7 +56,7 @@ SPARK_CHUNK_ROWS = 1 << 23
 class ConchCommitMessage(WriterCommitMessage):
     """What one task wrote: WAL operations and files (JSON-serialisable, pickled to `commit()`)."""
 
-    ops: list[dict[str, Any]] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     partition: int = -1
@@ -89,15 +90,18 @@ def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool)
             )
         new_fields = _unknown_fields(df_schema, state.schema, level)
         new_schema, added = state.schema.extend(new_fields, level)
-        staged = StagedWrite(new_schema, state.schema, added)
-        commit(table, staged, "schema", summary=f"add columns {[c.full_path for c in added]} (Spark mergeSchema)")
-        target, unknown = target_schema(df_schema, table.state().schema, level)
+        staged = StagedWrite(new_schema, state.schema, added, base_seq=state.seq)
+        table.log.commit(
+            staged.transaction("schema", f"add columns {[c.full_path for c in added]} (Spark mergeSchema)")
+        )
+        state = table.state()
+        target, unknown = target_schema(df_schema, state.schema, level)
     chunk_rows = int(option(options, "chunkRows") or 0)
-    opts = table.catalog.write_options
+    opts = table.log.warehouse.write_options
     # One sorted run per task where memory allows (runs stay bounded by `chunk_bytes`): fewer,
     # larger runs make reads zip fewer key spaces and cut read partitions at run starts.
     opts = replace(opts, chunk_rows=chunk_rows or max(opts.chunk_rows, SPARK_CHUNK_ROWS))
-    return ConchWriter(loc, level, target, overwrite, opts)
+    return ConchWriter(loc, level, target, overwrite, opts, state.seq)
 
 
 def _create(loc: Location, df_schema: pa.Schema, keys: tuple[str, ...]) -> Any:
@@ -207,13 +211,13 @@ class _RecordingFiles(TableFiles):
 
 def remove_files(table: Any, paths: list[str]) -> None:
     for p in paths:
-        table.catalog.storage.delete(p)
-        table.catalog.storage.delete(p + BLOB_SUFFIX)
+        table.log.storage.delete(p)
+        table.log.storage.delete(p + BLOB_SUFFIX)
 
 
 def job_files(table: Any, job: str) -> list[str]:
     """Every file of the table written by tasks of `job` (any attempt)."""
-    return [f.path for f in table.catalog.storage.list(table.id) if f.path.rpartition("/")[2].startswith(job + "-")]
+    return [f.path for f in table.log.storage.list(table.id) if f.path.rpartition("/")[2].startswith(job + "-")]
 
 
 def _abort_marker(table: Any, job: str) -> str:
@@ -223,8 +227,13 @@ def _abort_marker(table: Any, job: str) -> str:
 class ConchWriter(DataSourceArrowWriter):
     """Pickled to every task and to the commit worker; holds only options and the target schema."""
 
-    def __init__(self, loc: Location, level: str, target: pa.Schema, overwrite: bool, opts: WriteOptions) -> None:
+    def __init__(
+        self, loc: Location, level: str, target: pa.Schema, overwrite: bool, opts: WriteOptions, base_seq: int = -1
+    ) -> None:
         self.job = new_id()  # names this job's files: abort() finds tasks' files it has no message for
+        # Before any task wrote a file: a vacuum with a later cutoff conflicts with the commit.
+        self.started = time.time()
+        self.base_seq = base_seq
         self.loc = loc
         self.level = level
         self.target = target
@@ -236,7 +245,7 @@ class ConchWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         table = open_table(self.loc)
-        files = _RecordingFiles(table.files, self.job)
+        files = _RecordingFiles(table.log.files, self.job)
         batches = (cast_batch(b, self.target) for b in iterator)
         try:
             reader = pa.RecordBatchReader.from_batches(self.target, batches)
@@ -247,7 +256,7 @@ class ConchWriter(DataSourceArrowWriter):
         # A task that outlives its job's abort (Spark aborts while cancelled tasks still run)
         # removes its own files: it wrote them all before looking, so either abort() listed
         # them or this check sees abort()'s marker.
-        if table.catalog.storage.exists(_abort_marker(table, self.job)):
+        if table.log.storage.exists(_abort_marker(table, self.job)):
             remove_files(table, files.handed_out)
         return ConchCommitMessage(
             staged.ops,
@@ -267,15 +276,17 @@ class ConchWriter(DataSourceArrowWriter):
             state = table.state()
             ops = [op for m in done for op in m.ops]
             if self.overwrite:
-                ops = [{"op": "truncate"}, *ops]
+                ops = [Truncate(), *ops]
             rows: dict[str, int] = {}
             for m in done:
                 for lvl, n in m.rows.items():
                     rows[lvl] = rows.get(lvl, 0) + n
             what = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in rows.items()) or "no rows"
-            staged = StagedWrite(state.schema, state.schema, [], ops=ops, files=files, rows=rows)
+            staged = StagedWrite(
+                state.schema, state.schema, [], ops, files, rows, base_seq=self.base_seq, started=self.started
+            )
             kind = "overwrite" if self.overwrite else "write"
-            commit(table, staged, kind, summary=f"Spark {kind}: {what} from {len(done)} tasks", rows=rows)
+            table.log.commit(staged.transaction(kind, f"Spark {kind}: {what} from {len(done)} tasks", rows=rows))
         except CommitStateUnknownError:
             raise  # the entry may be in the log: its files must stay
         except BaseException:
@@ -287,7 +298,7 @@ class ConchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         table = open_table(self.loc)
-        table.catalog.storage.write(_abort_marker(table, self.job), b"")
+        table.log.storage.write(_abort_marker(table, self.job), b"")
         paths = [f for m in messages if m is not None for f in m.files]
         remove_files(table, paths + job_files(table, self.job))
 
@@ -297,12 +308,12 @@ def check_disjoint(table: Any, messages: list[ConchCommitMessage]) -> None:
 
     Only runs whose key spans overlap another task's are read; range-partitioned jobs read none.
     """
-    with_cells = {op["key_space"] for m in messages for op in m.ops if op["op"] == "add_fragment"}
+    with_cells = {op.fragment.key_space for m in messages for op in m.ops if isinstance(op, AddFragment)}
     runs = [
-        (op["level"], op["min_key"], op["max_key"], i, StoredFile(op["path"], op.get("checksum", "")))
+        (op.key_space.level, op.key_space.min_key, op.key_space.max_key, i, op.key_space)
         for i, m in enumerate(messages)
         for op in m.ops
-        if op["op"] == "add_key_space" and op.get("kind", "data") == "data" and op["id"] in with_cells
+        if isinstance(op, AddKeySpace) and op.key_space.kind == "data" and op.key_space.id in with_cells
     ]
     runs.sort()
     clusters: list[list[tuple[Any, ...]]] = []
@@ -313,7 +324,7 @@ def check_disjoint(table: Any, messages: list[ConchCommitMessage]) -> None:
         else:
             clusters.append([r])
     state = table.state()
-    cat = table.catalog
+    cat = table.log
     for cluster in clusters:
         if len({r[3] for r in cluster}) < 2:
             continue  # one task's runs: stage_write already checked them
@@ -325,9 +336,7 @@ def check_disjoint(table: Any, messages: list[ConchCommitMessage]) -> None:
 
 def committed_rows(table: Any, seq: int) -> dict[str, int]:
     """Rows per level that the Spark commit at `seq` wrote (recorded in its WAL entry)."""
-    import json
-
-    for e in table.catalog.metastore.read_log(table.id, seq - 1):
-        if e.seq == seq:
-            return dict(json.loads(e.entry).get("rows", {}))
+    for s, _, entry in table.log.entries(seq - 1, seq):
+        if s == seq:
+            return dict(entry.extra.get("rows", {}))
     return {}

@@ -1,0 +1,180 @@
+"""One scan's context: its options, its metrics, its caches, and every read it makes.
+
+Every read of a scan goes through `ScanContext`, which charges the rows and bytes to the scan's
+own `ScanMetrics` (the one place metrics are counted). Bytes are counted per scan through
+`VortexFormat.counted`, so concurrent scans in other threads do not mix their figures.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from conch.errors import ConchError
+from conch.fragments import FileRef, VortexFormat, column_name
+from conch.manifest import Fragment
+from conch.scan.keyspace import KeyCache
+from conch.scan.metrics import GroupMetrics, ScanMetrics
+from conch.scan.plan import ScanPlan
+from conch.scan.pushdown import StatsCache
+from conch.schema import Column, join_path
+
+_STATS = StatsCache()  # fragment statistics are immutable: decoded once per process
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """Execution knobs of one scan (`Scan.with_options`); the defaults are what users want.
+
+    `fast_paths=False` is the documented debug switch that forces the general path (merge, fresh-cell
+    location, take) instead of the streamed zip and the whole-unit decode: the scan-engine
+    equivalence tests compare both. `batch_rows` fixes the rows per output batch of the general
+    path (default: sized by `batch_bytes`); tests set it small to exercise many batches.
+    """
+
+    fast_paths: bool = True
+    batch_rows: int | None = None
+    batch_bytes: int = 64 << 20
+    cache_bytes: int = 256 << 20  # decoded fragments shared by a scan's batches
+
+    def __post_init__(self) -> None:
+        if self.batch_rows is not None and self.batch_rows < 1:
+            raise ConchError(f"ScanOptions.batch_rows must be a positive row count, got {self.batch_rows}")
+
+
+class DecodedCache:
+    """Whole decoded fragments, LRU, bounded by Arrow bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._d: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
+        self._bytes = 0
+        self.max_bytes = max_bytes
+
+    def get(self, key: tuple[str, tuple[str, ...]]) -> pa.Table | None:
+        t = self._d.get(key)
+        if t is not None:
+            self._d.move_to_end(key)
+        return t
+
+    def put(self, key: tuple[str, tuple[str, ...]], t: pa.Table) -> None:
+        if t.nbytes > self.max_bytes:
+            return
+        self._d[key] = t
+        self._bytes += t.nbytes
+        while self._bytes > self.max_bytes:
+            _, old = self._d.popitem(last=False)
+            self._bytes -= old.nbytes
+
+
+def file_schema(cols: Sequence[Column]) -> pa.Schema:
+    """The Vortex file columns holding `cols`."""
+    return pa.schema([pa.field(column_name(c.id), c.type) for c in cols])
+
+
+class ScanContext:
+    """The plan, the I/O handles, the options and the metrics of one run of a scan."""
+
+    def __init__(self, plan: ScanPlan, fmt: VortexFormat, key_cache: KeyCache, options: ScanOptions) -> None:
+        self.plan = plan
+        self.format = fmt
+        self.key_cache = key_cache
+        self.options = options
+        self.stats = _STATS
+        self.metrics = ScanMetrics(pruned=dict(plan.pruned))
+        self.decoded = DecodedCache(options.cache_bytes)
+        self._seen: set[str] = set()  # fragments counted as considered
+
+    # ----- metrics --------------------------------------------------------------------------
+    def group(self, group: str) -> GroupMetrics:
+        """The metrics of a column group of the scan's level."""
+        return self.metrics.group(join_path(self.plan.level, group) or "<root>")
+
+    def consider(self, group: str, fragments: Sequence[Fragment]) -> None:
+        """Count fragments as considered, once per scan however many units hold them."""
+        new = {f.id for f in fragments} - self._seen
+        self._seen |= new
+        self.group(group).fragments_considered += len(new)
+        self.metrics.fragments_considered += len(new)
+
+    def pruned(self, group: str, n: int) -> None:
+        """Count fragments whose statistics proved the filter false."""
+        self.group(group).fragments_pruned_by_stats += n
+        self.metrics.fragments_pruned_by_stats += n
+
+    def finish(self) -> None:
+        self.metrics.fragments_read = sum(g.fragments_read for g in self.metrics.groups.values())
+
+    # ----- counted reads --------------------------------------------------------------------
+    def keys(self) -> CountedKeys:
+        """The key cache, with the key-space bytes it reads charged to this scan."""
+        return CountedKeys(self.key_cache, self.format, self.metrics.add_key_bytes_read)
+
+    def read(
+        self,
+        group: str,
+        fr: Fragment,
+        schema: pa.Schema,
+        rows: np.ndarray | None = None,
+    ) -> pa.Table:
+        """Columns `schema` of fragment `fr` (all rows, or the sorted `rows`), counted."""
+        gm = self.group(group)
+        blobs = [column_name(i) for i in fr.blob_columns]
+        with self.format.counted(fr, gm.add_bytes_read):
+            t = self.format.read(fr, schema.names, schema, rows, blobs)
+        gm.rows_read += t.num_rows
+        gm.bytes_decoded += t.nbytes
+        gm.fragments_read += 1
+        return t
+
+    def stream(
+        self, group: str, fr: Fragment, schema: pa.Schema, rows: np.ndarray | None, expr: Any, ordinal: bool
+    ) -> Iterator[pa.RecordBatch]:
+        """Batches of fragment `fr` (optionally filtered in-file by the Vortex `expr`), counted."""
+        gm = self.group(group)
+        gm.fragments_read += 1
+        if ordinal:
+            gm.fragments_filtered += 1
+            gm.rows_filtered += fr.rows if rows is None else len(rows)
+        blobs = [column_name(i) for i in fr.blob_columns]
+        with self.format.counted(fr, gm.add_bytes_read):
+            for batch in self.format.stream(fr, schema.names, schema, rows, blobs, expr, ordinal):
+                gm.rows_read += batch.num_rows
+                gm.bytes_decoded += batch.nbytes
+                yield batch
+
+    def filter_rows(self, group: str, fr: Fragment, expr: Any, rows: np.ndarray) -> np.ndarray:
+        """Rows among `rows` of `fr` where the Vortex `expr` holds (run inside the file), counted."""
+        gm = self.group(group)
+        with self.format.counted(fr, gm.add_bytes_read):
+            matched = self.format.filter_rows(fr, expr, None if len(rows) == fr.rows else rows)
+        gm.fragments_filtered += 1
+        gm.rows_filtered += len(rows)
+        return matched
+
+    def has_column(self, group: str, fr: Fragment, name: str) -> bool:
+        with self.format.counted(fr, self.group(group).add_bytes_read):
+            return self.format.has_column(fr, name)
+
+
+class CountedKeys:
+    """`KeyCache` lookups whose storage reads (cache misses) are charged to one scan."""
+
+    def __init__(self, cache: KeyCache, fmt: VortexFormat, on_bytes: Any) -> None:
+        self.cache, self.format, self.on_bytes = cache, fmt, on_bytes
+
+    def keys(self, ks: FileRef, fields: list[pa.Field]) -> pa.Table:
+        with self.format.counted(ks, self.on_bytes):
+            return self.cache.keys(ks, fields)
+
+    def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray:
+        with self.format.counted(ks, self.on_bytes):
+            return self.cache.encoded(ks, fields)
+
+    def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray:
+        with self.format.counted(ks, self.on_bytes):
+            return self.cache.numeric(ks, fields)

@@ -1,0 +1,56 @@
+"""`Scan.explain()`: the plan as text, step by step, in the order the general path runs it.
+
+The text is stable for a given table state (tests compare it with golden files in
+`tests/golden/`; regenerate them with `CONCH_UPDATE_GOLDEN=1 pytest tests/test_explain_golden.py`).
+"""
+
+from __future__ import annotations
+
+from conch.scan.metrics import ScanMetrics
+from conch.scan.plan import ScanPlan
+from conch.schema import join_path
+
+
+def render(table_name: str, p: ScanPlan, metrics: ScanMetrics | None = None) -> str:
+    """The plan of a scan of `table_name`, then what its last run read (if it ran)."""
+    schema = p.schema
+    lines = [f"Scan {table_name} level={p.level or '<root>'}"]
+    if p.asof is not None or p.since is not None:
+        lines.append(f"  time filter: since={p.since} asof={p.asof}")
+    if p.key_predicate is not None:
+        lines.append(f"  key filter: {p.key_predicate}")
+    if p.limit is not None:
+        lines.append(f"  limit: {p.limit}")
+    lines.append(
+        f"  1. merge key spaces: {len(p.key_spaces)} considered"
+        f" (pruned: {p.pruned.get('key_spaces_time', 0)} by time, {p.pruned.get('key_spaces_span', 0)} by key span),"
+        f" {len(p.tombstones)} tombstone sets"
+    )
+    lines.append("  2. locate fresh cells: per read unit, through the fragments' key masks")
+    step = 3
+    if p.filter is not None:
+        groups = sorted({c.group for c in p.filter_columns})
+        n_frs = sum(len(p.fragments.get(g, [])) for g in groups)
+        names = ", ".join(join_path(p.level, g) or "<root>" for g in groups)
+        on = [f"fresh cells of {names}: {n_frs} fragments"] if groups else []
+        if p.filter_keys:
+            on.append(f"keys {p.filter_keys}")
+        lines.append(
+            f"  {step}. row mask: filter {p.filter!r} on {'; '.join(on)};"
+            " stats pruning, then pushed into the Vortex scan where typed (→ ordinals), else on fresh records"
+        )
+        step += 1
+    for g in sorted({c.group for c in p.columns}):
+        cols = [c.path for c in p.columns if c.group == g]
+        lines.append(
+            f"  {step}. take {join_path(p.level, g) or '<root>'} {cols}: {len(p.fragments.get(g, []))} fragments,"
+            " rows by key mask"
+        )
+        step += 1
+    lines.append(
+        f"  {step}. assemble: {', '.join(schema.key_names(p.level) + [c.path for c in p.columns])} (sorted by key)"
+    )
+    if metrics is not None:
+        lines.append("  last run:")
+        lines += [f"    {line}" for line in metrics.render()]
+    return "\n".join(lines)

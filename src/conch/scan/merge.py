@@ -1,0 +1,85 @@
+"""Step 1 of the general path: merge the considered key spaces into distinct live keys.
+
+Reads keys only (through the scan's counted key cache): every considered key space's keys (or
+the rows the key predicate admits, by binary search), merged by `keyspace.merge_key_spaces`;
+then, per key, its newest tombstone (own level or an ancestor's prefix) decides whether it is
+alive and which of its rows are newer than the tombstone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conch.expr import computable
+from conch.keys import encode_keys
+from conch.scan.context import ScanContext
+from conch.scan.keyspace import MergedKeys, merge_key_spaces, numeric_key, selected_rows
+
+
+def merge(ctx: ScanContext) -> MergedKeys:
+    """Merge the considered key spaces into distinct keys, newest rows first per key."""
+    plan = ctx.plan
+    fields = plan.key_fields
+    numeric = numeric_key(fields)
+    keys_of = ctx.keys()
+    parts, rows_l, nums = [], [], []
+    for ks in plan.key_spaces:
+        kt = keys_of.keys(ks, fields)
+        num = keys_of.numeric(ks, fields) if numeric else None
+        rows = selected_rows(keys_of, ks, fields, plan.key_predicate, plan.within)
+        if rows is not None:
+            kt = kt.take(pa.array(rows))
+            num = num[rows] if num is not None else None
+        else:
+            rows = np.arange(kt.num_rows, dtype=np.int64)
+        parts.append(kt)
+        rows_l.append(rows)
+        nums.append(num)
+    m = ctx.metrics
+    m.key_spaces = len(parts)
+    m.tombstones = len(plan.tombstones)
+    if not parts:
+        empty = pa.schema(fields).empty_table()
+        z = np.zeros(0, dtype=np.int64)
+        return MergedKeys(empty, z, z, z, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
+    times = np.array([ks.time for ks in plan.key_spaces], dtype=np.int64)
+    keys, kidx, krow, gid, first, strategy = merge_key_spaces(parts, rows_l, times, fields, nums)
+    m.keys_merged = len(kidx)
+    m.merge = strategy
+    tomb = tombstone_times(ctx, keys)
+    # Rows sorted newest first within a key: a key lives iff its newest row beats its tombstone.
+    return MergedKeys(
+        keys=keys,
+        ks=kidx,
+        row=krow,
+        gid=gid,
+        alive=times[kidx[first]] > tomb,
+        row_ok=times[kidx] > tomb[gid],
+        strategy=strategy,
+    )
+
+
+def tombstone_times(ctx: ScanContext, keys: pa.Table) -> np.ndarray:
+    """Per key, the time of its newest tombstone (own key or an ancestor prefix); 0 if none."""
+    plan = ctx.plan
+    out = np.zeros(keys.num_rows, dtype=np.int64)
+    if not plan.tombstones or keys.num_rows == 0:
+        return out
+    schema = plan.schema
+    keys_of = ctx.keys()
+    encoded_prefix: dict[str, pa.BinaryArray] = {}
+    for ts in plan.tombstones:
+        fields = schema.key_fields(ts.level)
+        names = [f.name for f in fields]
+        tk = keys_of.keys(ts, fields)
+        if len(names) == 1:
+            hit = pc.is_in(computable(keys.column(names[0])), value_set=computable(tk.column(0)))
+        else:
+            if ts.level not in encoded_prefix:
+                encoded_prefix[ts.level] = encode_keys([keys.column(n) for n in names])
+            hit = pc.is_in(encoded_prefix[ts.level], value_set=keys_of.encoded(ts, fields))
+        m = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
+        out[m] = np.maximum(out[m], ts.time)
+    return out

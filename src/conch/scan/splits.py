@@ -1,0 +1,180 @@
+"""Key-range splits: a scan cut into disjoint, picklable pieces readable in other processes.
+
+`split_scan(scan, n)` (or `scan.splits(n)`) cuts a scan into about `n` splits of similar size,
+each a key range of the scan's level. Together they return exactly the scan's records, each
+once, in key order split after split. A `Split` is plain data: the warehouse URI, the table
+name, the pinned commit (sequence and time), the scan's arguments and its key range. It is
+picklable and `split.open()` reopens the table from the warehouse in any process (a Spark task,
+a data-loader worker, a distributed maintenance job) and scans exactly that range, as of the
+pinned commit.
+
+Where the runs (key spaces) are disjoint and there are enough of them, splits are cut at run
+starts: each split reads whole runs and fragments, a zip with no take. Otherwise at quantiles of
+keys sampled evenly from every run (overlapping runs' edges say little about sizes).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conch.errors import ConchError
+from conch.expr import Expr
+from conch.keys import EncodedRange, KeyPredicate, encode_keys, predicate_bounds
+from conch.manifest import KeySpace
+from conch.scan.context import ScanOptions
+from conch.scan.keyspace import KeyCache
+
+if TYPE_CHECKING:
+    from conch.scan.api import Scan
+
+SAMPLES_PER_SPLIT = 64
+ROWS_PER_SPLIT = 500_000  # the size of a split when `n` is not given: rows, or ...
+BYTES_PER_SPLIT = 128 << 20  # ... bytes of the considered fragments, whichever needs more splits
+MAX_SPLITS = 4096
+
+
+@dataclass(frozen=True)
+class Split:
+    """One key range of a scan, as plain picklable data; `open()` scans it in any process."""
+
+    uri: str  # the warehouse (`conch.connect(uri)`)
+    table: str
+    seq: int  # the pinned commit
+    time: int  # its commit time (µs): the scan reads as of it
+    level: str
+    columns: tuple[str, ...]  # full column paths
+    where: Expr | None
+    keys: KeyPredicate | None  # the scan's own `keys=`
+    since: int | None
+    lo: bytes | None  # the split's key range: full-key encodings, lo inclusive, hi exclusive
+    hi: bytes | None
+    options: ScanOptions = field(default_factory=ScanOptions)
+
+    def open(self) -> Scan:
+        """The scan of this split: the table reopened from the warehouse, as of the pinned commit."""
+        import conch
+
+        table = conch.connect(self.uri).table(self.table)
+        scan = table.scan(
+            *self.columns, where=self.where, keys=self.keys, asof=self.time, since=self.since, level=self.level
+        )
+        if scan.plan.state.seq != self.seq:
+            raise ConchError(
+                f"split of table {self.table!r} is pinned to commit {self.seq}, but its time {self.time} now"
+                f" resolves to commit {scan.plan.state.seq}; the commit may have been expired: re-plan the splits"
+            )
+        return scan.within(EncodedRange(self.lo, self.hi)).with_options(self.options)
+
+    def to_record_batches(self) -> pa.RecordBatchReader:
+        """The split's records, streamed (`open().to_record_batches()`)."""
+        return self.open().to_record_batches()
+
+    def to_arrow(self) -> pa.Table:
+        """The split's records as one Arrow table."""
+        return self.open().to_arrow()
+
+
+def split_scan(scan: Scan, n: int | None = None) -> list[Split]:
+    """`scan` cut into at most `n` disjoint key-range splits of about equal rows (fewer when the
+    scan has fewer keys; `n=None`: sized by `ROWS_PER_SPLIT` and `BYTES_PER_SPLIT`); their union
+    is the scan, in key order. A scan with a `limit` cannot be split."""
+    plan = scan.plan
+    if n is None:
+        rows = sum(ks.rows for ks in plan.key_spaces)
+        nbytes = sum(f.bytes for frs in plan.fragments.values() for f in frs)
+        n = min(MAX_SPLITS, max(1, -(-rows // ROWS_PER_SPLIT), -(-nbytes // BYTES_PER_SPLIT)))
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConchError(f"splits(n) takes a positive number of splits, got {n!r}")
+    if plan.limit is not None:
+        raise ConchError("a scan with a limit cannot be split (its rows depend on the whole scan); split, then limit")
+    fields = plan.key_fields
+    # the scan's own key predicate stays in `keys=`; splits with no key in it are dropped
+    bound = predicate_bounds(plan.key_predicate, fields) if plan.key_predicate is not None else None
+    runs = list(plan.key_spaces)
+    n = min(n, max(sum(ks.rows for ks in runs), 1))
+    cuts: list[bytes] = []
+    if n > 1 and runs and fields:
+        cuts = boundaries(runs, n, fields, scan.source.key_cache)
+    edges: list[bytes | None] = [None, *cuts, None]
+    state = plan.state
+    ranges = [
+        EncodedRange(lo, hi) if plan.within is None else _intersect(EncodedRange(lo, hi), plan.within)
+        for lo, hi in itertools.pairwise(edges)
+    ]
+    kept = [r for r in ranges if not _empty(r) and (bound is None or not _empty(_intersect(r, bound)))]
+    out = []
+    for r in kept or ranges[:1]:  # no key at all: one split that returns nothing
+        out.append(
+            Split(
+                uri=scan.source.uri,
+                table=scan.source.name,
+                seq=state.seq,
+                time=plan.asof if plan.asof is not None else state.time,
+                level=plan.level,
+                columns=tuple(c.full_path for c in plan.columns),
+                where=plan.filter,
+                keys=plan.key_predicate,
+                since=plan.since,
+                lo=r.lo,
+                hi=r.hi,
+                options=scan.options,
+            )
+        )
+    return out
+
+
+def _empty(r: EncodedRange) -> bool:
+    return r.lo is not None and r.hi is not None and r.lo >= r.hi
+
+
+def boundaries(runs: list[KeySpace], n: int, fields: list[pa.Field], cache: KeyCache) -> list[bytes]:
+    """At most n - 1 ascending full-key encodings cutting `runs` into parts of about equal rows."""
+    runs = sorted(runs, key=lambda k: k.min_key)
+    disjoint = all(a.max_key < b.min_key for a, b in itertools.pairwise(runs))
+    if disjoint and len(runs) >= n:
+        return _run_boundaries(runs, n)
+    return _sampled_boundaries(runs, n, fields, cache)
+
+
+def _run_boundaries(runs: list[KeySpace], n: int) -> list[bytes]:
+    """Cut disjoint sorted runs into n groups of about equal rows, at run starts."""
+    total = sum(r.rows for r in runs)
+    out: list[bytes] = []
+    acc, target = 0, total / n
+    for r in runs:
+        if acc >= target * (len(out) + 1) and len(out) < n - 1 and acc > 0:
+            out.append(bytes.fromhex(r.min_key))
+        acc += r.rows
+    return out
+
+
+def _sampled_boundaries(runs: list[KeySpace], n: int, fields: list[pa.Field], cache: KeyCache) -> list[bytes]:
+    """Quantiles of keys sampled evenly from every run."""
+    per_run = max(SAMPLES_PER_SPLIT, (SAMPLES_PER_SPLIT * n) // max(len(runs), 1))
+    samples = []
+    for ks in runs:
+        keys = cache.keys(ks, fields)
+        step = max(1, keys.num_rows // per_run)
+        samples.append(keys.take(pa.array(np.arange(0, keys.num_rows, step))))
+    enc = encode_keys(pa.concat_tables(samples).columns)
+    enc = pc.unique(pc.take(enc, pc.sort_indices(enc)))
+    picks = [int(len(enc) * i / n) for i in range(1, n)]
+    out: list[bytes] = []
+    for p in picks:
+        b = enc[p].as_py()
+        if (not out or b > out[-1]) and p > 0:
+            out.append(b)
+    return out
+
+
+def _intersect(a: EncodedRange, b: EncodedRange) -> EncodedRange:
+    def pick(x: Any, y: Any, f: Any) -> Any:
+        return y if x is None else x if y is None else f(x, y)
+
+    return EncodedRange(pick(a.lo, b.lo, max), pick(a.hi, b.hi, min))

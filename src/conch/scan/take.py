@@ -1,0 +1,137 @@
+"""Step 4 of the general path: take the fresh values of read units at output key positions.
+
+In batches of bounded bytes, exactly the fresh rows of the projected columns are read from each
+fragment (a Vortex take by row index; blob columns read exactly the taken values). A fragment
+that many batches need (overlapping LSM runs) is decoded once into the scan's byte-bounded cache
+instead of once per batch, and a unit of many small runs that every batch needs is decoded whole
+("resident") so that each batch costs one take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from conch.fragments import column_name
+from conch.scan.context import ScanContext, file_schema
+from conch.scan.locate import ReadUnit
+
+
+def gather(ctx: ScanContext, unit: ReadUnit, positions: np.ndarray) -> dict[int, pa.Array]:
+    """Fresh values of a unit's columns at output key `positions` (sorted), in that order."""
+    fk, rk = unit.frag[positions], unit.row[positions]
+    schema = file_schema(unit.columns)
+    if unit.resident is not None and unit.base is not None:
+        idx = np.where(fk >= 0, unit.base[np.maximum(fk, 0)] + rk, unit.resident.num_rows - 1)
+        got = unit.resident.take(pa.array(idx))
+        return {c.id: got.column(column_name(c.id)).combine_chunks() for c in unit.columns}
+    pieces: list[pa.Table] = []
+    where: list[np.ndarray] = []
+    for f, sel in split_by(fk):
+        if f < 0:
+            pieces.append(pa.table({n: pa.nulls(len(sel), t) for n, t in zip(schema.names, schema.types, strict=True)}))
+            where.append(sel)
+            continue
+        fr = unit.fragments[f]
+        rows = rk[sel]
+        if len(rows) == fr.rows:
+            t = ctx.read(unit.group, fr, schema)
+        elif f in unit.shared:
+            key = (fr.path, tuple(schema.names))
+            whole = ctx.decoded.get(key)
+            if whole is None:
+                whole = ctx.read(unit.group, fr, schema)
+                ctx.decoded.put(key, whole)
+            t = take_rows(whole, rows)
+        else:
+            t = ctx.read(unit.group, fr, schema, rows)
+        pieces.append(t)
+        where.append(sel)
+    if not pieces:
+        return {c.id: pa.nulls(0, c.type) for c in unit.columns}
+    table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+    if len(pieces) > 1:
+        order = np.argsort(np.concatenate(where), kind="stable")
+        table = table.take(pa.array(order))
+    return {c.id: table.column(column_name(c.id)).combine_chunks() for c in unit.columns}
+
+
+def batch_rows(ctx: ScanContext, units: list[ReadUnit]) -> int:
+    """Output rows per batch: about `batch_bytes` of values (or the fixed `batch_rows` option)."""
+    if ctx.options.batch_rows is not None:
+        return ctx.options.batch_rows
+    per_row = 0.0
+    for u in units:
+        rows = sum(f.rows for f in u.fragments) or 1
+        per_row += sum(f.bytes for f in u.fragments) / rows
+    return int(min(1 << 16, max(256, ctx.options.batch_bytes // max(per_row, 1.0))))
+
+
+def plan_sharing(ctx: ScanContext, units: list[ReadUnit], positions: np.ndarray, step: int) -> None:
+    """Mark fragments that several output batches take a large share of rows from (LSM runs
+    that overlap in key range): they are decoded once, not once per batch."""
+    if len(positions) <= step:
+        return
+    for u in units:
+        if not u.fragments:
+            continue
+        nf = len(u.fragments)
+        batches_touching = np.zeros(nf, dtype=np.int64)
+        need = np.zeros(nf, dtype=np.int64)
+        for start in range(0, len(positions), step):
+            fk = u.frag[positions[start : start + step]]
+            fk = fk[fk >= 0]
+            if len(fk):
+                counts = np.bincount(fk, minlength=nf)
+                need += counts
+                batches_touching += counts > 0
+        rows = np.array([f.rows for f in u.fragments], dtype=np.int64)
+        inline = np.array([not f.blob_columns for f in u.fragments], dtype=bool)
+        share = (batches_touching > 1) & (need * 8 >= rows) & inline
+        u.shared = set(np.nonzero(share)[0].tolist())
+        if ctx.options.fast_paths and nf >= 8 and inline.all() and 2 * int((batches_touching > 1).sum()) >= nf:
+            make_resident(ctx, u)
+
+
+def make_resident(ctx: ScanContext, u: ReadUnit) -> None:
+    """Decode all of a unit's fragments into one table (plus a null row for keys without a
+    cell), if it fits the decoded-fragment budget: many small runs that every batch needs
+    (an un-compacted LSM tree) then cost one take per batch instead of one per fragment."""
+    schema = file_schema(u.columns)
+    parts, total = [], 0
+    for fr in u.fragments:
+        t = ctx.read(u.group, fr, schema)
+        total += t.nbytes
+        if total > ctx.decoded.max_bytes:
+            return
+        parts.append(t)
+    parts.append(pa.table({n: pa.nulls(1, t) for n, t in zip(schema.names, schema.types, strict=True)}))
+    u.resident = pa.concat_tables(parts).combine_chunks()
+    u.base = np.cumsum([0] + [p.num_rows for p in parts[:-1]])[:-1].astype(np.int64)
+    ctx.group(u.group).decoded_whole += 1
+
+
+def take_rows(t: pa.Table, rows: np.ndarray) -> pa.Table:
+    """Rows of `t`; a zero-copy slice when they are contiguous (full and range scans)."""
+    if len(rows) == t.num_rows:
+        return t
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return t.slice(int(rows[0]), len(rows))
+    return t.take(pa.array(rows))
+
+
+def split_by(fk: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(value, ascending indices holding it) for each distinct value of `fk`: one stable sort,
+    not one scan per value (a scan can touch hundreds of fragments)."""
+    if len(fk) == 0:
+        return
+    if fk[0] == fk[-1] and (len(fk) < 3 or (fk == fk[0]).all()):
+        yield int(fk[0]), np.arange(len(fk))
+        return
+    order = np.argsort(fk, kind="stable")
+    s = fk[order]
+    cuts = np.flatnonzero(s[1:] != s[:-1]) + 1
+    for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(s)], strict=True):
+        yield int(s[a]), order[a:b]

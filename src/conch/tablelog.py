@@ -1,0 +1,247 @@
+"""`TableLog`: one table's log below the `Table` facade (DESIGN §4).
+
+It holds the table's replayed state and is the only place that commits: `state()` (the newest
+committed state, refreshed from the log tail), `state_at()` (time travel by commit time or
+version), `commit()` (compare-and-swap on the log sequence number with retries; the conflict
+rules are `conch.wal.conflicts`), `flush()` and the flush policy. Writes, maintenance and scans
+take a `TableLog` (and its `Warehouse` handles), never a `Table`.
+
+Flush and vacuum: a snapshot file is registered through the log (a `RegisterSnapshot` entry), so
+it follows the same cutoff rule as data files: a vacuum whose cutoff is later than the flush's
+start makes the registration conflict, and a registered snapshot is referenced (never deleted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Iterator
+
+from conch.errors import CommitConflictError, TableNotFoundError, TimeTravelError
+from conch.fragments import VortexFormat
+from conch.integrity import open_json, read_snapshot, with_digest
+from conch.manifest import TableState
+from conch.metastore.base import TableRecord
+from conch.scan.keyspace import KeyCache
+from conch.schema import Schema
+from conch.storage.base import Storage
+from conch.timeparse import format_time, to_time
+from conch.txn import Commit
+from conch.wal import Entry, RegisterSnapshot, Transaction, decode, encode, rebase, replay
+from conch.warehouse import Warehouse
+from conch.write import TableFiles
+
+MAX_ATTEMPTS = 200
+FLUSH_ATTEMPTS = 5
+PAST_STATES = 8  # time-travel scans usually revisit a few commits
+
+
+class TableLog:
+    """The log, state and commits of one table (see the module doc)."""
+
+    def __init__(self, warehouse: Warehouse, record: TableRecord) -> None:
+        self.warehouse = warehouse
+        self.record = record
+        self.name = record.name
+        self.id = record.id
+        self.files = TableFiles(warehouse.storage, record.id, warehouse.format)
+        self._lock = threading.Lock()
+        self._state: TableState | None = None
+        self._past: dict[int, TableState] = {}
+        self._first_time: int | None = None
+
+    def __repr__(self) -> str:
+        return f"TableLog({self.name!r}, id={self.id!r})"
+
+    # handles a scan needs (`conch.scan.api.ScanSource`)
+    @property
+    def uri(self) -> str:
+        """The warehouse's URI (`connect(uri)` reopens it)."""
+        return self.warehouse.uri
+
+    @property
+    def storage(self) -> Storage:
+        return self.warehouse.storage
+
+    @property
+    def format(self) -> VortexFormat:
+        return self.warehouse.format
+
+    @property
+    def key_cache(self) -> KeyCache:
+        return self.warehouse.key_cache
+
+    # ----- state ------------------------------------------------------------------------
+    def initial_state(self) -> TableState:
+        props = open_json(self.record.props, f"the metastore record of table {self.name!r}")
+        return TableState(Schema.from_json(props["schema"]))
+
+    def _load(self, seq: int | None = None) -> TableState:
+        """The state at `seq` (default: the newest): nearest snapshot, then the WAL after it."""
+        ms = self.warehouse.metastore
+        snap = ms.latest_snapshot(self.id, seq)
+        if snap is not None:
+            state = TableState.from_json(read_snapshot(self.warehouse.storage, snap[1]), snap[1])
+        else:
+            state = self.initial_state()
+        return replay(state, ms.read_log(self.id, state.seq, seq))
+
+    def state(self) -> TableState:
+        """The latest committed state (reads only the log entries new since the last call).
+        Raises `TableNotFoundError` if the table was dropped."""
+        with self._lock:
+            if self._state is None:
+                self._state = self._load()
+            new = self.warehouse.metastore.read_log(self.id, self._state.seq)
+            if new:
+                self._state = replay(self._state, new)
+            return self._state
+
+    def first_commit_time(self) -> int | None:
+        """The commit time of version 1 (None: the table has no commits)."""
+        if self._first_time is None:
+            first = self.warehouse.metastore.read_log(self.id, 0, 1)
+            self._first_time = first[0].time if first else None
+        return self._first_time
+
+    def time_of(self, version: int) -> int:
+        """The commit time of a version (log sequence number); `TimeTravelError` if none."""
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise TimeTravelError(f"version must be a commit number (int), got {version!r}")
+        last = self.state().seq
+        entries = self.warehouse.metastore.read_log(self.id, version - 1, version) if 1 <= version <= last else []
+        if not entries:
+            raise TimeTravelError(
+                f"table {self.name!r} has no version {version}: versions are 1..{last} (see `history()`)"
+            )
+        return entries[0].time
+
+    def state_at(self, asof: object = None, version: int | None = None) -> TableState:
+        """The state as of a commit time (`asof`, see `conch.timeparse`) or a version: the files
+        live then. Raises `TimeTravelError` for a time before the table's first commit."""
+        if asof is not None and version is not None:
+            raise TimeTravelError("give asof= or version=, not both")
+        latest = self.state()
+        if version is not None:
+            self.time_of(version)  # validates
+            seq = version
+        else:
+            t = to_time(asof, "asof")
+            if t is None or t >= latest.time:
+                return latest
+            first = self.first_commit_time()
+            if first is None or t < first:
+                raise TimeTravelError(
+                    f"asof {format_time(t)} is before table {self.name!r}'s first commit at "
+                    f"{format_time(first or latest.time)} (time {first}); nothing existed then"
+                )
+            seq = self.warehouse.metastore.seq_at_time(self.id, t)
+        if seq == latest.seq:
+            return latest
+        with self._lock:
+            state = self._past.get(seq)
+            if state is None:
+                state = self._past[seq] = self._load(seq)
+                if len(self._past) > PAST_STATES:
+                    self._past.pop(next(iter(self._past)))
+            return state
+
+    def entries(self, after_seq: int = 0, upto_seq: int | None = None) -> Iterator[tuple[int, int, Entry]]:
+        """Decoded log entries `(seq, time, entry)` in (after_seq, upto_seq]."""
+        for e in self.warehouse.metastore.read_log(self.id, after_seq, upto_seq):
+            yield e.seq, e.time, decode(e.entry, f"log entry {e.seq} of table {self.name!r}")
+
+    def history(self) -> list[Commit]:
+        """Every commit, oldest first."""
+        return [Commit(s, t, e.kind, e.summary, e.added_columns) for s, t, e in self.entries()]
+
+    # ----- commits ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[None]:
+        """Around writing a transaction's files: a file that vanishes while being written (a
+        vacuum with a shorter grace period than the write took) is a `CommitConflictError`,
+        and a dropped table a `TableNotFoundError`."""
+        try:
+            yield
+        except FileNotFoundError as e:
+            self._check_exists()
+            raise CommitConflictError(
+                f"table {self.name!r}: a file of this write vanished while it was written ({e.filename}), most likely "
+                "removed by a vacuum with a shorter grace period than the write took; nothing was committed, write again"
+            ) from e
+
+    def _check_exists(self) -> None:
+        self.warehouse.metastore.last_seq(self.id)  # raises TableNotFoundError
+
+    def commit(self, txn: Transaction, flush: bool = True) -> Commit:
+        """Append `txn` as one log entry: compare-and-swap on the sequence number, and on a lost
+        race re-read the newer entries and retry unless `conch.wal.conflicts` says they clash.
+        The files of a transaction that definitely failed are deleted."""
+        storage = self.warehouse.storage
+        try:
+            missing = [f for f in txn.files if not storage.exists(f)]
+            if missing:
+                raise CommitConflictError(
+                    f"table {self.name!r}: {len(missing)} staged file(s) are gone (e.g. {missing[0]}), most likely "
+                    "removed by a vacuum with a shorter grace period than this write took; nothing was committed, "
+                    "write again"
+                )
+            checked = txn.base_seq
+            newer: list[Entry] = []
+            for attempt in range(MAX_ATTEMPTS):
+                state = self.state()
+                if checked < 0:
+                    checked = state.seq
+                if checked < state.seq:
+                    newer += [e for _, _, e in self.entries(checked, state.seq)]
+                    checked = state.seq
+                entry = rebase(txn, state, newer, self.name)
+                try:
+                    log = self.warehouse.metastore.append(self.id, state.seq, encode(entry))
+                except CommitConflictError:
+                    time.sleep(random.uniform(0, 0.002 * (1 + attempt)))
+                    continue
+                if flush and self.warehouse.flush_every and log.seq % self.warehouse.flush_every == 0:
+                    with contextlib.suppress(CommitConflictError):
+                        self.flush()  # best effort: the commit is done; the next flush catches up
+                return Commit(log.seq, log.time, entry.kind, entry.summary, entry.added_columns)
+            raise CommitConflictError(f"table {self.name!r}: gave up after {MAX_ATTEMPTS} lost commit races")
+        except CommitConflictError:
+            for f in txn.files:
+                storage.delete(f)
+            raise
+        except TableNotFoundError:
+            storage.delete_prefix(self.id)  # files a handle to a dropped table wrote
+            raise
+
+    def flush(self) -> int:
+        """Write the current state as a snapshot and register it through the log; readers then
+        replay only the entries after it. Returns the snapshot's sequence number."""
+        storage = self.warehouse.storage
+        for _ in range(FLUSH_ATTEMPTS):
+            state = self.state()
+            data = state.to_json().encode()
+            path = with_digest(self.files.snapshot_path(state.seq), data)  # verified on read
+            started_us = time.time_ns() // 1000
+            txn = Transaction(
+                "flush",
+                (RegisterSnapshot(state.seq, path),),
+                f"snapshot of version {state.seq}",
+                base_seq=state.seq,
+                files=(path,),
+                started_us=started_us,
+            )
+            try:
+                with self.staging():
+                    storage.write(path, data)
+                self.commit(txn, flush=False)
+            except CommitConflictError:
+                storage.delete(path)
+                continue
+            self.warehouse.metastore.add_snapshot(self.id, state.seq, path)
+            return state.seq
+        raise CommitConflictError(
+            f"table {self.name!r}: flush lost {FLUSH_ATTEMPTS} races against vacuums; nothing was registered, try again"
+        )

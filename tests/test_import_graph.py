@@ -1,0 +1,136 @@
+"""The import graph of `src/conch` has no cycle: dependencies point downward (STYLE).
+
+Every import counts, including those inside functions (lazy) and under `TYPE_CHECKING`: a cycle
+hidden there is still a cycle in the design. Importing `a.b.c` also runs the packages `a` and
+`a.b`, except those the importing module is itself inside (they are already initialising).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import conch
+
+SRC = Path(conch.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in SRC.rglob("*.py"):
+        parts = list(p.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+def _targets(name: str, mods: dict[str, Path], importer: str) -> set[str]:
+    """`name` and the packages that importing it initialises (minus the importer's own)."""
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    if not name:
+        return set()
+    parts = name.split(".")
+    out = {name}
+    for i in range(1, len(parts)):
+        pkg = ".".join(parts[:i])
+        if not (importer == pkg or importer.startswith(pkg + ".")):
+            out.add(pkg)
+    return out - {importer}
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        package = m if path.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    graph[m] |= _targets(a.name, mods, m)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    graph[m] |= _targets(sub if sub in mods else base, mods, m)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_sees_lazy_and_type_checking_imports() -> None:
+    graph = import_graph()
+    assert "conch.manifest" in graph["conch.scan.plan"]
+    assert graph["conch.table"] >= {"conch.tablelog", "conch.scan", "conch.nested.api", "conch.nested"}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# Import edges that close cycles owned by other changes (issue 9), listed so that no new cycle
+# goes unnoticed; each must still close a cycle (remove it here when it is fixed):
+# - `Query.where` (nested/query.py) builds a filtered `Path` (nested/api.py), which builds queries;
+# - `Split.open` (scan/splits.py) reopens a table through `conch.connect`, above the scan layer;
+# - `Scan.splits` (scan/api.py) and `split_scan` (scan/splits.py) import each other.
+KNOWN = [
+    ("conch.nested.query", "conch.nested.api"),
+    ("conch.scan.splits", "conch"),
+    ("conch.scan.api", "conch.scan.splits"),
+]
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph()
+    for a, b in KNOWN:
+        assert b in graph[a] and any({a, b} <= set(c) for c in cycles(graph)), f"{a} -> {b}: remove from KNOWN"
+        graph[a] = graph[a] - {b}
+    found = cycles(graph)
+    assert not found, "import cycles (every import counts, lazy and TYPE_CHECKING ones too):\n" + "\n".join(
+        " <-> ".join(c) for c in found
+    )
+
+
+def test_core_layers_point_downward() -> None:
+    """The commit layer never reaches up to the facade, and scans take handles, not a Table."""
+    graph = import_graph()
+    for low in ("conch.wal", "conch.manifest", "conch.tablelog", "conch.warehouse", "conch.maintenance", "conch.txn"):
+        assert not graph[low] & {"conch.table", "conch.catalog", "conch"}, low
+    for mod in [m for m in graph if m.startswith("conch.scan")]:
+        assert not graph[mod] & {"conch.table", "conch.catalog", "conch.tablelog"}, mod
+    sqlite_users = {m for m, deps in graph.items() if "conch.metastore.sqlite" in deps}
+    assert sqlite_users <= {"conch.metastore", "conch.metastore.registry"}, "SQLite stays inside metastore/"
