@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[dev,spark]"
+	bash .ci/install-postgres.sh
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,6 +1,6 @@
-"""`python -m bench [--scale S] [--reps R] [--only 1,4]`: Conch vs Parquet (pyarrow, default and
-tuned), Lance, Delta and DuckDB-over-Parquet on the workloads of issue 5, in one process on the
-same generated data. Prints a table of medians and ratios to Conch, writes
+"""`python -m bench [--scale S] [--reps R] [--only 1,4,b]`: Conch vs Parquet (pyarrow, default
+and tuned), Lance, Delta and DuckDB-over-Parquet on the workloads of issue 5, in one process on
+the same generated data; `b` adds the backends (bench/backends.py: metastores, S3 vs local). Prints a table of medians and ratios to Conch, writes
 bench/results/scan.json and bench/results/scan.png."""
 
 from __future__ import annotations
@@ -372,7 +372,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every row count (1 = issue 5 sizes)")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,loaders", help="workloads to run, e.g. 4,5,loaders")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,loaders,b", help="workloads to run, e.g. 4,5,loaders (b: backends)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench"), help="scratch directory for data")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -391,6 +391,12 @@ def main() -> None:
         from bench import loaders
 
         loaders.run(args.work / "loaders", args.scale, args.reps, args.out)
+    if "b" in only:  # backends: metastores' commits, local vs S3 scans (bench/backends.py)
+        from bench import backends
+
+        doc_b = backends.run(rows=max(int(5000 * args.scale), 500), reps=args.reps)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "backends.json").write_text(json.dumps(doc_b, indent=1))
     total = time.perf_counter() - t0
     if not rec.rows:  # only the loader benchmarks ran: keep scan.json as it is
         return

@@ -15,6 +15,9 @@ from hypothesis import HealthCheck, settings
 
 import conch
 
+# real services (S3 via moto, PostgreSQL, `conch serve`) for the backend suites
+pytest_plugins = ["services"]
+
 settings.register_profile("conch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("conch")
 

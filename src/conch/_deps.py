@@ -14,6 +14,11 @@ _EXTRAS = {
     "pyspark": "spark",
     "psycopg": "postgres",
     "torch": "torch",
+    "psycopg_pool": "postgres",
+    "obstore": "s3",
+    "httpx": "http",
+    "fastapi": "server",
+    "uvicorn": "server",
 }
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
@@ -18,12 +19,11 @@ import pyarrow as pa
 
 from conch.errors import ConchError, ExpressionError, SchemaError, TableExistsError
 from conch.integrity import seal_json
-from conch.metastore.base import TableRecord
-from conch.metastore.registry import default_metastore_uri, metastore_from_uri
+from conch.metastore.base import Metastore, TableRecord
+from conch.metastore.registry import open_warehouse
 from conch.scan import Scan
 from conch.schema import parse_key_schema, schema_from_arrow
 from conch.storage.base import new_id
-from conch.storage.registry import storage_from_uri
 from conch.table import Table, TableColumn
 from conch.tablelog import TableLog
 from conch.warehouse import Warehouse
@@ -38,7 +38,9 @@ def connect(
     *,
     create: bool | None = None,
     evolve: bool = True,
-    metastore: str | None = None,
+    metastore: str | Metastore | None = None,
+    token: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Catalog:
     """Open a warehouse. A path (or `file:///path`) is the embedded default: files under it and
     an SQLite metastore in `<path>/_catalog.sqlite`. Zero set-up.
@@ -53,13 +55,17 @@ def connect(
     `Table.history()`); False makes a write with unknown columns raise `SchemaError` unless it
     passes `evolve=True` itself, as Spark writes do without `mergeSchema`.
 
-    `metastore`: a metastore URI (`sqlite:///path/file.sqlite`) instead of the warehouse's own.
+    Beyond one machine (`docs/backends.md`): `s3://`, `gs://`, `az://` and `memory://` keep files
+    and the WAL on object storage (no service); `http://host:port` is a `conch serve` metastore
+    whose storage the client opens (`token=`: a bearer token); `metastore=` picks another
+    metastore (`postgresql://...`, `sqlite:///path/file.sqlite`, `http://...`, or a `Metastore`);
+    `storage_options` configure object stores (endpoint, region, credentials, `allow_http`).
 
     >>> with conch.connect("/tmp/wh") as cat:  # doctest: +SKIP
     ...     cat.list_tables()
+    >>> cat = conch.connect("s3://bucket/wh", storage_options={"region": "eu-west-1"})  # doctest: +SKIP
     """
-    storage = storage_from_uri(uri, create)
-    ms = metastore_from_uri(metastore or default_metastore_uri(storage.uri), create=bool(create))
+    storage, ms = open_warehouse(uri, create=create, metastore=metastore, token=token, storage_options=storage_options)
     return Catalog(Warehouse(storage, ms, write_options, evolve=evolve))
 
 

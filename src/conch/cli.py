@@ -390,6 +390,22 @@ def enrich(
     console.print(f"enriched {res.rows_written} rows of {table!r}: commits {res.commits}")
 
 
+@app.command()
+def serve(
+    port: Annotated[int, typer.Option(help="TCP port")] = 8181,
+    host: Annotated[str, typer.Option(help="address to bind (0.0.0.0: every interface)")] = "127.0.0.1",
+    tokens: Annotated[
+        str, typer.Option(envvar="CONCH_SERVER_TOKENS", help="bearer tokens with scopes: 'tokA=read,tokB=admin'")
+    ] = "",
+    metastore: Annotated[str | None, typer.Option(help="serve this metastore instead (postgresql://...)")] = None,
+    max_request_bytes: Annotated[int, typer.Option(help="larger request bodies get 413")] = 32 * 1024 * 1024,
+) -> None:
+    """Serve the warehouse's metastore over HTTP: `conch.connect("http://host:port", token=...)`."""
+    from conch.server.serve import serve as run
+
+    run(_state["warehouse"], host, port, tokens, metastore, max_request_bytes)
+
+
 def main() -> None:
     try:
         app()

@@ -78,6 +78,39 @@ class InvalidArgumentError(ConchError, ValueError):
     """An argument is out of its range or of the wrong kind (`scan(limit=-1)`)."""
 
 
+# --- storage and metastore backends beyond one machine (issue 12) ---
+
+
+class StorageError(ConchError, OSError):
+    """A storage backend failed (unreachable, denied, misconfigured); the message names the
+    operation and the object. A missing file is `FileNotFoundError` instead."""
+
+
+class ConditionalWriteUnsupportedError(StorageError):
+    """The store cannot write put-if-absent, so commits on it could silently overwrite each
+    other: Conch refuses to use it as a metastore rather than risk a lost commit."""
+
+
+class MetastoreUnavailableError(ConchError, ConnectionError):
+    """The metastore (a server, a database) could not be reached or failed; nothing was
+    changed by the request that raised this, except a commit, which raises
+    `CommitStateUnknownError` instead."""
+
+
+class AuthorizationError(ConchError, PermissionError):
+    """The metastore refused the request: no token, an unknown token, or a token without the
+    scope the request needs (read, write, admin)."""
+
+
+class InvalidPathError(ConchError, ValueError):
+    """A storage path is not a clean relative path (absolute, empty or `.`/`..` segments)."""
+
+
+class InvalidNameError(ConchError, ValueError):
+    """A table name or table id is not a safe identifier (letters, digits, `_ . -`; no path
+    separators), so it could not address its own prefix of a warehouse."""
+
+
 # ----- h1: warehouses and connections -----------------------------------------------------------
 class WarehouseError(ConchError, ValueError):
     """A warehouse URI names no usable warehouse: an unsupported scheme, or a file where a

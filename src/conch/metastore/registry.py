@@ -1,18 +1,30 @@
-"""Metastore backends by URI scheme (STYLE: backends come from a registry).
+"""Metastore backends by URI scheme (STYLE: backends come from a registry), and the warehouse
+(storage + metastore) `connect()` opens.
 
-`sqlite:///abs/path/_catalog.sqlite` is the embedded default, and a local warehouse's default
-metastore is the SQLite file inside it. A new backend (`postgresql://`, `http://`) is one class
-implementing `Metastore` plus one `register_metastore` call.
+| `connect(uri, metastore=...)` | storage | metastore |
+|---|---|---|
+| `"dir"`, `"file:///dir"` | local directory | SQLite file `<dir>/_catalog.sqlite` |
+| `"s3://b/p"`, `"gs://..."`, `"az://..."`, `"memory://n"` | object store | WAL as objects in the same store (no service) |
+| any, `metastore="postgresql://..."` | as above | PostgreSQL (the `postgres` extra) |
+| any, `metastore="http://host:port"` | as above | a `conch serve` server (`token=`) |
+| `"http://host:port"` | the storage the server advertises | that server |
+| any, `metastore="storage"` | as above | WAL as objects in the warehouse storage, even a local one |
+
+A new backend is one class implementing `Metastore` plus one `register_metastore` call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from conch.errors import WarehouseError
 from conch.metastore.base import Metastore
 from conch.metastore.sqlite import SqliteMetastore
+from conch.storage.base import Storage
+from conch.storage.registry import storage_from_uri
 
 MetastoreFactory = Callable[[str, bool], Metastore]  # (uri, create now) -> metastore
 EMBEDDED_NAME = "_catalog.sqlite"
@@ -23,7 +35,25 @@ def _sqlite(uri: str, create: bool) -> Metastore:
     return SqliteMetastore(path, create=create)
 
 
-_FACTORIES: dict[str, MetastoreFactory] = {"sqlite": _sqlite}
+def _postgres(uri: str, create: bool) -> Metastore:
+    from conch.metastore.postgres import PostgresMetastore
+
+    return PostgresMetastore(uri)
+
+
+def _http(uri: str, create: bool) -> Metastore:
+    from conch.metastore.http import HttpMetastore
+
+    return HttpMetastore(uri)  # the token: CONCH_TOKEN, or connect(..., token=...)
+
+
+_FACTORIES: dict[str, MetastoreFactory] = {
+    "sqlite": _sqlite,
+    "postgresql": _postgres,
+    "postgres": _postgres,
+    "http": _http,
+    "https": _http,
+}
 
 
 def register_metastore(scheme: str, factory: MetastoreFactory) -> None:
@@ -47,8 +77,40 @@ def metastore_from_uri(uri: str, create: bool = False) -> Metastore:
 
 
 def default_metastore_uri(storage_uri: str) -> str:
-    """The metastore a warehouse uses when none is given: the SQLite file inside a local
-    warehouse. Object stores get theirs (a WAL of put-if-absent objects) with their backend."""
+    """The metastore a local warehouse uses when none is given: the SQLite file inside it
+    (object stores keep a WAL of put-if-absent objects instead: `open_warehouse`)."""
     if "://" in storage_uri:
-        raise WarehouseError(f"no embedded metastore for {storage_uri!r} yet: pass metastore='<uri>' to connect()")
+        raise WarehouseError(f"no embedded SQLite metastore for {storage_uri!r}: pass metastore='<uri>' to connect()")
     return f"sqlite://{storage_uri.rstrip('/')}/{EMBEDDED_NAME}"
+
+
+def open_warehouse(
+    uri: str | os.PathLike[str],
+    create: bool | None = None,
+    metastore: str | Metastore | None = None,
+    token: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[Storage, Metastore]:
+    """The storage and metastore of the warehouse at `uri` (see the module table)."""
+    text = os.fspath(uri)
+    if text.startswith(("http://", "https://")):  # a `conch serve` server: data on its storage
+        if metastore is not None:
+            raise WarehouseError(
+                f"{text} is a metastore server: give it as the warehouse URI or as metastore=, not both"
+            )
+        from conch.metastore.http import HttpMetastore
+
+        server = HttpMetastore(text, token=token)
+        return storage_from_uri(server.warehouse, create, storage_options), server
+    storage = storage_from_uri(text, create, storage_options)
+    if metastore is not None and not isinstance(metastore, str):
+        return storage, metastore
+    if metastore == "storage" or (metastore is None and "://" in storage.uri):
+        from conch.metastore.objectstore import ObjectStoreMetastore
+
+        return storage, ObjectStoreMetastore(storage)
+    if token is not None and metastore is not None and metastore.startswith(("http://", "https://")):
+        from conch.metastore.http import HttpMetastore
+
+        return storage, HttpMetastore(metastore, token=token)
+    return storage, metastore_from_uri(metastore or default_metastore_uri(storage.uri), create=bool(create))

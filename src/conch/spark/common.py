@@ -6,6 +6,7 @@ Both modules import this one and never each other, so the Spark package has no i
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -18,37 +19,76 @@ from conch.timeparse import to_time
 METASTORE_FILE = "_catalog.sqlite"  # the embedded metastore: a warehouse exists iff it does
 
 _lock = threading.Lock()
-_catalogs: dict[str, tuple[tuple[int, int] | None, conch.Catalog]] = {}
-_tables: dict[tuple[str, str], conch.Table] = {}
+_CatalogKey = tuple[str, str | None, str | None, tuple[tuple[str, Any], ...]]
+_catalogs: dict[_CatalogKey, tuple[tuple[int, int] | None, conch.Catalog]] = {}
+_tables: dict[tuple[_CatalogKey, str], conch.Table] = {}
 
 
 @dataclass(frozen=True)
 class Location:
-    """A table's warehouse (absolute path) and name, from a data source's options."""
+    """A table's warehouse (an absolute path, or an object-store / server URI), its name, and how
+    to reach its metastore, from a data source's options: `metastore` (a URI, e.g.
+    `postgresql://...` or `http://host:port`), `token` (a bearer token for a server; Spark redacts
+    options named like it) and `storageOptions` (JSON: object-store endpoint and credentials; the
+    usual environment variables work too). Executors connect with exactly these, so nothing they
+    open is a file of the driver's machine unless the warehouse itself is a local path."""
 
     warehouse: str
     table: str
+    metastore: str | None = None
+    token: str | None = None
+    storage_options: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def from_options(cls, options: Any) -> Location:
         wh, name, path = options.get("warehouse"), options.get("table"), options.get("path")
         if wh and name:
-            return cls(os.path.abspath(wh), name)
-        if path:
-            path = path.removeprefix("file://").rstrip("/")
-            return cls(os.path.abspath(os.path.dirname(path)), os.path.basename(path))
-        raise ConchError("say which table: .load('<warehouse>/<table>') or options warehouse=... and table=...")
+            where = _absolute(wh)
+        elif path:
+            where, _, name = path.rstrip("/").rpartition("/")
+            where = _absolute(where or ".")
+        else:
+            raise ConchError("say which table: .load('<warehouse>/<table>') or options warehouse=... and table=...")
+        raw = option(options, "storageOptions")
+        try:
+            extra = tuple(sorted(json.loads(raw).items())) if raw else ()
+        except (ValueError, AttributeError):
+            raise ConchError(f"option storageOptions must be a JSON object, got {raw!r}") from None
+        return cls(where, name, option(options, "metastore"), option(options, "token"), extra)
 
     @property
     def path(self) -> str:
-        return os.path.join(self.warehouse, self.table)
+        return f"{self.warehouse.rstrip('/')}/{self.table}"
+
+    @property
+    def embedded(self) -> bool:
+        """A local directory with its SQLite metastore (the default)."""
+        return self.metastore is None and "://" not in self.warehouse
+
+    def connect(self) -> conch.Catalog:
+        return conch.connect(
+            self.warehouse,
+            metastore=self.metastore,
+            token=self.token,
+            storage_options=dict(self.storage_options) or None,
+        )
 
 
-def _identity(warehouse: str) -> tuple[int, int] | None:
-    """Which metastore file is at the warehouse now (a warehouse deleted and re-created between
-    jobs must not be served from a connection to the old, unlinked file); None if there is none."""
+def _absolute(warehouse: str) -> str:
+    """A local warehouse as an absolute path (executors may run elsewhere); URIs unchanged."""
+    if "://" in warehouse and not warehouse.startswith("file://"):
+        return warehouse
+    return os.path.abspath(warehouse.removeprefix("file://"))
+
+
+def _identity(loc: Location) -> tuple[int, int] | None:
+    """Which metastore file is at an embedded warehouse now (a warehouse deleted and re-created
+    between jobs must not be served from a connection to the old, unlinked file); None if there
+    is none. Other metastores are asked for the table on every `open_table` instead."""
+    if not loc.embedded:
+        return (0, 0)
     try:
-        st = os.stat(os.path.join(warehouse, METASTORE_FILE))
+        st = os.stat(os.path.join(loc.warehouse, METASTORE_FILE))
     except FileNotFoundError:
         return None
     return st.st_dev, st.st_ino
@@ -61,18 +101,19 @@ def open_table(loc: Location) -> conch.Table:
 
     Never creates anything: a missing warehouse or table raises `TableNotFoundError` naming the
     path (a mistyped `load()` path must not leave an empty warehouse behind)."""
+    key = (loc.warehouse, loc.metastore, loc.token, loc.storage_options)
     with _lock:
-        ident = _identity(loc.warehouse)
+        ident = _identity(loc)
         if ident is None:
-            _catalogs.pop(loc.warehouse, None)
+            _catalogs.pop(key, None)
             raise TableNotFoundError(
                 f"no Conch table at {loc.path!r}: {loc.warehouse!r} is not a Conch warehouse "
                 f"(no {METASTORE_FILE}); check the path, or create the table first"
             )
-        cached = _catalogs.get(loc.warehouse)
+        cached = _catalogs.get(key)
         if cached is None or cached[0] != ident:
-            cat = conch.connect(loc.warehouse)
-            _catalogs[loc.warehouse] = (ident, cat)
+            cat = loc.connect()
+            _catalogs[key] = (ident, cat)
         else:
             cat = cached[1]
         try:
@@ -81,16 +122,16 @@ def open_table(loc: Location) -> conch.Table:
             raise TableNotFoundError(
                 f"no Conch table {loc.table!r} at {loc.path!r}; tables in {loc.warehouse!r}: {cat.list_tables()}"
             ) from None
-        table = _tables.get((loc.warehouse, table_id))
+        table = _tables.get((key, table_id))
         if table is None:
-            table = _tables[(loc.warehouse, table_id)] = cat.table(loc.table)
+            table = _tables[(key, table_id)] = cat.table(loc.table)
         return table
 
 
 def forget_table(loc: Location) -> None:
     """Drop cached state so the next `open_table` replays the log afresh."""
     with _lock:
-        for key in [k for k, t in _tables.items() if k[0] == loc.warehouse and t.name == loc.table]:
+        for key in [k for k, t in _tables.items() if k[0][0] == loc.warehouse and t.name == loc.table]:
             del _tables[key]
 
 

@@ -105,14 +105,12 @@ def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool)
 
 
 def _create(loc: Location, df_schema: pa.Schema, keys: tuple[str, ...]) -> Any:
-    from conch.catalog import connect
-
     missing = [k for k in keys if k not in df_schema.names]
     if missing:
         raise SchemaError(f"key columns {missing} are not in the DataFrame (columns: {df_schema.names})")
     key_schema = pa.schema([_key_field(df_schema.field(k)) for k in keys])
     values = pa.schema([f for f in df_schema if f.name not in keys])
-    connect(loc.warehouse).create_table(loc.table, key_schema, values, exist_ok=True)
+    loc.connect().create_table(loc.table, key_schema, values, exist_ok=True)
     forget_table(loc)
     return open_table(loc)
 

@@ -1,0 +1,253 @@
+"""Real services the backend tests need, started and stopped by fixtures (loopback only):
+
+- `moto_s3`: moto's threaded S3 server on a free port of 127.0.0.1 (it honours `If-None-Match`
+  and `If-Match`, answering 412, which commits on object storage rely on);
+- `postgres`: a private PostgreSQL 15 cluster (`initdb` + `pg_ctl`) on a free port, with its
+  socket directory under a temporary directory, run as the `postgres` user when tests run as root;
+- `conch_server`: `conch serve` in a subprocess (see `ServerProcess`).
+
+Registered as a pytest plugin by `conftest.py`; fixtures are session-scoped (one per xdist
+worker) and skip the test when the service's software is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+# --- S3 (moto) ---------------------------------------------------------------------------
+
+
+@dataclass
+class MotoS3:
+    """A running moto S3 server and one bucket on it."""
+
+    endpoint: str
+    bucket: str = "conch-tests"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def uri(self, prefix: str | None = None) -> str:
+        """A fresh warehouse URI in the bucket (a new random prefix unless one is given)."""
+        return f"s3://{self.bucket}/{prefix or uuid.uuid4().hex[:12]}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that point an S3 client (obstore, Spark executors) here."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[MotoS3]:
+    """A moto S3 server on a free loopback port with one bucket, stopped on exit."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        s3 = MotoS3(endpoint)
+        s3.options = {
+            "endpoint": endpoint,
+            "access_key_id": "testing",
+            "secret_access_key": "testing",
+            "region": "us-east-1",
+            "allow_http": True,
+        }
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket=s3.bucket)
+        yield s3
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoS3]:
+    pytest.importorskip("moto.server")
+    pytest.importorskip("boto3")
+    with moto_server() as s3:
+        yield s3
+
+
+# --- PostgreSQL --------------------------------------------------------------------------
+
+
+@dataclass
+class Postgres:
+    """A private PostgreSQL cluster; `dsn()` creates a fresh database on it."""
+
+    port: int
+    socket_dir: str
+    bin_dir: str
+    user: str
+    _n: int = 0
+
+    @property
+    def admin_dsn(self) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
+
+    def dsn(self) -> str:
+        """A fresh, empty database (one per test, so tests never see each other's tables)."""
+        import psycopg
+
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{name}"
+
+
+def postgres_bin_dir() -> str | None:
+    """Where `initdb`/`pg_ctl` are: Debian's versioned directory, else PATH."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return os.path.dirname(found[-1])
+    initdb = shutil.which("initdb")
+    return os.path.dirname(initdb) if initdb else None
+
+
+def _as_db_user(cmd: list[str]) -> list[str]:
+    """initdb and postgres refuse to run as root: run them as `postgres` then."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *cmd]
+    return cmd
+
+
+@contextlib.contextmanager
+def postgres_server(durable: bool = False) -> Iterator[Postgres]:
+    """A private PostgreSQL cluster on a free loopback port, removed on exit. Tests run it with
+    `fsync=off` (speed; nothing they check needs a power loss); benchmarks with `durable=True`."""
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        raise RuntimeError("PostgreSQL is not installed (bash .ci/install-postgres.sh)")
+    root = tempfile.mkdtemp(prefix="conch-pg-")
+    data, sock = os.path.join(root, "data"), os.path.join(root, "sock")
+    os.makedirs(sock)
+    user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+        shutil.chown(sock, "postgres")
+    port = free_port()
+    subprocess.run(
+        _as_db_user([f"{bin_dir}/initdb", "-D", data, "-U", user, "--auth=trust", "-E", "UTF8", "--no-sync"]),
+        check=True,
+        capture_output=True,
+    )
+    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    if not durable:
+        opts += " -c fsync=off"
+    subprocess.run(
+        _as_db_user([f"{bin_dir}/pg_ctl", "-D", data, "-o", opts, "-l", f"{root}/log", "-w", "start"]),
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield Postgres(port, sock, bin_dir, user)
+    finally:
+        subprocess.run(_as_db_user([f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "stop"]), capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    pytest.importorskip("psycopg")
+    if postgres_bin_dir() is None:
+        pytest.skip("PostgreSQL is not installed (bash .ci/install-postgres.sh)")
+    with postgres_server() as pg:
+        yield pg
+
+
+# --- conch serve -------------------------------------------------------------------------
+
+
+class ServerProcess:
+    """`conch serve` in a subprocess on a loopback port; `kill()` and `start()` again on the
+    same port simulate a crash and a restart."""
+
+    def __init__(self, warehouse: str, tokens: dict[str, str], env: dict[str, str] | None = None, **extra: str):
+        self.warehouse = warehouse
+        self.port = free_port()
+        self.tokens = tokens
+        self.env = {**os.environ, **(env or {})}
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tempfile.NamedTemporaryFile(prefix="conch-serve-", suffix=".log", delete=False)  # noqa: SIM115
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        tokens = ",".join(f"{tok}={scope}" for tok, scope in self.tokens.items())
+        cmd = [sys.executable, "-m", "conch.cli", "--warehouse", self.warehouse, "serve", "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port), "--tokens", tokens]
+        for k, v in self.extra.items():
+            cmd += [f"--{k.replace('_', '-')}", v]
+        self.proc = subprocess.Popen(cmd, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_port(self.port)
+        except TimeoutError:
+            self.kill()
+            raise RuntimeError(f"conch serve did not start: {Path(self.log.name).read_text()[-2000:]}") from None
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+        self.kill()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log.name)

@@ -1,0 +1,307 @@
+"""One behaviour suite for every metastore backend, and whole-stack tests over each warehouse kind.
+
+Backends: SQLite (embedded default), the object-store WAL over a local directory, `memory://`
+and S3 (moto), PostgreSQL (a private server started by the tests), and the HTTP reference server
+(`conch serve` in a subprocess). A new backend adds one entry to `WAREHOUSES` and one branch to
+`warehouse`; every test below then runs on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import threading
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import conch
+from conch.errors import (
+    CommitConflictError,
+    ConditionalWriteUnsupportedError,
+    InvalidNameError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from conch.metastore import Metastore, TableRecord
+from conch.metastore.objectstore import ObjectStoreMetastore
+from conch.storage import LocalStorage
+from services import MotoS3, Postgres, ServerProcess
+
+WAREHOUSES = ["sqlite", "storage-local", "memory", "s3", "postgres", "http", "http-s3", "http-inproc"]
+CROSS_PROCESS = {"sqlite", "storage-local", "s3", "postgres", "http", "http-s3"}  # memory:// lives in one process
+TOKEN = "admin-token-1"  # memory:// lives in one process
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    """How to connect to one test warehouse (picklable: writer processes connect with it)."""
+
+    kind: str
+    uri: str
+    metastore: Any = None  # a URI, or a Metastore object (in-process server)
+    token: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def connect(self) -> conch.Catalog:
+        return conch.connect(
+            self.uri, metastore=self.metastore, token=self.token, storage_options=self.storage_options or None
+        )
+
+
+@pytest.fixture(params=WAREHOUSES)
+def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
+    kind = request.param
+    if kind == "sqlite":
+        return Warehouse(kind, str(tmp_path / "wh"))
+    if kind == "storage-local":
+        return Warehouse(kind, str(tmp_path / "wh"), metastore="storage")
+    if kind == "memory":
+        return Warehouse(kind, f"memory://{uuid.uuid4().hex}/wh")
+    if kind.startswith("http"):
+        return _http_warehouse(request, tmp_path, kind)
+    if kind == "postgres":
+        pg: Postgres = request.getfixturevalue("postgres")
+        return Warehouse(kind, str(tmp_path / "wh"), metastore=pg.dsn())
+    s3: MotoS3 = request.getfixturevalue("moto_s3")
+    return Warehouse(kind, s3.uri(), storage_options=s3.options)
+
+
+def _http_warehouse(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Warehouse:
+    """`conch serve` over loopback (its warehouse a local directory, or S3), or in process."""
+    if kind == "http-inproc":
+        pytest.importorskip("fastapi")
+        with warnings.catch_warnings():  # starlette's note about a future httpx fork
+            warnings.simplefilter("ignore")
+            from starlette.testclient import TestClient
+
+        from conch.metastore.http import HttpMetastore
+        from conch.metastore.sqlite import SqliteMetastore
+        from conch.server import create_app
+
+        app = create_app(SqliteMetastore(tmp_path / "c.sqlite"), str(tmp_path / "wh"), {TOKEN: "admin"})
+        return Warehouse(kind, str(tmp_path / "wh"), HttpMetastore("http://inproc", TOKEN, client=TestClient(app)))
+    if kind == "http-s3":
+        s3: MotoS3 = request.getfixturevalue("moto_s3")
+        server = ServerProcess(s3.uri(), {TOKEN: "admin"}, env=s3.env)
+        storage_options = s3.options
+    else:
+        server = ServerProcess(str(tmp_path / "wh"), {TOKEN: "admin"})
+        storage_options = {}
+    request.addfinalizer(server.stop)
+    server.start()
+    return Warehouse(kind, server.url, token=TOKEN, storage_options=storage_options)
+
+
+@pytest.fixture
+def metastore(warehouse: Warehouse) -> Metastore:
+    return warehouse.connect().warehouse.metastore
+
+
+def _record(name: str) -> TableRecord:
+    return TableRecord(name, f"{name}-{uuid.uuid4().hex[:8]}", 1, '{"schema": {}}')
+
+
+# --- the catalog ---------------------------------------------------------------------------
+
+
+def test_catalog(metastore: Metastore) -> None:
+    a, b = _record("alpha"), _record("beta")
+    metastore.create_table(b)
+    metastore.create_table(a)
+    assert metastore.get_table("alpha") == a
+    assert [r.name for r in metastore.list_tables()] == ["alpha", "beta"]
+    with pytest.raises(TableExistsError):
+        metastore.create_table(_record("alpha"))
+    assert metastore.get_table("alpha") == a  # the failed create changed nothing
+    with pytest.raises(TableNotFoundError):
+        metastore.get_table("gamma")
+    assert metastore.drop_table("alpha") == a
+    with pytest.raises(TableNotFoundError):
+        metastore.drop_table("alpha")
+    assert [r.name for r in metastore.list_tables()] == ["beta"]
+    again = _record("alpha")
+    metastore.create_table(again)  # a dropped name can be reused; its log starts empty
+    assert metastore.get_table("alpha") == again and metastore.last_seq(again.id) == 0
+
+
+# --- the log -------------------------------------------------------------------------------
+
+
+def test_append_is_compare_and_swap(metastore: Metastore) -> None:
+    rec = _record("t")
+    metastore.create_table(rec)
+    assert metastore.last_seq(rec.id) == 0 and metastore.read_log(rec.id) == []
+    e1 = metastore.append(rec.id, 0, '{"n": 1}')
+    assert (e1.seq, e1.entry) == (1, '{"n": 1}')
+    for stale in (0, 2, 7):  # behind, and ahead of, the log
+        with pytest.raises(CommitConflictError):
+            metastore.append(rec.id, stale, '{"n": "lost"}')
+    e2 = metastore.append(rec.id, 1, '{"n": 2}')
+    e3 = metastore.append(rec.id, 2, '{"n": 3}')
+    assert e1.time < e2.time < e3.time
+    assert metastore.last_seq(rec.id) == 3
+    assert metastore.read_log(rec.id) == [e1, e2, e3]
+    assert metastore.read_log(rec.id, 1) == [e2, e3]
+    assert metastore.read_log(rec.id, 0, 2) == [e1, e2]
+    assert metastore.read_log(rec.id, 3) == []
+    assert metastore.seq_at_time(rec.id, e1.time - 1) == 0
+    assert metastore.seq_at_time(rec.id, e1.time) == 1
+    assert metastore.seq_at_time(rec.id, e3.time - 1) == 2
+    assert metastore.seq_at_time(rec.id, e3.time + 10**9) == 3
+
+
+def test_logs_are_per_table(metastore: Metastore) -> None:
+    a, b = _record("a"), _record("b")
+    metastore.create_table(a)
+    metastore.create_table(b)
+    metastore.append(a.id, 0, "{}")
+    metastore.append(a.id, 1, "{}")
+    assert metastore.last_seq(b.id) == 0
+    assert metastore.append(b.id, 0, '{"b": 1}').seq == 1
+    metastore.drop_table("a")
+    assert metastore.read_log(b.id)[0].entry == '{"b": 1}'
+
+
+def test_snapshots(metastore: Metastore) -> None:
+    rec = _record("t")
+    metastore.create_table(rec)
+    assert metastore.latest_snapshot(rec.id) is None
+    metastore.add_snapshot(rec.id, 3, f"{rec.id}/meta/3-a.json")
+    metastore.add_snapshot(rec.id, 7, f"{rec.id}/meta/7-b.json")
+    metastore.add_snapshot(rec.id, 7, f"{rec.id}/meta/7-other.json")  # the first registration stays
+    assert metastore.latest_snapshot(rec.id) == (7, f"{rec.id}/meta/7-b.json")
+    assert metastore.latest_snapshot(rec.id, 6) == (3, f"{rec.id}/meta/3-a.json")
+    assert metastore.latest_snapshot(rec.id, 2) is None
+    assert metastore.check() == []
+
+
+def test_concurrent_appends_lose_nothing(metastore: Metastore) -> None:
+    """Threads racing with retry: every entry lands exactly once, in a gapless log."""
+    rec = _record("t")
+    metastore.create_table(rec)
+
+    def writer(w: int) -> None:
+        for i in range(6):
+            while True:
+                try:
+                    metastore.append(rec.id, metastore.last_seq(rec.id), f'{{"w": {w}, "i": {i}}}')
+                    break
+                except CommitConflictError:
+                    continue
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log = metastore.read_log(rec.id)
+    assert [e.seq for e in log] == list(range(1, 25))
+    assert sorted(e.entry for e in log) == sorted(f'{{"w": {w}, "i": {i}}}' for w in range(4) for i in range(6))
+    assert all(a.time < b.time for a, b in itertools.pairwise(log))
+
+
+@settings(deadline=None, max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["append", "stale", "snap", "read"]), st.integers(0, 5)), max_size=15))
+def test_model(metastore: Metastore, ops: list[tuple[str, int]]) -> None:
+    """Random appends (fresh and stale), snapshots and reads agree with a list model."""
+    rec = _record(f"m{uuid.uuid4().hex[:6]}")
+    metastore.create_table(rec)
+    log: list[str] = []
+    snaps: dict[int, str] = {}
+    for op, n in ops:
+        if op == "append":
+            assert metastore.append(rec.id, len(log), f'"{len(log)}"').seq == len(log) + 1
+            log.append(f'"{len(log)}"')
+        elif op == "stale" and len(log) != n:
+            with pytest.raises(CommitConflictError):
+                metastore.append(rec.id, n, '"stale"')
+        elif op == "snap" and log:
+            seq = min(n, len(log))
+            metastore.add_snapshot(rec.id, seq, f"{rec.id}/meta/{seq}-{len(snaps)}.json")
+            snaps.setdefault(seq, f"{rec.id}/meta/{seq}-{len(snaps)}.json")
+        elif op == "read":
+            assert [e.entry for e in metastore.read_log(rec.id, min(n, len(log)))] == log[min(n, len(log)) :]
+            assert metastore.last_seq(rec.id) == len(log)
+            best = max((s for s in snaps if s <= n), default=None)
+            assert metastore.latest_snapshot(rec.id, n) == (None if best is None else (best, snaps[best]))
+
+
+# --- whole stack ---------------------------------------------------------------------------
+
+
+def test_tables_round_trip(warehouse: Warehouse) -> None:
+    cat = warehouse.connect()
+    t = cat.create_table("audio", [("id", pa.uint64())])
+    t.write([{"id": i, "x": float(i), "blob": bytes([i]) * 1000} for i in range(50)])
+    t.write([{"id": 3, "x": -1.0}])
+    t.delete([4])
+    first = t.history()[0]
+    again = warehouse.connect().table("audio")
+    got = again.scan("x", where=again["x"] < 3).to_arrow()
+    assert got.column("id").to_pylist() == [0, 1, 2, 3] and got.column("x").to_pylist() == [0, 1, 2, -1]
+    assert again.scan("blob", keys=[7]).to_arrow().column("blob").to_pylist() == [bytes([7]) * 1000]
+    assert again.scan(asof=first.time).to_arrow().num_rows == 50
+    report = again.check()
+    assert report.ok and report.entries_checked == 3, str(report)
+    cat.drop_table("audio")
+    assert warehouse.connect().list_tables() == []
+    assert list(cat.warehouse.storage.list(t.id)) == []
+
+
+def _writer_process(warehouse: Warehouse, w: int, commits: int) -> None:
+    t = warehouse.connect().table("t")
+    for i in range(commits):
+        t.write([{"id": w * 1000 + i, "w": w}])
+
+
+def test_writer_processes_lose_nothing(warehouse: Warehouse) -> None:
+    """N writer processes × M commits each through `connect()`: all N·M commits are in the log
+    and every key is read back."""
+    if warehouse.kind not in CROSS_PROCESS:
+        pytest.skip("in-process store")
+    n, m = 3, 4
+    warehouse.connect().create_table("t", [("id", pa.int64())], pa.schema([("w", pa.int64())]))
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer_process, args=(warehouse, w, m)) for w in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    t = warehouse.connect().table("t")
+    assert len(t.history()) == n * m
+    assert sorted(t.scan().to_arrow().column("id").to_pylist()) == sorted(
+        w * 1000 + i for w in range(n) for i in range(m)
+    )
+
+
+class _IgnoresConditions(LocalStorage):
+    """A store whose put-if-absent silently overwrites, as some S3-compatible servers do."""
+
+    def create(self, path: str, data: bytes | bytearray | memoryview) -> bool:
+        self.write(path, data)
+        return True
+
+
+def test_store_without_conditional_writes_is_refused(tmp_path: Path) -> None:
+    storage = _IgnoresConditions(tmp_path)
+    with pytest.raises(ConditionalWriteUnsupportedError, match="ignores conditional writes"):
+        conch.connect(tmp_path, metastore=ObjectStoreMetastore(storage))
+    assert [f.path for f in storage.list()] == []  # the probe left nothing behind
+
+
+def test_unsafe_table_names_are_refused(tmp_path: Path) -> None:
+    ms = ObjectStoreMetastore(LocalStorage(tmp_path))
+    for bad in ("../x", "a/b", "", ".hidden", "x" * 200):
+        with pytest.raises(InvalidNameError):
+            ms.get_table(bad)
+        with pytest.raises(InvalidNameError):
+            ms.read_log(bad)
