@@ -372,7 +372,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every row count (1 = issue 5 sizes)")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,loaders,b", help="workloads to run, e.g. 4,5,loaders (b: backends)")
+    ap.add_argument(
+        "--only", default="1,2,3,4,5,6,7,loaders,b", help="workloads to run, e.g. 4,5,loaders (b: backends)"
+    )
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench"), help="scratch directory for data")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
