@@ -43,7 +43,8 @@ import pyarrow as pa
 from conch._deps import optional_import
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
 from conch.keys import KeyRange
-from conch.loaders.source import ScanSpec, narrowest_column, pinned_time, resolve_table
+from conch.loaders.columns import narrowest_column
+from conch.loaders.source import ScanSpec, pinned_time, resolve_table
 from conch.scan import Scan
 from conch.table import Table
 

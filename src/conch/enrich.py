@@ -51,8 +51,11 @@ import pyarrow.compute as pc
 from conch.errors import EnrichError
 from conch.expr import Expr
 from conch.keys import KeySet, encode_keys
-from conch.loaders.source import narrowest_column, open_table
-from conch.table import Table
+from conch.loaders.columns import narrowest_column
+from conch.metastore.registry import open_warehouse
+from conch.scan import Scan
+from conch.tablelog import TableLog
+from conch.warehouse import Warehouse
 from conch.write import StagedWrite, stage_write
 
 Fn = Callable[[pa.RecordBatch], Any]
@@ -99,7 +102,7 @@ class RangeJob:
 
 
 def enrich(
-    table: Table,
+    table: Any,
     fn: Fn,
     inputs: Sequence[str],
     into: str,
@@ -196,7 +199,7 @@ def _runs(history: Sequence[Any], sig: str) -> dict[str, dict[str, Any]]:
 
 
 def _work_keys(
-    table: Table,
+    table: Any,
     probe: Any,
     level: str,
     where: Expr | None,
@@ -243,20 +246,35 @@ def _work_keys(
 # ----- computing a range ----------------------------------------------------------------------
 def compute_range(job: RangeJob) -> tuple[int, int]:
     """Compute and commit one key range (in any process); returns (commit seq, rows written)."""
-    table = open_table(job.warehouse, job.table)
+    log = _open_log(job.warehouse, job.table)
     enc = encode_keys(job.keys.columns)
-    scan = table.scan(*job.inputs, where=job.where, keys=KeySet(enc), asof=job.pin, level=job.level or None)
+    scan = Scan(log, job.inputs, where=job.where, keys=KeySet(enc), asof=job.pin, level=job.level or None)
     outputs = [out for batch in _batches(scan.to_record_batches(), job.batch_rows) for out in [apply_fn(job, batch)]]
     rows = sum(o.num_rows for o in outputs)
-    log = table.log
     with log.staging():
-        state = table.state()
+        state = log.state()
         if rows:
             data = pa.concat_tables(outputs)
             staged = stage_write(log.files, state, data, job.level, log.warehouse.write_options, evolve=True)
         else:  # nothing to write (keys deleted meanwhile): the commit still marks the range done
             staged = StagedWrite(state.schema, state.schema, [], base_seq=state.seq)
     return log.commit(staged.transaction("enrich", job.summary)).seq, rows
+
+
+_logs: dict[tuple[int, str, str], TableLog] = {}
+
+
+def _open_log(uri: str, name: str) -> TableLog:
+    """The table's log, opened once per process from the warehouse URI (`open_warehouse`, as
+    `conch.connect` does) because this module sits below the `Table` facade, whose `enrich`
+    method delegates here."""
+    key = (os.getpid(), uri, name)
+    log = _logs.get(key)
+    if log is None:
+        storage, metastore = open_warehouse(uri, create=False)
+        wh = Warehouse(storage, metastore)
+        log = _logs[key] = TableLog(wh, metastore.get_table(name))
+    return log
 
 
 def _batches(reader: pa.RecordBatchReader, rows: int) -> Iterator[pa.RecordBatch]:

@@ -27,8 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from conch._deps import optional_import
+from conch.loaders.columns import narrowest_column
 from conch.loaders.polars_expr import PolarsTranslator, Pushdown
-from conch.loaders.source import ScanSpec, narrowest_column, pinned_time, resolve_table
+from conch.loaders.source import ScanSpec, pinned_time, resolve_table
 from conch.scan import Scan
 from conch.table import Table
 

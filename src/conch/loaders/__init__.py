@@ -1,5 +1,3 @@
-"""Feeding engines and models: picklable pinned scans, Polars predicate pushdown, data loaders."""
-
-from conch.loaders.source import ScanSpec, open_table, resolve_table
-
-__all__ = ["ScanSpec", "open_table", "resolve_table"]
+"""Feeding engines and models: picklable pinned scans (`loaders.source`), Polars predicate
+translation, PyTorch datasets. Imports nothing, so that `conch.enrich` (below the `Table`
+facade) can use `loaders.columns` without pulling in the catalog."""

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-
-import pyarrow as pa
 
 from conch.catalog import Catalog, connect
 from conch.errors import ConchError
@@ -28,7 +25,6 @@ from conch.keys import EncodedRange, KeyPredicate
 from conch.scan import Scan
 from conch.scan.plan import to_time
 from conch.scan.splits import Split
-from conch.schema import Column
 from conch.table import Table
 
 _lock = threading.Lock()
@@ -74,21 +70,6 @@ def pinned_time(table: Table, asof: Any = None) -> int:
     """`asof` as µs, or the table's newest commit time now: the version a whole run reads."""
     t = to_time(asof, "asof")
     return t if t is not None else table.state().time
-
-
-def narrowest_column(columns: Sequence[Column]) -> str:
-    """The path of the cheapest column to read when only keys are wanted (a scan reads some
-    column): fixed width before variable width, then by path."""
-    if not columns:
-        raise ConchError("the level has no columns to scan")
-    return min(columns, key=lambda c: (_width(c.type), c.path)).path
-
-
-def _width(t: pa.DataType) -> int:
-    try:
-        return int(t.bit_width)
-    except ValueError:
-        return 1 << 20  # variable width: strings, blobs, lists
 
 
 @dataclass(frozen=True)

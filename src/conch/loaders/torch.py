@@ -56,7 +56,8 @@ import pyarrow.compute as pc
 from conch._deps import optional_import
 from conch.errors import ConchError
 from conch.keys import KeySet, encode_keys
-from conch.loaders.source import ScanSpec, narrowest_column, open_split
+from conch.loaders.columns import narrowest_column
+from conch.loaders.source import ScanSpec, open_split
 from conch.scan import Scan
 from conch.scan.splits import Split
 
