@@ -372,7 +372,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every row count (1 = issue 5 sizes)")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,b", help="workloads to run, e.g. 4,5 (b: backends)")
+    ap.add_argument(
+        "--only", default="1,2,3,4,5,6,7,loaders,b", help="workloads to run, e.g. 4,5,loaders (b: backends)"
+    )
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench"), help="scratch directory for data")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -387,6 +389,10 @@ def main() -> None:
         if wl in only:
             fn(args.work, args.scale, args.reps, rec)
             shutil.rmtree(args.work / f"w{wl}", ignore_errors=True)
+    if "loaders" in only:  # data loaders, Polars/DuckDB pushdown: bench/results/loaders.json
+        from bench import loaders
+
+        loaders.run(args.work / "loaders", args.scale, args.reps, args.out)
     if "b" in only:  # backends: metastores' commits, local vs S3 scans (bench/backends.py)
         from bench import backends
 
@@ -394,6 +400,8 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "backends.json").write_text(json.dumps(doc_b, indent=1))
     total = time.perf_counter() - t0
+    if not rec.rows:  # only the loader benchmarks ran: keep scan.json as it is
+        return
     print()
     print(table(rec.rows))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -58,14 +58,15 @@ def test_ingest_files(spark: Any, tmp_path: Path, fmt: str) -> None:
 
 
 def test_enrich_adds_a_group_without_rewriting(spark: Any, tmp_path: Path) -> None:
-    from conch.pipelines.enrich import FEATURES_DDL, audio_features, enrich
+    from conch.pipelines.enrich import audio_features
 
     cat = conch.connect(tmp_path / "wh")
     t = cat.create_table("audio", [("id", pa.uint64())], pa.schema(list(AUDIO_SCHEMA)[1:]))
     t.write(pa.Table.from_batches(list(audio_batches(200, batch_rows=50))))
     before = {f.id: f for f in t.state().fragments.values()}
-    res = enrich(spark, str(tmp_path / "wh"), "audio", audio_features, ["audio.bytes", "audio_length"], FEATURES_DDL)
-    assert res.rows == 200
+    inputs = ["audio.bytes", "audio_length"]
+    res = t.enrich(audio_features, inputs=inputs, into="features", engine="spark", spark=spark)
+    assert res.rows_written == 200
     after = t.state().fragments
     assert before.items() <= after.items()  # every old fragment is still there, unchanged
     assert {f.group for k, f in after.items() if k not in before} == {"features"}
@@ -77,6 +78,11 @@ def test_enrich_adds_a_group_without_rewriting(spark: Any, tmp_path: Path) -> No
     bps = feats.column("features").combine_chunks().field("bytes_per_second").to_pylist()
     lengths = feats.column("audio_length").to_pylist()
     assert all(abs(b - s / n) < 1e-6 for b, s, n in zip(bps, sizes.to_pylist(), lengths, strict=True))
+    # incremental on Spark too: nothing changed, nothing written; one changed key, one row
+    assert not t.enrich(audio_features, inputs=inputs, into="features", engine="spark", spark=spark).wrote
+    t.write({"id": [7], "audio_length": [99.0]})
+    again = t.enrich(audio_features, inputs=inputs, into="features", engine="spark", spark=spark)
+    assert again.rows_written == 1 and again.keys == 1
 
 
 def test_demo_end_to_end(spark: Any, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ _EXTRAS = {
     "duckdb": "duckdb",
     "pyspark": "spark",
     "psycopg": "postgres",
+    "torch": "torch",
     "psycopg_pool": "postgres",
     "obstore": "s3",
     "httpx": "http",

@@ -372,26 +372,22 @@ def ingest(
 def enrich(
     table: Annotated[str, typer.Argument(help="Table to enrich")],
     fn: Annotated[
-        str, typer.Option(help="mapInArrow function as module:function")
+        str, typer.Option(help="enrichment function as module:function (batch -> new columns)")
     ] = "conch.pipelines.enrich:audio_features",
     columns: Annotated[str, typer.Option(help="Input columns, comma-separated")] = "audio.bytes,audio_length",
-    output: Annotated[str, typer.Option(help="Spark DDL of the new columns")] = "",
-    key: Annotated[str, typer.Option(help="Key columns, comma-separated")] = "id",
+    into: Annotated[str, typer.Option(help="Output column group")] = "features",
 ) -> None:
-    """Compute new columns with Spark (mapInArrow) and append them as a new column group."""
+    """Compute new columns with Spark (mapInArrow) and write them as a column group (incremental)."""
     import importlib
 
     import conch.spark
-    from conch.pipelines.enrich import FEATURES_DDL
-    from conch.pipelines.enrich import enrich as run_enrich
 
     module, _, name = fn.partition(":")
     func = getattr(importlib.import_module(module), name)
     spark = conch.spark.session("conch-enrich")
-    res = run_enrich(
-        spark, _state["warehouse"], table, func, columns.split(","), output or FEATURES_DDL, key.split(",")
-    )
-    console.print(f"enriched {res.rows} rows of {table!r}: commit {res.seq}")
+    t = conch.connect(_state["warehouse"]).table(table)
+    res = t.enrich(func, inputs=columns.split(","), into=into, engine="spark", spark=spark)
+    console.print(f"enriched {res.rows_written} rows of {table!r}: commits {res.commits}")
 
 
 @app.command()

@@ -119,3 +119,8 @@ class WarehouseError(ConchError, ValueError):
 
 class WarehouseNotFoundError(WarehouseError, LookupError):
     """No warehouse at that location (and `connect(..., create=False)` was asked not to make one)."""
+
+
+# ----- feeding models and engines (h7) ------------------------------------------------------------
+class EnrichError(ConchError, ValueError):
+    """An enrichment was given bad arguments, or its function returned something unusable."""

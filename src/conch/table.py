@@ -234,6 +234,13 @@ class Table:
             limit=limit,
         )
 
+    def enrich(self, fn: Any, inputs: Any, into: str, **options: Any) -> Any:
+        """Compute `fn(batch) -> new columns` over `inputs` and write them as group `into`,
+        incrementally and resumably; see `conch.enrich` for the options."""
+        from conch.enrich import enrich
+
+        return enrich(self, fn, inputs, into, **options)
+
     def to_arrow(self) -> pa.Table:
         """Every fresh record of the root level as one Arrow table."""
         return self.scan().to_arrow()

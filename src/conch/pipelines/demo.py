@@ -4,8 +4,9 @@
 2. generate the audio dataset locally as Parquet files (keys, `audio_length`, `silence_ratio`,
    `audio.bytes` of 2–30 KB of 16-bit PCM, `audio.meta`);
 3. ingest them with Spark: range-partitioned by `id`, one commit;
-4. enrich on Spark with `mapInArrow`: loudness and noisiness features from the audio bytes,
-   written as a new column group `features` without rewriting the existing groups;
+4. enrich on Spark (`Table.enrich(..., engine="spark")`, `mapInArrow`): loudness and noisiness
+   features from the audio bytes, written as a new column group `features` without rewriting the
+   existing groups;
 5. the typical scan, `scan(audio.bytes, where=silence_ratio < 0.1)`, in plain Python and on
    Spark (the `where` option: filtered by Conch), with equal results;
 6. the manifests; 7. time travel to before the enrichment, in Python and on Spark.
@@ -88,7 +89,7 @@ def run(
     """Run the whole pipeline; returns the numbers it printed (tests check them). A session
     passed in is used and left running; otherwise one is started and stopped."""
     import conch.spark
-    from conch.pipelines.enrich import FEATURES_DDL, audio_features, enrich
+    from conch.pipelines.enrich import audio_features
     from conch.pipelines.ingest import ingest
 
     console = console or Console()
@@ -122,15 +123,17 @@ def run(
     with step(console, "Enrich on Spark (mapInArrow): new column group `features`", timings) as s:
         before = _group_files(t)
         with spark_progress(spark, console, "enrich"):
-            enr = enrich(spark, warehouse, "audio", audio_features, ["audio.bytes", "audio_length"], FEATURES_DDL)
+            enr = t.enrich(
+                audio_features, inputs=["audio.bytes", "audio_length"], into="features", engine="spark", spark=spark
+            )
         after = _group_files(t)
         untouched = all(before[g] <= after.get(g, set()) for g in before)
         new_groups = sorted(set(after) - set(before))
         s["what"] = (
-            f"{enr.rows} rows, commit {enr.seq}; new group(s) {new_groups}; "
+            f"{enr.rows_written} rows, commit {enr.commits[0]}; new group(s) {new_groups}; "
             f"existing groups' {sum(len(v) for v in before.values())} fragments untouched: {untouched}"
         )
-        results["enriched"], results["untouched"] = enr.rows, untouched
+        results["enriched"], results["untouched"] = enr.rows_written, untouched
 
     with step(console, "The typical scan: audio.bytes where silence_ratio < 0.1", timings) as s:
         scan = cat.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.1)

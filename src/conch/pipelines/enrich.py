@@ -1,22 +1,27 @@
-"""Enrich: compute new columns from existing ones on Spark and write them as a new column group.
+"""The Spark engine of `Table.enrich` (`engine="spark"`), and the demo's audio features.
 
-Reads only the input columns a function needs (`columns` option: the audio blobs, say), runs it
-with `mapInArrow` over Arrow record batches, and writes the key columns plus the new group with
-`mergeSchema`. Conch writes only the columns a write includes, so the existing groups' files
-are not touched: the enrichment costs the bytes of the new group, not a table rewrite.
+`Table.enrich(fn, inputs, into, engine="spark", spark=session)` plans its run in the driver
+(`conch.enrich`: pinned version, the keys to compute) and hands the key ranges here. One Spark job
+reads the inputs through the `conch` source (`columns` = the inputs only, `asof` = the run's pin,
+a semi-join with the run's keys when it is incremental), runs `fn` with `mapInArrow` over Arrow
+record batches, and writes the key columns plus the new group with `mergeSchema`. Conch writes
+only the columns a write includes, so the existing groups' files are not touched: the
+enrichment costs the bytes of the new group, not a table rewrite.
 
->>> enrich(spark, "warehouse", "audio", audio_features, ["audio.bytes", "audio_length"], FEATURES)  # doctest: +SKIP
+>>> t.enrich(audio_features, inputs=["audio.bytes", "audio_length"], into="features", engine="spark", spark=spark)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from conch.enrich import RangeJob, apply_fn, register_engine
 
 FEATURES = pa.struct(
     [
@@ -26,77 +31,71 @@ FEATURES = pa.struct(
         ("bytes_per_second", pa.float64()),
     ]
 )
-FEATURES_DDL = "features struct<rms: double, peak: int, zero_crossing_rate: double, bytes_per_second: double>"
 
 
-@dataclass(frozen=True)
-class EnrichResult:
-    rows: int
-    seq: int
-    time: int
+def audio_features(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Enrichment fn: `audio.bytes`, `audio_length` → the FEATURES fields, one row per input row."""
+    audio = batch.column("audio")
+    blobs = audio.field("bytes")
+    lengths = batch.column("audio_length").to_numpy(zero_copy_only=False)
+    n = batch.num_rows
+    rms = np.full(n, np.nan)
+    peak = np.zeros(n, dtype=np.int32)
+    zcr = np.full(n, np.nan)
+    for i, b in enumerate(blobs.to_pylist()):
+        if not b:
+            continue
+        pcm = np.frombuffer(b[: len(b) // 2 * 2], dtype=np.int16).astype(np.float64)
+        if len(pcm) == 0:
+            continue
+        rms[i] = float(np.sqrt(np.mean(pcm * pcm)))
+        peak[i] = int(np.max(np.abs(pcm)))
+        zcr[i] = float(np.count_nonzero(np.diff(np.signbit(pcm)))) / len(pcm)
+    sizes = pc.binary_length(blobs).to_numpy(zero_copy_only=False).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bps = np.where(lengths > 0, sizes / lengths, np.nan)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(rms), pa.array(peak), pa.array(zcr), pa.array(bps)], schema=pa.schema(list(FEATURES))
+    )
 
 
-def audio_features(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function: `id`, `audio.bytes`, `audio_length` → `id`, `features` (FEATURES)."""
-    for batch in batches:
-        audio = batch.column("audio")
-        blobs = audio.field("bytes")
-        lengths = batch.column("audio_length").to_numpy(zero_copy_only=False)
-        n = batch.num_rows
-        rms = np.full(n, np.nan)
-        peak = np.zeros(n, dtype=np.int32)
-        zcr = np.full(n, np.nan)
-        for i, b in enumerate(blobs.to_pylist()):
-            if not b:
-                continue
-            pcm = np.frombuffer(b[: len(b) // 2 * 2], dtype=np.int16).astype(np.float64)
-            if len(pcm) == 0:
-                continue
-            rms[i] = float(np.sqrt(np.mean(pcm * pcm)))
-            peak[i] = int(np.max(np.abs(pcm)))
-            zcr[i] = float(np.count_nonzero(np.diff(np.signbit(pcm)))) / len(pcm)
-        sizes = pc.binary_length(blobs).to_numpy(zero_copy_only=False).astype(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            bps = np.where(lengths > 0, sizes / lengths, np.nan)
-        features = pa.StructArray.from_arrays(
-            [pa.array(rms), pa.array(peak), pa.array(zcr), pa.array(bps)], fields=list(FEATURES)
-        )
-        yield pa.RecordBatch.from_arrays([batch.column("id"), features], names=["id", "features"])
+def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> tuple[list[int], int]:
+    """Compute the run's key ranges in one Spark job and one commit; (commit seqs, rows written)."""
+    if not jobs:
+        return [], 0
+    if spark is None:
+        from conch.errors import EnrichError
 
-
-def enrich(
-    spark: Any,
-    warehouse: str,
-    table: str,
-    fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-    columns: Sequence[str],
-    output_ddl: str,
-    key: Sequence[str] = ("id",),
-    partitions: int | None = None,
-) -> EnrichResult:
-    """Run `fn` over `columns` of the table and append its output (keys + new columns) in one commit.
-
-    `output_ddl` is the Spark schema of `fn`'s output without the key columns, e.g. FEATURES_DDL.
-    """
-    import conch
+        raise EnrichError("engine='spark' needs spark=<a SparkSession> (conch.spark.session() makes one)")
+    import conch.spark  # noqa: F401 - registers the `conch` data source
+    from conch.spark.types import arrow_schema, spark_schema
     from conch.spark.writer import committed_rows
 
-    reader = spark.read.format("conch").option("warehouse", warehouse).option("table", table)
-    reader = reader.option("columns", ",".join(columns))
-    if partitions:
-        reader = reader.option("partitions", str(partitions))
+    keys = pa.concat_tables([j.keys for j in jobs])
+    job = replace(jobs[0], keys=keys.slice(0, 0))  # what executors need: fn, names; not the keys
+    reader = spark.read.format("conch").option("warehouse", job.warehouse).option("table", job.table)
+    reader = reader.option("columns", ",".join(job.inputs)).option("asof", str(job.pin))
+    if job.level:
+        reader = reader.option("level", job.level)
     df = reader.load()
-    key_ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields if f.name in key)
-    out = df.mapInArrow(fn, f"{key_ddl}, {output_ddl}")
-    (
-        out.write.format("conch")
-        .mode("append")
-        .option("warehouse", warehouse)
-        .option("table", table)
-        .option("mergeSchema", "true")
-        .save()
-    )
-    t = conch.connect(warehouse).table(table)
-    last = t.history()[-1]
-    rows = sum(committed_rows(t, last.seq).values())
-    return EnrichResult(rows=rows, seq=last.seq, time=last.time)
+    if not job.complete:  # an incremental run: only its keys
+        names = keys.column_names
+        wanted = spark.createDataFrame(keys.cast(arrow_schema(df.select(*names).schema)))
+        df = df.join(wanted, on=names, how="left_semi")
+    sample = df.limit(1).toArrow()
+    out_schema = apply_fn(
+        job, sample.to_batches()[0] if sample.num_rows else pa.RecordBatch.from_pylist([], sample.schema)
+    ).schema
+
+    def compute(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            yield from apply_fn(job, b).cast(out_schema).to_batches()
+
+    out = df.mapInArrow(compute, spark_schema(out_schema))
+    writer = out.write.format("conch").mode("append").option("warehouse", job.warehouse).option("table", job.table)
+    writer.option("mergeSchema", "true").save()
+    last = table.history()[-1]
+    return [last.seq], sum(committed_rows(table, last.seq).values())
+
+
+register_engine("spark", run_spark)

@@ -1,0 +1,241 @@
+"""`conch.torch`: sharded, shuffled, resumable, pinned datasets over Conch scans."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import conch
+
+torch = pytest.importorskip("torch")
+ct = pytest.importorskip("conch.torch")
+from torch.utils.data import DataLoader  # noqa: E402
+
+N = 240
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> conch.Table:
+    cat = conch.connect(tmp_path_factory.mktemp("wh"))
+    t = cat.create_table("t", [("id", pa.int64())])
+    t.write(
+        {
+            "id": list(range(N)),
+            "x": [float(i) for i in range(N)],
+            "v": pa.array([[i, -i] for i in range(N)], pa.list_(pa.float32(), 2)),
+            "blob": [bytes([i % 256]) * 64 for i in range(N)],
+        }
+    )
+    t.write({"id": list(range(0, N, 2)), "x": [-1.0] * (N // 2)})  # fresh cells from a second run
+    t.delete([7])
+    return t
+
+
+def _ids(loader: Any) -> list[int]:
+    out: list[int] = []
+    for b in loader:
+        out += b["id"].tolist()
+    return out
+
+
+def _rank_ids(table: conch.Table, world: int, workers: int, **kw: Any) -> list[list[int]]:
+    per_rank = []
+    for rank in range(world):
+        ds = ct.dataset(table.scan("x"), batch_size=16, splits=10, rank=rank, world_size=world, **kw)
+        per_rank.append(_ids(DataLoader(ds, batch_size=None, num_workers=workers)))
+    return per_rank
+
+
+EXPECTED = sorted(set(range(N)) - {7})
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+def test_every_row_exactly_once_per_epoch_for_world_sizes_1_to_4(table: conch.Table, workers: int) -> None:
+    for world in (1, 2, 3, 4):
+        for shuffle in (False, True):
+            per_rank = _rank_ids(table, world, workers, shuffle=shuffle, seed=3, shuffle_buffer=20)
+            flat = [i for ids in per_rank for i in ids]
+            assert sorted(flat) == EXPECTED, (world, workers, shuffle)
+            if world > 1:
+                assert sum(1 for ids in per_rank if ids) > 1  # the work is shared
+
+
+def test_same_seed_same_order_and_epochs_differ(table: conch.Table) -> None:
+    def order(seed: int, epoch: int) -> list[int]:
+        ds = ct.dataset(table.scan("x"), batch_size=8, shuffle=True, seed=seed, splits=6, shuffle_buffer=32)
+        ds.set_epoch(epoch)
+        return _ids(DataLoader(ds, batch_size=None, num_workers=2))
+
+    a = order(1, 0)
+    assert a == order(1, 0) and sorted(a) == EXPECTED
+    assert a != order(2, 0) and a != order(1, 1)
+    assert a != EXPECTED  # shuffled
+
+
+def test_persistent_workers_count_epochs(table: conch.Table) -> None:
+    ds = ct.dataset(table.scan("x"), batch_size=8, shuffle=True, seed=1, splits=6, shuffle_buffer=32)
+    loader = DataLoader(ds, batch_size=None, num_workers=1, persistent_workers=True)
+    first, second = _ids(loader), _ids(loader)
+    assert sorted(first) == sorted(second) == EXPECTED and first != second
+
+
+def test_fresh_values_tensors_blobs_and_decode(table: conch.Table) -> None:
+    ds = ct.dataset(table.scan(), batch_size=N, decode={"blob": lambda b: torch.tensor(list(b[:2]))})
+    (batch,) = list(ds)
+    ids = batch["id"].tolist()
+    assert batch["x"].dtype == torch.float64 and batch["v"].shape == (len(ids), 2)
+    assert batch["x"].tolist() == [-1.0 if i % 2 == 0 else float(i) for i in ids]  # the fresh cell
+    assert batch["v"][:, 1].tolist() == [-float(i) for i in ids]
+    assert batch["blob"].shape == (len(ids), 2) and batch["blob"][:, 0].tolist() == [i % 256 for i in ids]
+    arrow = list(ct.dataset(table.scan("x"), batch_size=50, format="arrow"))
+    assert all(isinstance(b, pa.RecordBatch) for b in arrow) and sum(b.num_rows for b in arrow) == len(EXPECTED)
+
+
+def test_samples_collate_in_a_plain_dataloader(table: conch.Table) -> None:
+    loader = DataLoader(ct.dataset(table.scan("x", "v")), batch_size=32, num_workers=2)
+    batches = list(loader)
+    assert batches[0]["v"].shape == (32, 2)
+    assert sorted(i for b in batches for i in b["id"].tolist()) == EXPECTED
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_mid_epoch_yields_exactly_the_remaining_rows(table: conch.Table, workers: int) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader() -> Any:
+        ds = ct.dataset(table.scan("x"), batch_size=8, shuffle=True, seed=5, splits=9, shuffle_buffer=24)
+        return StatefulDataLoader(ds, batch_size=None, num_workers=workers)
+
+    full = _ids(loader())
+    first = loader()
+    it = iter(first)
+    seen: list[int] = []
+    for _ in range(11):
+        seen += next(it)["id"].tolist()
+    state = first.state_dict()
+    del it
+    second = loader()
+    second.load_state_dict(state)
+    rest = _ids(second)
+    assert sorted(seen + rest) == EXPECTED and not set(seen) & set(rest)
+    assert seen + rest == full  # the same order as an uninterrupted epoch
+
+
+def test_resume_per_sample_in_process(table: conch.Table) -> None:
+    ds = ct.dataset(table.scan("x"), shuffle=True, seed=9, splits=5, shuffle_buffer=16)
+    it = iter(ds)
+    seen = [int(next(it)["id"]) for _ in range(37)]
+    state = ds.state_dict()
+    again = ct.dataset(table.scan("x", asof=state["asof"]), shuffle=True, seed=9, splits=5, shuffle_buffer=16)
+    again.load_state_dict(state)
+    rest = [int(s["id"]) for s in again]
+    assert sorted(seen + rest) == EXPECTED and len(seen + rest) == len(EXPECTED)
+
+
+def test_state_from_another_version_is_refused(table: conch.Table) -> None:
+    ds = ct.dataset(table.scan("x"), splits=4)
+    state = {**ds.state_dict(), "asof": 1}
+    with pytest.raises(conch.ConchError, match="another table version"):
+        ds.load_state_dict(state)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_safe_under_spawn_and_forkserver(table: conch.Table, method: str) -> None:
+    ds = ct.dataset(table.scan("x"), batch_size=16, shuffle=True, splits=6)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=method)
+    assert sorted(_ids(loader)) == EXPECTED
+
+
+WRITER = """
+import conch
+t = conch.connect({wh!r}).table("p")
+t.write({{"id": list(range(1000, 1100)), "x": [0.0] * 100}})
+t.delete([0, 1, 2])
+"""
+
+
+def test_an_epoch_is_pinned_while_another_process_commits(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    t = conch.connect(wh).create_table("p", [("id", pa.int64())])
+    t.write({"id": list(range(200)), "x": [1.0] * 200})
+    ds = ct.dataset(t.scan("x"), batch_size=10, splits=8)
+    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    it = iter(loader)
+    got = next(it)["id"].tolist()
+    subprocess.run([sys.executable, "-c", WRITER.format(wh=str(wh))], check=True)
+    got += [i for b in it for i in b["id"].tolist()]
+    assert sorted(got) == list(range(200))  # neither the new rows nor the deletes
+    assert sorted(_ids(loader)) == list(range(200))  # the next epoch too: the dataset is pinned
+    assert len(ct.dataset(t.scan("x")).spec.scan().to_arrow()) == 297  # a new dataset sees them
+
+
+RANK = """
+import json, conch, conch.torch as ct
+from torch.utils.data import DataLoader
+t = conch.connect({wh!r}).table("t")
+ds = ct.dataset(t.scan("x", asof={asof}), batch_size=16, shuffle=True, splits=10)
+print(json.dumps([i for b in DataLoader(ds, batch_size=None, num_workers=1) for i in b["id"].tolist()]))
+"""
+
+
+def test_ranks_from_the_environment_in_separate_processes(table: conch.Table) -> None:
+    import json
+
+    asof = table.state().time
+    script = RANK.format(wh=table.log.uri, asof=asof)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2"},
+        )
+        for r in range(2)
+    ]
+    outs = [json.loads(p.communicate()[0]) for p in procs]
+    assert all(outs) and sorted(outs[0] + outs[1]) == EXPECTED
+
+
+def test_map_dataset_random_access_by_key(table: conch.Table) -> None:
+    m = ct.map_dataset(table.scan("x", "v"))
+    assert len(m) == len(EXPECTED)
+    assert m[10]["id"].item() == 11 and m[10]["x"].item() == 11.0  # key 7 is deleted
+    items = m.__getitems__([3, 0, -1])
+    assert [int(s["id"]) for s in items] == [3, 0, N - 1]
+    loader = DataLoader(m, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0))
+    assert sorted(_ids(loader)) == EXPECTED
+    with pytest.raises(IndexError):
+        m[len(m)]
+
+
+def test_a_small_mlp_trains_end_to_end(tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(0)
+    pts = torch.rand((2000, 2), generator=gen) * 2 - 1
+    labels = ((pts[:, 0] * pts[:, 1]) > 0).long()  # XOR-like: needs the hidden layer
+    t = conch.connect(tmp_path / "wh").create_table("pts", [("id", pa.int64())])
+    t.write({"id": list(range(2000)), "p": pa.array(pts.tolist(), pa.list_(pa.float32(), 2)), "label": labels.tolist()})
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: thread start-up costs more than it saves on a busy machine
+    model = torch.nn.Sequential(torch.nn.Linear(2, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    ds = ct.dataset(t.scan("p", "label"), batch_size=64, shuffle=True, seed=0, splits=8)
+    loader = DataLoader(ds, batch_size=None, num_workers=1, persistent_workers=True)
+    try:
+        for epoch in range(10):
+            ds.set_epoch(epoch)
+            for batch in loader:
+                loss = torch.nn.functional.cross_entropy(model(batch["p"]), batch["label"])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        with torch.no_grad():
+            acc = (model(pts).argmax(1) == labels).float().mean().item()
+    finally:
+        torch.set_num_threads(threads)
+    assert acc > 0.9
