@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[dev,spark]"
 	bash .ci/install-postgres.sh
+	bash .ci/install-chromium.sh
 	touch $(STAMP)
 
 demo: $(STAMP)

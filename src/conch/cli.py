@@ -3,7 +3,7 @@
 conch --warehouse W tables | schema T | history T | manifests T | scan T ... | get T KEY | check T
 conch --warehouse W create T --key id:uint64 | write T FILES | ingest FILES -t T --key id
 conch --warehouse W delete T KEYS | delete T --where EXPR | drop T --yes | vacuum T | flush T
-conch --warehouse W ui            (the web inspector: the `ui` extra)
+conch --warehouse W ui            (the web inspector: the `server` extra)
 conch --warehouse W enrich T      (Spark pipelines: the `spark` extra; `ingest --spark` too)
 
 Every error is one line, `error: <what> <how to fix it>`, on stderr with exit code 2;
@@ -482,32 +482,6 @@ def ingest(
     console.print(f"ingested {res.rows} rows into {table!r} with {res.partitions} tasks: commit {res.seq}")
 
 
-def parse_key(text: str, fields: list[pa.Field]) -> tuple[Any, ...]:
-    """A key typed on the command line (`3`, `a,2024-01-01T00:00`) as values of the key types."""
-    parts = text.split(",") if len(fields) > 1 else [text]
-    if len(parts) != len(fields):
-        names = ",".join(f.name for f in fields)
-        raise InvalidArgumentError(
-            f"key {text!r} has {len(parts)} parts; this level's key is {names} (comma-separated)"
-        )
-    out: list[Any] = []
-    for part, f in zip(parts, fields, strict=True):
-        try:
-            if pa.types.is_integer(f.type):
-                out.append(int(part))
-            elif pa.types.is_floating(f.type):
-                out.append(float(part))
-            elif pa.types.is_timestamp(f.type):
-                out.append(datetime.fromisoformat(part))
-            elif pa.types.is_binary(f.type):
-                out.append(part.encode())
-            else:
-                out.append(part)
-        except ValueError:
-            raise InvalidArgumentError(f"key {part!r} is not a {f.type} (key column {f.name!r})") from None
-    return tuple(out)
-
-
 @app.command()
 def get(
     table: str,
@@ -605,7 +579,7 @@ def ui(
     host: Annotated[str, typer.Option(help="Address to bind (default: this machine only)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0: any free port)")] = 8765,
 ) -> None:
-    """Serve the read-only web inspector of the warehouse (the `ui` extra)."""
+    """Serve the read-only web inspector of the warehouse (the `server` extra)."""
     from conch.ui.serve import serve
 
     serve(_state["warehouse"], host, port, console)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from conch.errors import CommitConflictError, ExpressionError, InvalidArgumentError
-from conch.expr import Expr, columns
+from conch.expr import Expr, columns, mask
 from conch.progress import Progress
 from conch.txn import Commit
 from conch.write import stage_delete
@@ -34,16 +34,31 @@ def matching_keys(table: Table, where: Expr, level: str, seq_time: int, progress
     schema = table.state().schema
     key_names = schema.key_names(level)
     value_cols = [c for c in dict.fromkeys(columns(where)) if c not in key_names]
-    scan = table.scan(*value_cols, where=where, asof=seq_time or None, level=level or None)
+    # A filter on value columns only is the scan's (pushed down, pruned by statistics); one that
+    # names key columns too is evaluated here on each batch of fresh records (keys are exact).
+    on_keys = len(value_cols) < len(set(columns(where)))
+    scan = table.scan(*value_cols, where=None if on_keys else where, asof=seq_time or None, level=level or None)
     parts: list[pa.Table] = []
     with Progress("matching", progress=progress) as bar:
         for batch in scan:
-            parts.append(pa.Table.from_batches([batch]).select(key_names))
+            part = pa.Table.from_batches([batch])
+            if on_keys:
+                part = part.filter(pa.array(mask(where, lambda path, p=part: _column(p, path))))
+            parts.append(part.select(key_names))
             bar.advance(batch.num_rows, batch.nbytes)
     fields = schema.key_fields(level)
     if not parts:
         return pa.schema(fields).empty_table()
     return pa.concat_tables(parts)
+
+
+def _column(part: pa.Table, path: str) -> pa.Array:
+    """A column of a scan batch by its dotted path (groups are structs)."""
+    head, *rest = path.split(".")
+    col = part.column(head).combine_chunks()
+    for name in rest:
+        col = col.field(name)
+    return col
 
 
 def delete_where(

@@ -31,9 +31,8 @@ _TOKEN = re.compile(
     (?P<ws>\s+)
   | (?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?)
   | (?P<str>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.)*")
-  | (?P<quoted>`(?:[^`]|``)+`)
   | (?P<op><>|!=|==|<=|>=|=|<|>|\(|\)|\[|\]|,|&|\||~|-)
-  | (?P<name>[A-Za-z_$][A-Za-z0-9_$]*(?:\.(?:[A-Za-z_$][A-Za-z0-9_$]*|`(?:[^`]|``)+`))*)
+  | (?P<name>(?:[A-Za-z_$][A-Za-z0-9_$]*|`(?:[^`]|``)+`)(?:\.(?:[A-Za-z_$][A-Za-z0-9_$]*|`(?:[^`]|``)+`))*)
     """,
     re.VERBOSE,
 )
@@ -63,8 +62,6 @@ def _tokens(text: str) -> list[_Tok]:
             body = raw[1:-1]
             body = body.replace("''", "'") if raw[0] == "'" else body
             out.append(_Tok("str", raw, re.sub(r"\\(.)", r"\1", body), pos))
-        elif kind == "quoted":
-            out.append(_Tok("name", raw, raw[1:-1].replace("``", "`"), pos))
         elif kind == "name":
             if raw.lower() in _KEYWORDS:
                 out.append(_Tok("kw", raw, raw.lower(), pos))
