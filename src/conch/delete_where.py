@@ -13,6 +13,7 @@ a blind `Table.delete(keys)`, which never conflicts.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -43,7 +44,7 @@ def matching_keys(table: Table, where: Expr, level: str, seq_time: int, progress
         for batch in scan:
             part = pa.Table.from_batches([batch])
             if on_keys:
-                part = part.filter(pa.array(mask(where, lambda path, p=part: _column(p, path))))
+                part = part.filter(pa.array(mask(where, partial(_column, part))))
             parts.append(part.select(key_names))
             bar.advance(batch.num_rows, batch.nbytes)
     fields = schema.key_fields(level)

@@ -11,7 +11,6 @@ lists integers, floats, timestamps, strings and bytes), so a `date32` key column
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -199,8 +198,4 @@ def _cast_all(batches: Iterator[pa.RecordBatch], target: pa.Schema, path: Path) 
                 arrays.append(col if col.type == f.type else col.cast(f.type))
             yield pa.RecordBatch.from_arrays(arrays, schema=target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise SchemaError(f"cannot read {path} as {target}: {str(e).splitlines()[0]}; use --cast COL=TYPE") from e
-
-
-def size_of(paths: Sequence[Path]) -> int:
-    return sum(os.path.getsize(p) for p in paths)
+        raise SchemaError(f"cannot read {path}: {str(e).splitlines()[0]}; use --cast COL=TYPE") from e
