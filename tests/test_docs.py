@@ -12,7 +12,7 @@ import pytest
 import conch
 
 ROOT = Path(__file__).parents[1]
-DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 
 
 def python_blocks(path: Path) -> list[str]:
