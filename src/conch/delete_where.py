@@ -13,6 +13,7 @@ a blind `Table.delete(keys)`, which never conflicts.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 

@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from conch import maintenance
 from conch.check import CheckReport, check_table
-from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.delete_where import delete_where
+from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr import Col, Expr
 from conch.manifest import TableState
 from conch.nested.api import root_member
@@ -199,6 +199,8 @@ class Table:
 
         Deleting a key removes its whole subtree of child levels.
         """
+        if where is not None or keys is None:
+            return delete_where(self, keys, where, level)
         with self.log.staging():
             staged = stage_delete(self.log.files, self.state(), keys, level or "")
         n = staged.rows.get(level or "", 0)

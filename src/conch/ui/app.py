@@ -194,7 +194,7 @@ class Inspector:
                     (x for x in st.fragments.values() if x.level == lvl and x.group == g),
                     key=lambda x: (x.seq, x.start),
                 ):
-                    size = f"{human_bytes(fr.bytes)} ({human_bytes(fr.meta_bytes)})"
+                    size = f"{human_bytes(fr.bytes)} ({human_bytes(len(fr.stats))})"
                     rows.append(
                         (
                             fr.id,

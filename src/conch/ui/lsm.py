@@ -132,7 +132,7 @@ def level_svg(state: TableState, level: str) -> str:
             kind = "masked" if masked else "dense" if covered.get(k.id, 0) >= k.rows else "sparse"
             tip = (
                 f"fragment {f.id} ({kind})\nrows {f.start}..{f.start + f.rows} of key space {k.id}\n"
-                f"{human_bytes(f.bytes)} (metadata {human_bytes(f.meta_bytes)}), L{f.lsm}\n"
+                f"{human_bytes(f.bytes)} (metadata {human_bytes(len(f.stats))}), L{f.lsm}\n"
                 f"committed {_when(f.time)} (seq {f.seq})\ncompacted {_when(f.compacted_at)}"
             )
             parts.append(
