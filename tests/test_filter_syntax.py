@@ -1,4 +1,4 @@
-"""The SQL-like filter syntax (`conch.filter_syntax`, used by `conch.expr.parse`, the CLI's
+"""The SQL-like filter syntax (`conch.filter_syntax`, used by `conch.filter_syntax.parse`, the CLI's
 `--where` and the Spark `where` option): every form against a Python model of the same rows."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.expr import parse
-from conch.filter_syntax import like_range
+from conch.filter_syntax import like_range, parse
 
 ROWS: list[dict[str, Any]] = [
     {"id": 0, "x": 0.5, "name": "alpha", "n": 1, "g": {"odd name": 3}},

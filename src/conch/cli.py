@@ -27,7 +27,7 @@ from rich.table import Table as RichTable
 
 import conch
 from conch.errors import ConchError, InvalidArgumentError, InvalidKeyError
-from conch.expr import parse
+from conch.filter_syntax import parse
 from conch.key_text import parse_key
 from conch.keys import decode_key
 from conch.previews import describe

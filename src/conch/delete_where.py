@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -25,13 +25,10 @@ from conch.progress import Progress
 from conch.txn import Commit
 from conch.write import stage_delete
 
-if TYPE_CHECKING:
-    from conch.table import Table
-
 MAX_ATTEMPTS = 20
 
 
-def matching_keys(table: Table, where: Expr, level: str, seq_time: int, progress: bool | None = None) -> pa.Table:
+def matching_keys(table: Any, where: Expr, level: str, seq_time: int, progress: bool | None = None) -> pa.Table:
     """The key columns of every fresh record of `level` that matches `where`, as of `seq_time`."""
     schema = table.state().schema
     key_names = schema.key_names(level)
@@ -63,9 +60,7 @@ def _column(part: pa.Table, path: str) -> pa.Array:
     return col
 
 
-def delete_where(
-    table: Table, keys: Any, where: Expr | None, level: str | None, progress: bool | None = None
-) -> Commit:
+def delete_where(table: Any, keys: Any, where: Expr | None, level: str | None, progress: bool | None = None) -> Commit:
     """Tombstone the keys of `level` whose fresh records match `where`, in one commit."""
     if keys is not None and where is not None:
         raise InvalidArgumentError("delete takes keys or where=, not both: use `where=` alone, or list the keys")
@@ -74,7 +69,7 @@ def delete_where(
     if not isinstance(where, Expr):
         raise ExpressionError(
             f"where= takes a Conch expression such as t['x'] < 1, got {type(where).__name__}; "
-            "parse text with conch.expr.parse"
+            "parse text with conch.filter_syntax.parse"
         )
     lvl = level or ""
     for _ in range(MAX_ATTEMPTS):

@@ -346,11 +346,3 @@ def rename(e: Expr, f: Callable[[str], str]) -> Expr:
     if isinstance(e, IsIn):
         return IsIn(rename(e.operand, f), e.values)
     return e
-
-
-def parse(text: str) -> Expr:
-    """Parse a filter string (CLI `--where`, the Spark `where` option): SQL-like, e.g.
-    `silence_ratio < 0.1 and name like 'a%'`. The grammar is in `conch.filter_syntax`."""
-    from conch.filter_syntax import parse_filter  # the parser builds this module's nodes
-
-    return parse_filter(text)

@@ -1,4 +1,4 @@
-"""The text syntax of filters: the CLI's `--where`, the Spark `where` option, `conch.expr.parse`.
+"""The text syntax of filters: the CLI's `--where`, the Spark `where` option, the inspector.
 
 SQL-like, and a superset of the Python-like syntax Conch accepted first:
 
@@ -259,10 +259,10 @@ def _next_prefix(prefix: str) -> str | None:
     return None
 
 
-def parse_filter(text: str) -> Expr:
+def parse(text: str) -> Expr:
     """Parse a filter (the syntax in this module's docstring) into a Conch expression.
 
-    >>> parse_filter("x between 1 and 5 and name like 'ab%'")
+    >>> parse("x between 1 and 5 and name like 'ab%'")
     (((x >= 1) & (x <= 5)) & ((name >= 'ab') & (name < 'ac')))
     """
     return _Parser(text).parse()

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import conch
 from conch._deps import optional_import
 from conch.errors import ConchError, TableNotFoundError
-from conch.expr import parse
+from conch.filter_syntax import parse
 from conch.key_text import key_text, parse_key
 from conch.keys import KeyPrefix, decode_key, encode_key
 from conch.manifest import TableState
