@@ -4,13 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[dev,spark]"
 	bash .ci/install-postgres.sh
+	bash .ci/install-chromium.sh
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -32,5 +33,8 @@ bench: $(STAMP)
 	$(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python -m bench
 
+docs: $(STAMP)
+	$(BIN)/pdoc -o docs/api conch conch.filter_syntax conch.delete_where conch.progress conch.previews conch.ui
+
 clean:
-	rm -rf $(VENV) demo-warehouse .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) docs/api demo-warehouse .pytest_cache .mypy_cache .ruff_cache

@@ -168,7 +168,7 @@ def test_expression_misuse_and_filter_syntax_errors(table: conch.Table) -> None:
         table.scan(where=(table["score"] > 0.1) and (table["score"] < 0.9))
     with pytest.raises(conch.ExpressionError, match="where= takes a Conch expression"):
         table.scan(where="score > 1")
-    from conch.expr import parse
+    from conch.filter_syntax import parse
 
     with pytest.raises(conch.FilterSyntaxError, match="cannot parse filter"):
         parse("score >")
@@ -349,7 +349,7 @@ def test_comparisons_type_check_the_literal(table: conch.Table) -> None:
     with pytest.raises(conch.ExpressionError, match=r"'name'.*\(name > 1\)"):
         _ = 1 < table["name"]  # noqa: SIM300 (reflected: still the string column)
     # unbound columns (CLI --where, Spark) are checked when the scan is planned
-    from conch.expr import parse
+    from conch.filter_syntax import parse
 
     with pytest.raises(conch.ExpressionError, match="'score'"):
         table.scan(where=parse("score > 'abc'"))

@@ -64,9 +64,9 @@ def test_scan_table_and_files(warehouse: str, tmp_path: Path) -> None:
 
 def test_errors_are_readable_and_exit_nonzero(warehouse: str) -> None:
     res = cli(warehouse, "scan", "nope")
-    assert res.returncode == 2 and "no table 'nope'" in res.stdout
+    assert res.returncode == 2 and "no table 'nope'" in res.stderr
     res = cli(warehouse, "scan", "audio", "--where", "silence_ratio <")
-    assert res.returncode == 2 and "cannot parse filter" in res.stdout
+    assert res.returncode == 2 and "cannot parse filter" in res.stderr
 
 
 def test_vacuum_and_flush(warehouse: str) -> None:
@@ -77,4 +77,139 @@ def test_vacuum_and_flush(warehouse: str) -> None:
 def test_negative_limit_is_a_usage_error(warehouse: str) -> None:
     out = cli(warehouse, "scan", "audio", "--limit", "-5")
     assert out.returncode == 2 and "--limit" in out.stderr and "greater than or equal to 0" in out.stderr
+    assert out.stderr.startswith("error:") and len(out.stderr.strip().splitlines()) == 1
     assert cli(warehouse, "scan", "audio", "--limit", "0").returncode == 0
+
+
+# ----- issue 14: a complete CLI ------------------------------------------------------------------
+DATA = Path(__file__).parent / "data"
+
+
+def test_ingest_msft_csv_as_a_new_user_would(tmp_path: Path) -> None:
+    """The CSV that failed with tracebacks: `Adj. Close*` (a dot) and a date key."""
+    w = str(tmp_path / "w")
+    res = cli(w, "ingest", str(DATA / "msft.csv"), "--table", "msft", "--key", "Date")
+    assert res.returncode == 0, res.stderr
+    assert "wrote 60 rows" in res.stdout
+    assert (
+        "renamed column 'Adj. Close*' to 'adj_close'" in res.stderr and "--rename 'Adj. Close*=adj_close'" in res.stderr
+    )
+    assert "stored as timestamp[us]" in res.stderr
+    t = conch.connect(w).table("msft")
+    assert t.key_schema.field("Date").type == pa.timestamp("us") and t.scan().count() == 60
+    assert "adj_close" in t.schema.columns
+    got = cli(w, "get", "msft", "2003-03-26")
+    assert got.returncode == 0 and "26.38" in got.stdout and "78640415" in got.stdout
+    # renames and casts chosen by the user; the same file again is an upsert of the same keys
+    res = cli(
+        w, "write", "msft", str(DATA / "msft.csv"), "--rename", "Adj. Close*=adj_close", "--cast", "Volume=float64"
+    )
+    assert res.returncode == 0, res.stderr
+    assert t.scan().count() == 60 and len(t.history()) == 2
+
+
+def test_create_write_get_delete_drop(tmp_path: Path) -> None:
+    w = str(tmp_path / "w")
+    assert "created t (id: u64" in cli(w, "create", "t", "--key", "id:uint64").stdout
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": i, "x": i * 1.5, "name": f"n{i}"}) + "\n" for i in range(10)))
+    assert cli(w, "write", "t", str(rows)).returncode == 0
+    pq.write_table(pa.table({"id": pa.array([10, 11], pa.uint64()), "x": [0.0, 99.0]}), tmp_path / "more.parquet")
+    assert "wrote 2 rows" in cli(w, "write", "t", str(tmp_path / "more.parquet")).stdout
+    assert "would delete 5 keys" in cli(w, "delete", "t", "--where", "x between 3 and 9", "--dry-run").stdout
+    res = cli(w, "delete", "t", "--where", "x between 3 and 9 or name like 'n9%'")
+    assert res.returncode == 0 and "deleted 6 keys" in res.stdout, res.stderr
+    assert "deleted 2 keys" in cli(w, "delete", "t", "0", "11").stdout
+    t = conch.connect(w).table("t")
+    assert sorted(r["id"] for r in t.scan().to_pylist()) == [1, 7, 8, 10]
+    miss = cli(w, "get", "t", "0", "7")
+    assert miss.returncode == 1 and "0: no such key" in miss.stdout and "n7" in miss.stdout
+    no = cli(w, "drop", "t")
+    assert no.returncode == 2 and "pass --yes" in no.stderr
+    assert cli(w, "drop", "t", "--yes").returncode == 0 and conch.connect(w).list_tables() == []
+
+
+def test_every_error_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    w = str(tmp_path / "w")
+    cli(w, "create", "t", "--key", "id:uint64")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,x,name\n1,2,abc\n")
+    cases = [
+        (("create", "u", "--key", "id"), "needs a type"),
+        (("create", "u", "--key", "id:complex"), "unknown type 'complex'"),
+        (("write", "nope", str(bad)), "pass --key COLUMN"),
+        (("write", "t", str(tmp_path / "missing.csv")), "no such file"),
+        (("write", "t", str(bad), "--rename", "zz=y"), "matches no column"),
+        (("write", "t", str(bad), "--cast", "name=int64"), "use --cast COL=TYPE"),
+        (("ingest", str(bad), "-t", "t", "--key", "id", "--partitions", "2"), "add --spark"),
+        (("delete", "t"), "one of them"),
+        (("delete", "t", "--where", "x >"), "cannot parse filter"),
+        (("get", "t", "abc"), "is not a uint64"),
+        (("scan", "t", "--format", "xml"), "unknown format"),
+        (("scan", "t", "--format", "parquet"), "needs --output"),
+        (("frobnicate",), "No such command"),
+    ]
+    for args, message in cases:
+        res = cli(w, *args)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), (args, res.stderr)
+        assert message in lines[0], (args, lines[0])
+        assert "Traceback" not in res.stdout + res.stderr
+    debug = cli(w, "--debug", "get", "t", "abc")
+    assert "Traceback" in debug.stderr and "InvalidArgumentError" in debug.stderr
+
+
+def test_manifests_fit_the_terminal_and_blobs_are_previewed(tmp_path: Path) -> None:
+    import io
+    import wave
+
+    w = str(tmp_path / "w")
+    t = conch.connect(w).create_table("m", [("id", pa.uint64())])
+    png = (
+        b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + (64).to_bytes(4, "big") + (48).to_bytes(4, "big") + b"\x08" * 40
+    )
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(16000)
+        wav.writeframes(b"\x00\x00" * 24000)
+    t.write([{"id": 1, "img": png, "audio": buf.getvalue(), "blob": b"\x01" * 19834}])
+    t.delete([7])
+    for width in ("80", "100", "200"):
+        res = subprocess.run(
+            [sys.executable, "-m", "conch.cli", "--warehouse", w, "manifests", "m"],
+            capture_output=True, text=True, timeout=120, env={"COLUMNS": width, "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        assert res.returncode == 0 and "Key Space manifest" in res.stdout
+        assert max(len(line) for line in res.stdout.splitlines()) <= int(width)
+        assert "1..1" in res.stdout.replace(" ", "").replace("\n", "") or "1..1" in res.stdout
+    out = cli(w, "scan", "m").stdout
+    assert "PNG 64×48" in out and "WAV 1.50s 16000Hz mono" in out and "binary 19.8KB" in out
+    assert "bytes>" not in out
+
+
+def test_ui_command_serves_the_inspector(tmp_path: Path) -> None:
+    import socket
+    import time
+    import urllib.request
+
+    w = str(tmp_path / "w")
+    conch.connect(w).create_table("t", [("id", pa.uint64())]).write([{"id": 1, "x": 2.0}])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "--warehouse", w, "ui", "--port", str(port)])
+    try:
+        for _ in range(300):
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/t/t", timeout=2).read().decode()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert "LSM tree" in page and "<svg" in page
+        css = urllib.request.urlopen(f"http://127.0.0.1:{port}/static/style.css", timeout=5).read()
+        assert b"--accent" in css
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

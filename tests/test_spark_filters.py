@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 pytest.importorskip("pyspark")
 
 from conch.errors import FilterSyntaxError
-from conch.expr import mask, parse
+from conch.expr import mask
+from conch.filter_syntax import parse
 from conch.keys import KeyRange
 from conch.spark.filters import split_where
 

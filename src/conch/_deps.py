@@ -19,6 +19,7 @@ _EXTRAS = {
     "httpx": "http",
     "fastapi": "server",
     "uvicorn": "server",
+    "starlette": "server",
 }
 
 

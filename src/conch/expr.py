@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.errors import ExpressionError, FilterSyntaxError
+from conch.errors import ExpressionError
 
 
 class Expr:
@@ -346,67 +346,3 @@ def rename(e: Expr, f: Callable[[str], str]) -> Expr:
     if isinstance(e, IsIn):
         return IsIn(rename(e.operand, f), e.values)
     return e
-
-
-def parse(text: str) -> Expr:
-    """Parse a filter written like Python: `silence_ratio < 0.1 and audio.meta.size > 100`.
-
-    Supports comparisons (also chained), `and`/`or`/`not` (or `& | ~`), `in [...]`,
-    `is None` / `is not None`, and dotted column paths.
-    """
-    import ast
-
-    try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as e:
-        raise FilterSyntaxError(f"cannot parse filter {text!r}: {e.msg}") from None
-    ops = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-
-    def path(n: ast.AST) -> str:
-        if isinstance(n, ast.Name):
-            return n.id
-        if isinstance(n, ast.Attribute):
-            return f"{path(n.value)}.{n.attr}"
-        raise FilterSyntaxError(f"expected a column path in filter {text!r}, got {ast.unparse(n)!r}")
-
-    def conv(n: ast.AST) -> Expr:
-        if isinstance(n, ast.BoolOp):
-            terms = [conv(v) for v in n.values]
-            out = terms[0]
-            for t in terms[1:]:
-                out = And(out, t) if isinstance(n.op, ast.And) else Or(out, t)
-            return out
-        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitAnd | ast.BitOr):
-            left, right = conv(n.left), conv(n.right)
-            return And(left, right) if isinstance(n.op, ast.BitAnd) else Or(left, right)
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not | ast.Invert):
-            return Not(conv(n.operand))
-        if isinstance(n, ast.Compare):
-            parts: list[Expr] = []
-            lhs = n.left
-            for op, rhs in zip(n.ops, n.comparators, strict=True):
-                term: Expr
-                if isinstance(op, ast.In | ast.NotIn):
-                    term = IsIn(operand(lhs), tuple(ast.literal_eval(rhs)))
-                    term = Not(term) if isinstance(op, ast.NotIn) else term
-                elif isinstance(op, ast.Is | ast.IsNot):
-                    term = IsNull(operand(lhs))
-                    term = Not(term) if isinstance(op, ast.IsNot) else term
-                else:
-                    term = Cmp(ops[type(op)], operand(lhs), operand(rhs))
-                parts.append(term)
-                lhs = rhs
-            combined = parts[0]
-            for term in parts[1:]:
-                combined = And(combined, term)
-            return combined
-        raise FilterSyntaxError(f"unsupported filter syntax {ast.unparse(n)!r} in {text!r}")
-
-    def operand(n: ast.AST) -> Expr:
-        if isinstance(n, ast.Constant):
-            return Lit(n.value)
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant):
-            return Lit(-n.operand.value)  # type: ignore[operator]
-        return Col(path(n))
-
-    return conv(tree)

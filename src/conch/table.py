@@ -17,8 +17,9 @@ import pyarrow as pa
 
 from conch import maintenance
 from conch.check import CheckReport, check_table
+from conch.delete_where import delete_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
-from conch.expr import Col
+from conch.expr import Col, Expr
 from conch.manifest import TableState
 from conch.nested.api import root_member
 from conch.nested.writes import BatchWriter
@@ -160,14 +161,17 @@ class Table:
         return self.log.commit(txn)
 
     # ----- writes -----------------------------------------------------------------------
-    def write(self, data: Any = None, level: str | None = None, evolve: bool | None = None) -> Any:
+    def write(
+        self, data: Any = None, level: str | None = None, evolve: bool | None = None, progress: bool | None = None
+    ) -> Any:
         """Upsert `data` (Arrow, list of dicts, dict of lists, pandas, Polars) in one commit.
 
         Key columns are required; any subset of value columns may be given; nested structs are
         column groups; `list<struct<$: K>>` fields are child levels. `level` writes rows of a
         child level directly (key columns: the level's full key, e.g. "scenes", "scenes.clips").
         `evolve`: whether columns the schema lacks are added (default: the catalog's, see
-        `connect`); the commit's `added_columns` names them. Without `data`, returns a batching
+        `connect`); the commit's `added_columns` names them. Streamed input shows a progress bar
+        on a terminal (`progress=False`: never). Without `data`, returns a batching
         writer for `with t.write() as w: w.scenes["s1"].x = 1` (spec/002), committed once when
         the block exits.
         """
@@ -182,17 +186,21 @@ class Table:
                 level or "",
                 wh.write_options,
                 wh.evolve if evolve is None else evolve,
+                progress,
             )
         rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
         if staged.added_columns:
             rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
         return self.log.commit(staged.transaction("write", rows))
 
-    def delete(self, keys: Any, level: str | None = None) -> Commit:
-        """Delete keys (a list of values or tuples, or an Arrow table of key columns).
+    def delete(self, keys: Any = None, level: str | None = None, *, where: Expr | None = None) -> Commit:
+        """Delete keys (a list of values or tuples, or an Arrow table of key columns), or with
+        `where=` every key whose fresh record matches (`conch.delete_where`).
 
         Deleting a key removes its whole subtree of child levels.
         """
+        if where is not None or keys is None:
+            return delete_where(self, keys, where, level)
         with self.log.staging():
             staged = stage_delete(self.log.files, self.state(), keys, level or "")
         n = staged.rows.get(level or "", 0)

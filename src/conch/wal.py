@@ -288,6 +288,7 @@ class Transaction:
     files: tuple[str, ...] = ()
     started_us: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    serial: bool = False  # derived from the table's contents at base_seq (a delete by filter)
 
     @property
     def changes_schema(self) -> bool:
@@ -298,7 +299,8 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
     """Why `txn` cannot commit on top of `current`, whose log holds `newer` since `txn` was
     staged (None: it can, after `rebase`). DESIGN §4's rules:
 
-    - blind upserts and deletes never conflict: commit time orders them;
+    - blind upserts and deletes never conflict: commit time orders them; a `serial`
+      transaction (a delete by filter) conflicts with any newer commit that may change data;
     - a vacuum whose cutoff is later than the transaction's start may have deleted its files;
     - removed inputs (compaction) must still be live: a transaction removing key spaces or
       fragments conflicts only if one of them was removed meanwhile (compaction then re-plans);
@@ -306,6 +308,9 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
       or levels) rebase; a real clash (the same path with another type or id, a column against
       a group or level, a renamed or dropped column) conflicts.
     """
+    changed = [e for e in newer if e.kind not in ("flush", "vacuum")]
+    if txn.serial and changed:
+        return f"it was derived from the table as of version {txn.base_seq}, and a {changed[0].kind} committed since"
     if txn.files:
         for e in newer:
             for op in e.ops:

@@ -40,6 +40,7 @@ from conch.keys import (
     validate_key_columns,
 )
 from conch.manifest import Fragment, KeySpace, TableState
+from conch.progress import track
 from conch.schema import Column, Schema, join_path, normalize_type
 from conch.storage import Storage, new_id
 from conch.wal import AddFragment, AddKeySpace, Op, Transaction
@@ -130,8 +131,11 @@ def stage_write(
     level: str = "",
     opts: WriteOptions | None = None,
     evolve: bool = True,
+    progress: bool | None = None,
 ) -> StagedWrite:
-    """Write the files of an upsert of `data` at `level` and return the operations to commit."""
+    """Write the files of an upsert of `data` at `level` and return the operations to commit.
+
+    Streamed input (an iterator or `RecordBatchReader`) shows a progress bar (`conch.progress`)."""
     opts = opts or WriteOptions()
     base = state.schema
     input_schema, batches = read_input(data, base, level)
@@ -145,6 +149,8 @@ def stage_write(
         )
     staged = StagedWrite(schema, base, added, base_seq=state.seq)
     runs: dict[str, list[pa.Table]] = {}
+    streamed = isinstance(data, pa.RecordBatchReader | Iterator)
+    batches = track(batches, "writing", progress if streamed else False)
     for chunk in chunks(batches, opts):
         per_level = split_levels(chunk, schema, level)
         for lvl, flat in per_level.items():

@@ -10,7 +10,7 @@ filtered uses read one filter for both sides. No per-query information reaches a
 at read time, so the only filters a reader can safely apply are those that are part of the
 DataFrame itself: its options. Spark's own filters stay in Spark's plan (correct, not pruned).
 
-A `where` expression (Python syntax, `conch.expr.parse`) is split into AND terms:
+A `where` expression (Python syntax, `conch.filter_syntax.parse`) is split into AND terms:
 
 - a term on **value columns only** goes to the scan's `where=`: evaluated on fresh records, never
   on stale cells (DESIGN §2), with stats pruning and in-file pushdown where legal;

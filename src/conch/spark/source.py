@@ -41,8 +41,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from conch.expr import Expr, parse
+from conch.expr import Expr
 from conch.expr import mask as filter_mask
+from conch.filter_syntax import parse
 from conch.spark.common import Location, open_table, option, parse_time, split_list
 from conch.spark.filters import split_where
 from conch.spark.partitions import key_range_partitions

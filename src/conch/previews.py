@@ -1,0 +1,157 @@
+"""What a value is, at a glance: blobs by their magic bytes (PNG, JPEG, WAV, ...), tensors by shape.
+
+Used by `conch scan`/`conch get` (one-line descriptions instead of `<19834 bytes>`) and by the
+web inspector (thumbnails, audio players, waveforms, heat maps). Reads only headers: a preview of
+a 100 MB blob costs a few bytes of parsing.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conch.progress import human_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BlobInfo:
+    """What a blob holds: `kind` is image | audio | binary; `mime` for the browser."""
+
+    kind: str
+    format: str
+    mime: str
+    size: int
+    width: int | None = None
+    height: int | None = None
+    seconds: float | None = None
+    rate: int | None = None
+    channels: int | None = None
+
+    def describe(self) -> str:
+        """`PNG 64×48, 1.2KB`, `WAV 1.50s 16000Hz mono, 48.0KB`, `binary 19.8KB`."""
+        size = human_bytes(self.size)
+        if self.kind == "image" and self.width is not None:
+            return f"{self.format} {self.width}×{self.height}, {size}"
+        if self.kind == "audio" and self.seconds is not None:
+            chans = {1: "mono", 2: "stereo"}.get(self.channels or 0, f"{self.channels}ch")
+            return f"{self.format} {self.seconds:.2f}s {self.rate}Hz {chans}, {size}"
+        if self.kind != "binary":
+            return f"{self.format}, {size}"
+        return f"binary {size}"
+
+
+def sniff(blob: bytes) -> BlobInfo:
+    """Identify a blob by its first bytes; headers that do not parse fall back to `binary`."""
+    n = len(blob)
+    try:
+        if blob.startswith(b"\x89PNG\r\n\x1a\n") and n >= 24:
+            w, h = struct.unpack(">II", blob[16:24])
+            return BlobInfo("image", "PNG", "image/png", n, w, h)
+        if blob.startswith(b"\xff\xd8\xff"):
+            w, h = _jpeg_size(blob)
+            return BlobInfo("image", "JPEG", "image/jpeg", n, w, h)
+        if blob[:6] in (b"GIF87a", b"GIF89a") and n >= 10:
+            w, h = struct.unpack("<HH", blob[6:10])
+            return BlobInfo("image", "GIF", "image/gif", n, w, h)
+        if blob.startswith(b"RIFF") and blob[8:12] == b"WAVE":
+            wav = parse_wav(blob)
+            if wav is not None:
+                rate, channels, bits, data_bytes = wav[0], wav[1], wav[2], len(wav[3])
+                seconds = data_bytes / max(1, rate * channels * bits // 8)
+                return BlobInfo("audio", "WAV", "audio/wav", n, seconds=seconds, rate=rate, channels=channels)
+        if blob.startswith(b"fLaC"):
+            return BlobInfo("audio", "FLAC", "audio/flac", n)
+        if blob.startswith(b"OggS"):
+            return BlobInfo("audio", "Ogg", "audio/ogg", n)
+        if blob.startswith(b"ID3") or blob[:2] in (b"\xff\xfb", b"\xff\xf3"):
+            return BlobInfo("audio", "MP3", "audio/mpeg", n)
+    except (struct.error, ValueError, IndexError):
+        pass
+    return BlobInfo("binary", "binary", "application/octet-stream", n)
+
+
+def _jpeg_size(blob: bytes) -> tuple[int | None, int | None]:
+    i = 2
+    while i + 9 < len(blob):
+        if blob[i] != 0xFF:
+            return None, None
+        marker = blob[i + 1]
+        seg = struct.unpack(">H", blob[i + 2 : i + 4])[0]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            h, w = struct.unpack(">HH", blob[i + 5 : i + 9])
+            return w, h
+        i += 2 + seg
+    return None, None
+
+
+def parse_wav(blob: bytes) -> tuple[int, int, int, bytes] | None:
+    """`(rate, channels, bits, pcm bytes)` of a PCM WAV file, or None."""
+    i, fmt, data = 12, None, None
+    while i + 8 <= len(blob):
+        cid, size = blob[i : i + 4], struct.unpack("<I", blob[i + 4 : i + 8])[0]
+        body = blob[i + 8 : i + 8 + size]
+        if cid == b"fmt " and len(body) >= 16:
+            fmt = struct.unpack("<HHIIHH", body[:16])
+        elif cid == b"data":
+            data = body
+        i += 8 + size + (size & 1)
+    if fmt is None or data is None or fmt[0] not in (1, 3, 0xFFFE):
+        return None
+    return fmt[2], fmt[1], fmt[5], data
+
+
+def waveform(blob: bytes, points: int = 200) -> np.ndarray | None:
+    """Peak amplitudes in [0, 1] of a PCM WAV blob in `points` buckets (None: not PCM WAV)."""
+    wav = parse_wav(blob)
+    if wav is None:
+        return None
+    _rate, channels, bits, pcm = wav
+    dtypes: dict[int, type[np.integer[Any]]] = {8: np.uint8, 16: np.int16, 32: np.int32}
+    dtype = dtypes.get(bits)
+    if dtype is None:
+        return None
+    usable = len(pcm) - len(pcm) % (np.dtype(dtype).itemsize * channels)
+    samples = np.frombuffer(pcm[:usable], dtype=dtype).astype(np.float64)
+    if bits == 8:
+        samples -= 128
+    full = float(np.iinfo(dtype).max) if bits != 8 else 128.0
+    mono = np.abs(samples.reshape(-1, channels)).max(axis=1) / full if samples.size else np.zeros(1)
+    buckets = np.array_split(mono, min(points, max(1, mono.size)))
+    return np.array([float(b.max()) if b.size else 0.0 for b in buckets])
+
+
+def tensor_shape(value: Any) -> tuple[int, ...] | None:
+    """The shape of a nested list of numbers (`[[1, 2], [3, 4]]` → `(2, 2)`), or None."""
+    shape: list[int] = []
+    cur = value
+    while isinstance(cur, list):
+        if not cur:
+            shape.append(0)
+            return tuple(shape)
+        shape.append(len(cur))
+        cur = cur[0]
+    if not shape or not isinstance(cur, int | float) or isinstance(cur, bool):
+        return None
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except ValueError:
+        return None  # ragged
+    return tuple(arr.shape) if arr.ndim == len(shape) else None
+
+
+def describe(value: Any, text_width: int = 60) -> str:
+    """A one-line description of any cell value for a terminal."""
+    if isinstance(value, bytes):
+        return sniff(value).describe()
+    if isinstance(value, list):
+        shape = tensor_shape(value)
+        if shape is not None and (len(shape) > 1 or shape[0] > 8):
+            return f"tensor {'×'.join(map(str, shape))}"
+        if len(value) > 8:
+            return f"[{len(value)} items]"
+    if isinstance(value, str) and len(value) > text_width:
+        return value[: text_width - 1] + "…"
+    return str(value)

@@ -1,0 +1,189 @@
+"""`conch ui` in a real headless Chromium: every page loads, history and a scan are clicked through.
+
+The server is the real CLI (`conch ui`) in a subprocess on a free loopback port; the browser is
+Debian's `chromium` (installed by `.ci/install-chromium.sh`) driven by Playwright. Screenshots
+go to `$CONCH_SCREENSHOTS` (default: the test's tmp dir) and must not be blank.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image, ImageStat
+
+import conch
+from media_fixtures import make_media
+from nested_fixtures import make_recordings
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.xdist_group("browser"),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="run .ci/install-chromium.sh (make installs it)"),
+]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    wh = str(tmp_path_factory.mktemp("ui") / "w")
+    cat = conch.connect(wh)
+    make_media(cat)
+    make_recordings(cat)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conch.cli", "--warehouse", wh, "ui", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(url + "/", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"conch ui exited: {proc.stdout.read() if proc.stdout else ''}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, args=ARGS, headless=True, viewport={"width": 1280, "height": 900}
+        )
+        pg = ctx.new_page()
+        pg.set_default_timeout(60_000)
+        yield pg
+        ctx.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = Path(os.environ.get("CONCH_SCREENSHOTS") or tmp_path_factory.mktemp("shots"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def snap(page: Any, shots: Path, name: str) -> Path:
+    """Save a full-page screenshot and check it is not blank (pixels vary, not one flat colour)."""
+    path = shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    img = Image.open(path).convert("L")
+    assert img.size[0] >= 800 and img.size[1] >= 400
+    assert ImageStat.Stat(img).stddev[0] > 10, f"{name} looks blank"
+    colours = len(Image.open(path).convert("RGB").resize((200, 200)).getcolors(maxcolors=40_000) or ())
+    assert colours > 20, f"{name} has only {colours} colours"
+    return path
+
+
+def test_tables_and_overview_lsm_tree(server: str, page: Any, shots: Path) -> None:
+    page.goto(server + "/")
+    assert page.locator("#tables tr").count() == 3  # header + media + recordings
+    snap(page, shots, "01-tables")
+    page.click("text=media")
+    page.wait_for_selector("svg.lsm")
+    # 3 writes + 1 delete: 4 key spaces (one of deletions) at L0, fragments under them
+    assert page.locator("svg.lsm g.ks").count() == 3
+    assert page.locator("svg.lsm g.ks-del").count() == 1
+    assert page.locator("svg.lsm g.frag").count() >= 4
+    assert "L0 (4 runs)" in (page.locator("svg.lsm").text_content() or "")
+    assert page.locator("ul.tree li.group").count() >= 3  # root, image, audio groups
+    snap(page, shots, "02-overview")
+
+
+def test_history_time_travel(server: str, page: Any, shots: Path) -> None:
+    page.goto(server + "/t/media")
+    assert page.locator("svg.timeline a.commit").count() == 4
+    page.locator("svg.timeline a.commit circle").first.click()  # as of commit 1: metadata only
+    page.wait_for_selector(".asof")
+    assert page.locator("svg.lsm g.ks").count() == 1 and page.locator("svg.lsm g.ks-del").count() == 0
+    snap(page, shots, "03-asof-commit1")
+    page.click("nav.tabs >> text=scan")
+    assert "asof=" in page.url
+    heads = page.locator("#results > tbody > tr > th").all_inner_texts()
+    assert heads == ["id", "score", "label"]  # nothing of the later writes
+    assert page.locator("#results > tbody > tr").count() == 7  # 6 rows: the delete is later
+    page.click("nav.tabs >> text=manifests")
+    assert page.locator("table.manifest").count() >= 1
+    snap(page, shots, "04-manifests-asof")
+
+
+def test_scan_previews_and_key_lookup(server: str, page: Any, shots: Path) -> None:
+    page.goto(server + "/t/media/scan")
+    assert page.locator("#results > tbody > tr").count() == 6  # 5 records after the delete
+    imgs = page.locator("img.thumb")
+    assert imgs.count() == 5
+    assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth === 48)")
+    assert page.locator("audio").count() == 5 and page.locator("svg.wave polyline").count() == 5
+    assert page.locator("svg.heat").count() == 5 and "tensor 16×16" in page.inner_text("#results")
+    assert page.locator("details.fold").count() == 5
+    assert "PNG 48×32" in page.inner_text("#results") and "WAV 0.50s 8000Hz mono" in page.inner_text("#results")
+    assert "merge key spaces" in page.inner_text("pre.explain")
+    assert page.locator("table.metrics tr").count() > 5
+    snap(page, shots, "05-scan-previews")
+    page.fill("input[name=where]", "score between 0.1 and 0.3 and label like 'item%'")
+    page.fill("input[name=columns]", "score, image.png")
+    page.click("#run")
+    page.wait_for_selector("#results")
+    ids = page.locator("#results > tbody > tr > td:first-child").all_inner_texts()
+    assert ids == ["1", "2", "3"]
+    page.fill("input[name=where]", "")
+    page.fill("input[name=key]", "4")
+    page.click("#run")
+    assert page.locator("#results > tbody > tr > td:first-child").all_inner_texts() == ["4"]
+    snap(page, shots, "06-scan-filter-key")
+
+
+def test_nested_levels_navigable(server: str, page: Any, shots: Path) -> None:
+    page.goto(server + "/t/recordings/scan?level=scenes")
+    assert page.locator("#results > tbody > tr > td:first-child").all_inner_texts() == ["s1", "s2"]
+    page.locator("a.child", has_text="clips").first.click()
+    assert page.locator("#results > tbody > tr > td:nth-child(2)").all_inner_texts() == ["c1", "c2"]
+    assert "s1" in page.inner_text(".crumb")
+    page.locator("a.child", has_text="frames").first.click()
+    assert page.locator("#results > tbody > tr").count() == 3  # frames 0 and 1 of s1/c1
+    snap(page, shots, "07-nested-frames")
+    page.goto(server + "/t/recordings")
+    assert page.locator("svg.lsm").count() >= 5  # root, scenes, clips, frames, detections, ...
+    snap(page, shots, "08-nested-overview")
+
+
+def test_errors_render_as_pages(server: str, page: Any) -> None:
+    resp = page.goto(server + "/t/nope")
+    assert resp.status == 404 and "no table 'nope'" in page.inner_text(".error")
+    resp = page.goto(server + "/t/media/scan?where=score+%3E")
+    assert resp.status == 400 and "cannot parse filter" in page.inner_text(".error")
