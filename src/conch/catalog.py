@@ -21,7 +21,8 @@ from conch.errors import ConchError, ExpressionError, SchemaError, TableExistsEr
 from conch.integrity import seal_json
 from conch.metastore.base import Metastore, TableRecord
 from conch.metastore.registry import open_warehouse
-from conch.scan import Scan
+from conch.scan import Scan, Split
+from conch.scan.splits import register_opener
 from conch.schema import parse_key_schema, schema_from_arrow
 from conch.storage.base import new_id
 from conch.table import Table, TableColumn
@@ -155,3 +156,16 @@ class Catalog:
 
 def _keys(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema) or "none"
+
+
+def _open_split(split: Split) -> Scan:
+    """Reopen a split's table from its warehouse URI (in any process) and scan its key range."""
+    table = connect(split.uri).table(split.table)
+    scan = table.scan(
+        *split.columns, where=split.where, keys=split.keys, asof=split.time, since=split.since, level=split.level
+    )
+    restricted: Scan = split.restrict(scan)
+    return restricted
+
+
+register_opener(_open_split)

@@ -5,6 +5,6 @@ from conch.scan.api import Scan
 from conch.scan.context import ScanOptions
 from conch.scan.metrics import GroupMetrics, ScanMetrics
 from conch.scan.result import ScanResult
-from conch.scan.splits import Split, split_scan
+from conch.scan.splits import Split
 
-__all__ = ["GroupMetrics", "Scan", "ScanMetrics", "ScanOptions", "ScanResult", "Split", "split_scan"]
+__all__ = ["GroupMetrics", "Scan", "ScanMetrics", "ScanOptions", "ScanResult", "Split"]

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -22,9 +22,7 @@ from conch.scan.keyspace import KeyCache
 from conch.scan.metrics import ScanMetrics
 from conch.scan.plan import ScanPlan, narrow, plan_scan
 from conch.scan.result import ScanResult
-
-if TYPE_CHECKING:
-    from conch.scan.splits import Split
+from conch.scan.splits import Split, plan_splits
 
 
 class ScanSource(Protocol):
@@ -139,9 +137,7 @@ class Scan(ScanResult):
     def splits(self, n: int | None = None) -> list[Split]:
         """This scan cut into at most `n` disjoint key-range splits of similar size (default: sized
         by rows and bytes), each picklable and readable in another process (`conch.scan.splits`)."""
-        from conch.scan.splits import split_scan
-
-        return split_scan(self, n)
+        return plan_splits(self.plan, self.source, self.options, n)
 
     def __repr__(self) -> str:
         return self.explain()

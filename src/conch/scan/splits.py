@@ -1,12 +1,17 @@
 """Key-range splits: a scan cut into disjoint, picklable pieces readable in other processes.
 
-`split_scan(scan, n)` (or `scan.splits(n)`) cuts a scan into about `n` splits of similar size,
+`scan.splits(n)` (`plan_splits` here) cuts a scan into about `n` splits of similar size,
 each a key range of the scan's level. Together they return exactly the scan's records, each
 once, in key order split after split. A `Split` is plain data: the warehouse URI, the table
 name, the pinned commit (sequence and time), the scan's arguments and its key range. It is
 picklable and `split.open()` reopens the table from the warehouse in any process (a Spark task,
 a data-loader worker, a distributed maintenance job) and scans exactly that range, as of the
 pinned commit.
+
+Reopening a table is the catalog's job, a layer above scans: the catalog registers how
+(`register_opener`) when `conch` is imported, which happens before any split can be unpickled
+(unpickling imports `conch.scan.splits`, whose parent package `conch` loads the catalog). So this
+module never imports upward.
 
 Where the runs (key spaces) are disjoint and there are enough of them, splits are cut at run
 starts: each split reads whole runs and fragments, a zip with no take. Otherwise at quantiles of
@@ -16,8 +21,9 @@ keys sampled evenly from every run (overlapping runs' edges say little about siz
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -29,9 +35,29 @@ from conch.keys import EncodedRange, KeyPredicate, encode_keys, predicate_bounds
 from conch.manifest import KeySpace
 from conch.scan.context import ScanOptions
 from conch.scan.keyspace import KeyCache
+from conch.scan.plan import ScanPlan
 
-if TYPE_CHECKING:
-    from conch.scan.api import Scan
+_opener: Callable[[Split], Any] | None = None
+
+
+def register_opener(opener: Callable[[Split], Any]) -> None:
+    """How `Split.open()` reopens a table in any process (registered by `conch.catalog`)."""
+    global _opener
+    _opener = opener
+
+
+class SplitSource(Protocol):
+    """What splitting needs of a scan's source: where to reopen it, and its key-space cache."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def key_cache(self) -> KeyCache: ...
+
 
 SAMPLES_PER_SPLIT = 64
 ROWS_PER_SPLIT = 500_000  # the size of a split when `n` is not given: rows, or ...
@@ -56,14 +82,16 @@ class Split:
     hi: bytes | None
     options: ScanOptions = field(default_factory=ScanOptions)
 
-    def open(self) -> Scan:
-        """The scan of this split: the table reopened from the warehouse, as of the pinned commit."""
-        import conch
+    def open(self) -> Any:
+        """The `Scan` of this split: the table reopened from the warehouse, as of the pinned
+        commit, restricted to the split's key range."""
+        if _opener is None:  # pragma: no cover - `import conch` registers it
+            raise ConchError("no split opener is registered: import conch first")
+        return _opener(self)
 
-        table = conch.connect(self.uri).table(self.table)
-        scan = table.scan(
-            *self.columns, where=self.where, keys=self.keys, asof=self.time, since=self.since, level=self.level
-        )
+    def restrict(self, scan: Any) -> Any:
+        """`scan` (of this split's table, as of its commit) restricted to the split's key range;
+        raises if the pinned commit no longer resolves by time (it was expired)."""
         if scan.plan.state.seq != self.seq:
             raise ConchError(
                 f"split of table {self.table!r} is pinned to commit {self.seq}, but its time {self.time} now"
@@ -80,11 +108,10 @@ class Split:
         return self.open().to_arrow()
 
 
-def split_scan(scan: Scan, n: int | None = None) -> list[Split]:
-    """`scan` cut into at most `n` disjoint key-range splits of about equal rows (fewer when the
+def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: int | None = None) -> list[Split]:
+    """The scan of `plan` cut into at most `n` disjoint key-range splits of about equal rows (fewer when the
     scan has fewer keys; `n=None`: sized by `ROWS_PER_SPLIT` and `BYTES_PER_SPLIT`); their union
     is the scan, in key order. A scan with a `limit` cannot be split."""
-    plan = scan.plan
     if n is None:
         rows = sum(ks.rows for ks in plan.key_spaces)
         nbytes = sum(f.bytes for frs in plan.fragments.values() for f in frs)
@@ -100,7 +127,7 @@ def split_scan(scan: Scan, n: int | None = None) -> list[Split]:
     n = min(n, max(sum(ks.rows for ks in runs), 1))
     cuts: list[bytes] = []
     if n > 1 and runs and fields:
-        cuts = boundaries(runs, n, fields, scan.source.key_cache)
+        cuts = boundaries(runs, n, fields, source.key_cache)
     edges: list[bytes | None] = [None, *cuts, None]
     state = plan.state
     ranges = [
@@ -112,8 +139,8 @@ def split_scan(scan: Scan, n: int | None = None) -> list[Split]:
     for r in kept or ranges[:1]:  # no key at all: one split that returns nothing
         out.append(
             Split(
-                uri=scan.source.uri,
-                table=scan.source.name,
+                uri=source.uri,
+                table=source.name,
                 seq=state.seq,
                 time=plan.asof if plan.asof is not None else state.time,
                 level=plan.level,
@@ -123,7 +150,7 @@ def split_scan(scan: Scan, n: int | None = None) -> list[Split]:
                 since=plan.since,
                 lo=r.lo,
                 hi=r.hi,
-                options=scan.options,
+                options=options,
             )
         )
     return out
