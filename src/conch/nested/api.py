@@ -168,6 +168,11 @@ def at_level(v: Any, at: Domain) -> Node:
     return n
 
 
+def narrowed(domain: Domain, predicate: Any) -> Domain:
+    """`domain` with one more row filter: the rule of `Path.where` and `Query.where`."""
+    return replace(domain, filters=(*domain.filters, at_level(predicate, domain)))
+
+
 # ----- expressions ------------------------------------------------------------------------------
 def _binop(op: str, reflected: bool = False) -> Callable[[Expr, Any], Any]:
     def f(self: Expr, other: Any) -> Any:
@@ -337,7 +342,7 @@ class Expr:
             return ExplodeScan(self.node, asof, since)
         d = self._home()
         name = self.node.path.rpartition(".")[2] if isinstance(self.node, N.Field) else "value"
-        return Query(d, {name: at_level(self, d)}).scan(asof=asof, since=since)
+        return Query(d, {name: at_level(self, d)}, narrowed).scan(asof=asof, since=since)
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -478,7 +483,7 @@ class Path:
         if not args and not kwargs:
             tree = self.domain.table.state().schema.value_type(self.domain.level)
             spec = {f.name: _member(self.domain, f.name) for f in tree}
-        return Query(self.domain, _nodes(spec, self.domain))
+        return Query(self.domain, _nodes(spec, self.domain), narrowed)
 
     def scan(self, asof: Any = None, since: Any = None) -> Any:
         """Every field of the level; `asof` / `since` bound commit times as in `Table.scan`."""
@@ -496,8 +501,7 @@ class Path:
         Predicates may read ancestors (broadcast) and reduced children; filtered levels can be
         reused, navigated (`long_clips.frames`) and reduced (`clips.select(n=hi.count())`).
         """
-        n = at_level(predicate, self.domain)
-        return Path(replace(self.domain, filters=(*self.domain.filters, n)))
+        return Path(narrowed(self.domain, predicate))
 
     def count(self) -> Expr:
         """Rows per parent row (in a select: per row of the select level)."""

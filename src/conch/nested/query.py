@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -22,9 +22,12 @@ class Query:
     >>> clips.select(duration=_.duration).scan().to_arrow()                  # doctest: +SKIP
     """
 
-    def __init__(self, domain: Domain, outputs: dict[str, Any]) -> None:
+    def __init__(self, domain: Domain, outputs: dict[str, Any], narrow: Callable[[Domain, Any], Domain]) -> None:
         self.domain = domain
         self.outputs = outputs
+        # How a predicate narrows a level (`Path.where`'s rule), handed down by the API layer
+        # that builds queries, so this module never imports it back.
+        self._narrow = narrow
 
     def scan(self, asof: Any = None, chunk_rows: int | None = None, since: Any = None) -> NestedScan:
         """Run the select. `asof` / `since` bound commit times as in `Table.scan` (cells outside
@@ -34,9 +37,7 @@ class Query:
     def where(self, predicate: Any) -> Query:
         """The same outputs over fewer rows: `level.select(...).where(p)` is
         `level.where(p).select(...)` (`_` in `p` is the select's level)."""
-        from conch.nested.api import Path
-
-        return Query(Path(self.domain).where(predicate).domain, self.outputs)
+        return Query(self._narrow(self.domain, predicate), self.outputs, self._narrow)
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
