@@ -19,7 +19,7 @@ Reading (`ConchReader`):
   newer commits;
 - Spark's own filters are not pushed (they stay in Spark's plan, see `conch.spark.filters`):
   use `where` to prune;
-- partitions are disjoint key ranges (`conch.spark.partitions`).
+- partitions are the core's key-range splits (`Scan.splits`, `conch.scan.splits`): disjoint, of similar size.
 
 Writing is in `conch.spark.writer`.
 
@@ -46,7 +46,6 @@ from conch.expr import mask as filter_mask
 from conch.filter_syntax import parse
 from conch.spark.common import Location, open_table, option, parse_time, split_list
 from conch.spark.filters import split_where
-from conch.spark.partitions import key_range_partitions
 from conch.spark.types import arrow_schema, cast_batch, spark_schema
 from conch.spark.writer import prepare_writer
 
@@ -132,21 +131,24 @@ class ConchReader(DataSourceReader):
         # Fail at planning, on the driver, for unknown columns in `columns` or `where`.
         table.scan(*self.columns, where=self.pushed.where, level=self.level or None, asof=asof)
 
-    def partitions(self) -> list[InputPartition]:
-        table = open_table(self.loc)
-        ranges = key_range_partitions(table, self.asof, self.level, self.pushed.key_range, self.n_partitions)
-        return [InputPartition(r) for r in ranges]
-
-    def read(self, partition: InputPartition) -> Any:
-        table = open_table(self.loc)
-        scan = table.scan(
+    def _scan(self) -> Any:
+        return open_table(self.loc).scan(
             *self.columns,
             where=self.pushed.where,
-            keys=partition.value,
+            keys=self.pushed.key_range,
             asof=self.asof,
             since=self.since,
             level=self.level or None,
         )
+
+    def partitions(self) -> list[InputPartition]:
+        # the core's key-range splits (`Scan.splits`): disjoint, of similar size, pinned
+        return [InputPartition(s) for s in self._scan().splits(self.n_partitions)]
+
+    def read(self, partition: InputPartition) -> Any:
+        # Reopened through this reader's own location (metastore, token, storage options), not
+        # the split's bare URI, then restricted to the split's key range and pinned commit.
+        scan = partition.value.restrict(self._scan())
         key_filter = self.pushed.key_filter
         for batch in scan:
             if key_filter is not None:
