@@ -10,12 +10,9 @@ import functools
 import tempfile
 from typing import Any
 
-import pytest
-
 
 @functools.cache
 def spark_session() -> Any:
-    pytest.importorskip("pyspark")
     import conch.spark
 
     return conch.spark.session(

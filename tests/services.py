@@ -110,8 +110,6 @@ def moto_server() -> Iterator[MotoS3]:
 
 @pytest.fixture(scope="session")
 def moto_s3() -> Iterator[MotoS3]:
-    pytest.importorskip("moto.server")
-    pytest.importorskip("boto3")
     with moto_server() as s3:
         yield s3
 
@@ -196,9 +194,8 @@ def postgres_server(durable: bool = False) -> Iterator[Postgres]:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
-    pytest.importorskip("psycopg")
     if postgres_bin_dir() is None:
-        pytest.skip("PostgreSQL is not installed (bash .ci/install-postgres.sh)")
+        pytest.fail("PostgreSQL is not installed: the set-up installs it (bash .ci/install-postgres.sh)")
     with postgres_server() as pg:
         yield pg
 

@@ -293,7 +293,8 @@ def test_bad_input_is_typed_and_named(table: conch.Table, data: object, error: t
 
 
 def test_pandas_index_key_gets_a_reset_index_hint(table: conch.Table) -> None:
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
+
     before = Snapshot(table)
     frame = pd.DataFrame({"score": [1.0]}, index=pd.Index([3], name="id"))
     with pytest.raises(SchemaError, match=r"missing key column\(s\) \['id'\].*reset_index\(\)"):
@@ -313,7 +314,8 @@ def test_a_dict_of_single_values_is_one_record_and_empty_input_commits_no_rows(t
 
 
 def test_numpy_dtypes_and_aliases_are_key_types(catalog: conch.Catalog) -> None:
-    np = pytest.importorskip("numpy")
+    import numpy as np
+
     assert catalog.create_table("a", [("id", np.uint64)]).key_schema.field("id").type == pa.uint64()
     assert catalog.create_table("b", {"id": "int32"}).key_schema.field("id").type == pa.int32()
     with pytest.raises(KeyTypeError, match="'id': 'nope' is not a type"):

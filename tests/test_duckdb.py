@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import math
 
+import duckdb
 import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import conch
-
-duckdb = pytest.importorskip("duckdb")
-cdb = pytest.importorskip("conch.duckdb")
+import conch.duckdb as cdb
 
 
 @pytest.fixture(scope="module")

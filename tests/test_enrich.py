@@ -16,8 +16,6 @@ import pytest
 
 import conch
 
-pd = pytest.importorskip("pandas")
-
 
 def features(batch: pa.RecordBatch) -> dict[str, Any]:
     """A module-level fn (picklable): two derived columns from `x` and `g.s`."""

@@ -77,7 +77,6 @@ def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
 def _http_warehouse(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Warehouse:
     """`conch serve` over loopback (its warehouse a local directory, or S3), or in process."""
     if kind == "http-inproc":
-        pytest.importorskip("fastapi")
         with warnings.catch_warnings():  # starlette's note about a future httpx fork
             warnings.simplefilter("ignore")
             from starlette.testclient import TestClient

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,6 @@ import pytest
 from rich.console import Console
 
 import conch
-
-pytest.importorskip("pyspark")
-
-import itertools
-
 from conch.pipelines.generate import AUDIO_SCHEMA, audio_batches
 from conftest_spark import spark_session
 

@@ -12,14 +12,13 @@ import math
 from typing import Any
 
 import hypothesis.strategies as st
+import polars as pl
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import conch
 import conch.polars as cpl
-
-pl = pytest.importorskip("polars")
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,15 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import schemathesis
 from hypothesis import settings
 
 import conch
 from conch.errors import AuthorizationError, ConchError, InvalidNameError
 from conch.metastore.http import HttpMetastore
 from conch.metastore.sqlite import SqliteMetastore
-from services import ServerProcess
-
-pytest.importorskip("fastapi")
 from conch.server import create_app, parse_tokens
+from services import ServerProcess
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -142,8 +141,6 @@ def test_parse_tokens() -> None:
 
 # --- fuzzing from the OpenAPI description ----------------------------------------------------
 
-schemathesis = pytest.importorskip("schemathesis")
-
 
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -182,11 +179,13 @@ def test_fuzz_no_server_errors(api_schema: Any, mode: str) -> None:
 # --- a real server process: writers, kills and restarts --------------------------------------
 
 
-def _writer(url: str, token: str, w: int, commits: int, done: Any) -> None:
+def _writer(url: str, token: str, w: int, commits: int, done: Any, first_kill: Any) -> None:
     t = conch.connect(url, token=token).table("t")
     for i in range(commits):
         t.write([{"id": w * 1000 + i, "w": w}])
         done.put((w, i))
+        if i == 0:  # the rest commit across at least one kill, however fast the machine is
+            first_kill.wait(timeout=120)
 
 
 def test_server_killed_mid_commit_loses_and_duplicates_nothing(tmp_path: Path) -> None:
@@ -199,8 +198,11 @@ def test_server_killed_mid_commit_loses_and_duplicates_nothing(tmp_path: Path) -
         )
         ctx = multiprocessing.get_context("spawn")
         done = ctx.Queue()
+        first_kill = ctx.Event()
         n, m = 3, 6
-        procs = [ctx.Process(target=_writer, args=(server.url, "admin-token-1", w, m, done)) for w in range(n)]
+        procs = [
+            ctx.Process(target=_writer, args=(server.url, "admin-token-1", w, m, done, first_kill)) for w in range(n)
+        ]
         for p in procs:
             p.start()
         stop = threading.Event()
@@ -210,9 +212,13 @@ def test_server_killed_mid_commit_loses_and_duplicates_nothing(tmp_path: Path) -
             rng = random.Random(7)
             while done.empty() and not stop.wait(0.05):
                 pass
-            while not stop.wait(rng.uniform(0.2, 1.0)):
+            first = True
+            while first or not stop.wait(rng.uniform(0.2, 1.0)):
                 kills.append(done.qsize())
                 server.kill()
+                if first:
+                    first_kill.set()
+                    first = False
                 time.sleep(rng.uniform(0.0, 0.3))
                 server.start()
 

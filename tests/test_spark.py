@@ -19,9 +19,6 @@ import pyarrow.compute as pc
 import pytest
 
 import conch
-
-pytest.importorskip("pyspark")
-
 from conch.pipelines.demo import has_filter_node
 from conch.spark.types import arrow_schema, spark_schema
 from conftest_spark import spark_session

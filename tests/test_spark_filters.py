@@ -8,8 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("pyspark")
-
 from conch.errors import FilterSyntaxError
 from conch.expr import mask
 from conch.filter_syntax import parse

@@ -23,8 +23,6 @@ JOB = Path(__file__).with_name("spark_remote_job.py")
 
 
 def test_local_cluster_on_s3_through_http_and_postgres(moto_s3: MotoS3, postgres: Postgres, tmp_path: Path) -> None:
-    pytest.importorskip("pyspark")
-    pytest.importorskip("fastapi")
     storage_options = json.dumps(moto_s3.options)
     server = ServerProcess(moto_s3.uri(), {"writer-token-1": "write"}, env=moto_s3.env).start()
     pg_dsn, pg_wh = postgres.dsn(), moto_s3.uri()

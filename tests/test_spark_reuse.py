@@ -21,9 +21,6 @@ from hypothesis import strategies as st
 import conch
 from conch.errors import TableNotFoundError
 from conch.keys import KeyRange
-
-pytest.importorskip("pyspark")
-
 from conftest_spark import spark_session
 
 pytestmark = pytest.mark.spark

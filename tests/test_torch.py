@@ -10,12 +10,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import torch
+from torch.utils.data import DataLoader
 
 import conch
-
-torch = pytest.importorskip("torch")
-ct = pytest.importorskip("conch.torch")
-from torch.utils.data import DataLoader  # noqa: E402
+import conch.torch as ct
 
 N = 240
 
