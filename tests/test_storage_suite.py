@@ -1,5 +1,5 @@
 """One behaviour suite for every storage backend (local directory by path and by `file://` URI,
-`memory://`, S3 on moto), and the URI-scheme registry.
+`memory://`, S3 on moto, Azure Blob on Azurite), and the URI-scheme registry.
 
 A new backend adds one branch to the `storage` fixture; every assertion below then runs on it.
 """
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from conch.errors import ConditionalWriteUnsupportedError, StorageError, WarehouseError, WarehouseNotFoundError
 from conch.storage import LocalStorage, Storage
 from conch.storage.registry import split_uri, storage_from_uri
-from services import MotoS3
+from services import Azurite, MotoS3
 
-BACKENDS = ["local", "file-uri", "memory", "s3"]
+BACKENDS = ["local", "file-uri", "memory", "s3", "azure"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -31,6 +31,9 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
         return storage_from_uri(f"file://{tmp_path}/root", create=True)
     if kind == "memory":
         return storage_from_uri(f"memory://{uuid.uuid4().hex}/wh")
+    if kind == "azure":
+        az: Azurite = request.getfixturevalue("azurite")
+        return storage_from_uri(az.uri(), options=az.options)
     s3: MotoS3 = request.getfixturevalue("moto_s3")
     return storage_from_uri(s3.uri(), options=s3.options)
 
