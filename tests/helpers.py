@@ -35,18 +35,22 @@ def engine_table(path: Path, struct_b: Callable[[int], object]) -> conch.Table:
     )
     t.write({"id": list(range(250, 400, 3)), "x": pa.array([1.5] * 50, pa.float64())})
     return t
-def realign(table: Any, level: str = "", split_seed: int | None = None) -> Any:
+
+
+def realign(table: Any, level: str = "", split_seed: int | None = None, runs: int | None = None) -> Any:
     """Minor compaction by hand (what issue 10's minor compaction commits, built from public
-    parts): every data key space of `level` becomes one new key space holding the merged keys,
-    and every fragment's data file is reused through a mask file (`conch.masks.write_mask`)
-    that keeps exactly the fresh cells it holds: sparse where a run's keys interleave with
-    another's, masked where a partial upsert made some of its cells stale (then the columns of
-    one file split into several fragments sharing it). With `split_seed`, every new fragment
-    of more than one row is dealt at random into two fragments sharing its file (interleaved
-    masks). The level must have no tombstones. Commits one entry of kind "compact"; returns it.
+    parts): the newest `runs` data key spaces of `level` (default: all) become one new key space
+    holding their merged keys, with the newest one's time, and every fragment's data file is
+    reused through a mask file (`conch.masks.write_mask`) keeping exactly the fresh cells it
+    holds: sparse where a run's keys interleave with another's, masked where a newer write made
+    some of its cells stale (then the columns of one file may split into several fragments
+    sharing it). With `split_seed`, every new fragment of more than one row is dealt at random
+    into two fragments sharing its file (interleaved masks). The level must have no tombstones.
+    Commits one entry of kind "compact" and returns its `Commit`. Vectorised (benchmarks use it).
     """
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from conch.keys import encode_keys
     from conch.manifest import Fragment, KeySpace
@@ -63,52 +67,59 @@ def realign(table: Any, level: str = "", split_seed: int | None = None) -> Any:
     kschema = pa.schema([(n, f.type) for n, f in zip(names, fields, strict=True)])
     kss = sorted((k for k in state.key_spaces.values() if k.level == level), key=lambda k: (k.time, k.seq))
     assert all(k.kind == "data" for k in kss), "realign: the level must have no tombstones"
+    kss = kss[-runs:] if runs else kss
     if not kss:
         return None
     key_tables = [fmt.read(k, names, kschema) for k in kss]
-    encs = [encode_keys(t.columns).to_pylist() for t in key_tables]
-    merged = sorted(set().union(*encs))
-    at = {e: i for i, e in enumerate(merged)}
-    allkeys = pa.concat_tables(key_tables)
-    first: dict[bytes, int] = {}
-    for i, e in enumerate(e for es in encs for e in es):
-        first.setdefault(e, i)
-    keys = allkeys.take(pa.array([first[e] for e in merged]))
+    encs = [encode_keys(t.columns) for t in key_tables]
+    allenc = pa.chunked_array(encs).combine_chunks()
+    order = np.asarray(pc.sort_indices(allenc))
+    sorted_enc = allenc.take(pa.array(order))
+    firsts = np.ones(len(order), dtype=bool)
+    firsts[1:] = np.asarray(pc.not_equal(sorted_enc.slice(1), sorted_enc.slice(0, len(order) - 1)))
+    merged = sorted_enc.filter(pa.array(firsts))
+    keys = pa.concat_tables(key_tables).take(pa.array(order[firsts]))
     ks_id = new_id()
     path = files.key_space_path(ks_id)
     written = fmt.write(keys, path)
     new_ks = KeySpace(
-        id=ks_id, level=level, path=path, rows=len(merged), min_key=merged[0].hex(), max_key=merged[-1].hex(),
-        time=kss[-1].time, bytes=written.bytes, checksum=written.checksum,
+        id=ks_id, level=level, path=path, rows=len(merged), min_key=merged[0].as_py().hex(),
+        max_key=merged[-1].as_py().hex(), time=kss[-1].time, bytes=written.bytes, checksum=written.checksum,
     )  # fmt: skip
-    # the fresh cell of every (column, merged key): the newest key space's fragment holding it
-    owner: dict[int, dict[int, tuple[str, int]]] = {}  # column id → merged row → (fragment id, its row)
-    frs = {f.id: f for f in state.fragments.values() if f.level == level}
-    for k, es in zip(kss, encs, strict=True):
-        pos = np.array([at[e] for e in es], dtype=np.int64)
-        for f in sorted((f for f in frs.values() if f.key_space == k.id), key=lambda f: f.start):
-            assert not f.mask, "realign: sources must be dense"
+    # the fresh cell of every (column, merged key): the newest run's fragment holding it
+    ids = {k.id for k in kss}
+    frs = sorted((f for f in state.fragments.values() if f.key_space in ids), key=lambda f: f.id)
+    assert all(not f.mask for f in frs), "realign: sources must be dense"
+    owner: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # column id → (fragment index, its row) per merged row
+    for k, enc in zip(kss, encs, strict=True):
+        pos = np.asarray(pc.index_in(enc, value_set=merged), dtype=np.int64)
+        for j, f in enumerate(frs):
+            if f.key_space != k.id:
+                continue
             for c in f.column_ids:
-                cells = owner.setdefault(c, {})
-                for r in range(f.rows):
-                    cells[int(pos[f.start + r])] = (f.id, r)
+                fi, fr_ = owner.setdefault(c, (np.full(len(merged), -1), np.zeros(len(merged), dtype=np.int64)))
+                p = pos[f.start : f.start + f.rows]
+                fi[p] = j
+                fr_[p] = np.arange(f.rows)
     # per source fragment, its columns grouped by the merged rows they are fresh at
-    by: dict[tuple[str, tuple[int, ...]], list[int]] = {}
-    for c, cells in owner.items():
-        for fid in {v[0] for v in cells.values()}:
-            rows = tuple(sorted(p for p, v in cells.items() if v[0] == fid))
-            by.setdefault((fid, rows), []).append(c)
+    by: dict[tuple[int, bytes], list[int]] = {}
+    rows_of: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = {}
+    for c, (fi, fr_) in sorted(owner.items()):
+        for j in np.unique(fi[fi >= 0]).tolist():
+            p = np.flatnonzero(fi == j)
+            key = (j, p.tobytes())
+            by.setdefault(key, []).append(c)
+            rows_of[key] = (p, fr_[p])
     rng = np.random.default_rng(split_seed)
-    ops: list[Any] = [RemoveKeySpace(k.id) for k in kss] + [RemoveFragment(f) for f in frs]
+    ops: list[Any] = [RemoveKeySpace(k.id) for k in kss] + [RemoveFragment(f.id) for f in frs]
     ops.append(AddKeySpace(new_ks))
     written_files = [path]
-    for (fid, rows), cols in sorted(by.items()):
-        src = frs[fid]
-        positions = np.array(rows, dtype=np.int64)
-        file_rows = np.array([owner[cols[0]][p][1] for p in rows], dtype=np.int64)
-        parts = [np.ones(len(rows), dtype=bool)]
-        if split_seed is not None and len(rows) > 1:
-            pick = rng.random(len(rows)) < 0.5
+    for key, cols in sorted(by.items()):
+        src = frs[key[0]]
+        positions, file_rows = rows_of[key]
+        parts = [np.ones(len(positions), dtype=bool)]
+        if split_seed is not None and len(positions) > 1:
+            pick = rng.random(len(positions)) < 0.5
             pick[0], pick[-1] = True, False
             parts = [pick, ~pick]
         for sel in parts:
@@ -117,7 +128,7 @@ def realign(table: Any, level: str = "", split_seed: int | None = None) -> Any:
             written_files.append(mask_path)
             fr = Fragment(
                 id=new_id(), level=level, group=src.group, key_space=ks_id, start=int(positions[sel][0]),
-                rows=int(sel.sum()), path=src.path, column_ids=tuple(sorted(cols)), stats=src.stats,
+                rows=int(sel.sum()), path=src.path, column_ids=tuple(cols), stats=src.stats,
                 bytes=src.bytes, time=src.time, checksum=src.checksum, blob_columns=src.blob_columns,
                 mask=mask_path, mask_checksum=m.checksum,
             )  # fmt: skip

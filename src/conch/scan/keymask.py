@@ -110,13 +110,14 @@ def key_mask(fr: Fragment, storage: Storage | None = None) -> KeyMask:
 
 
 def layout(fr: Fragment, storage: Storage) -> str:
-    """How a fragment holds its rows, for listings: "dense" (no mask file), "sparse" (a subset of
-    its key space, rows of its own file in order) or "masked" (some rows of a data file, possibly
-    shared), with the mask's run count."""
+    """How a fragment holds its rows, for listings: "dense" (every row of its span, file row i =
+    fragment row i), "sparse" (a subset of its span, rows of its file in order) or "masked"
+    (some rows of a data file, possibly shared), with the mask's run count if it has a mask file."""
     if not fr.mask:
         return "dense"
     m = read_mask(storage, fr.mask, fr.mask_checksum)
-    return f"{'sparse' if m.identity else 'masked'}, {len(m.length)} runs"
+    kind = "masked" if not m.identity else "sparse" if not m.dense else "dense"
+    return f"{kind}, {len(m.length)} runs"
 
 
 def covers(frs: Sequence[Fragment], rows: int, storage: Storage) -> list[Fragment] | None:
