@@ -9,9 +9,10 @@ rewriting them, so a fragment can also be
   one data file, each with its own `column_ids` and mask.
 
 A mask file says both at once: fragment row i is key-space row `positions[i]` and file row
-`file_rows[i]`, each ascending. It is stored as **runs** (key-space start, file start, length:
-maximal stretches where both advance by one), as an Arrow IPC stream of three int64 columns, so
-a contiguous realignment costs O(runs) bytes however many rows it moves. The file is immutable
+`file_rows[i]`, each ascending. It is stored as **runs** (maximal stretches where both advance by
+one), as a zstd-compressed Arrow IPC stream of three int64 columns (the gaps in key-space and
+file rows before each run, and its length), so a contiguous realignment costs O(runs) bytes
+however many rows it moves, and a regular interleaving (every other row) almost nothing. The file is immutable
 and named in the fragment record (`Fragment.mask`) with the digest of its bytes
 (`Fragment.mask_checksum`); reads verify it (`conch.integrity`), and damage is a
 `CorruptFileError` naming the file. Decoded masks are cached by (storage, path).
@@ -35,7 +36,7 @@ from conch.integrity import digest, verify
 from conch.storage import Storage
 
 MASK_SUFFIX = ".mask"
-_SCHEMA = pa.schema([("pos", pa.int64()), ("file", pa.int64()), ("len", pa.int64())])
+_SCHEMA = pa.schema([("pos_gap", pa.int64()), ("file_gap", pa.int64()), ("len", pa.int64())])
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,6 +115,10 @@ class RunsMask:
         r = np.maximum(self._run(krows), 0)
         return (self.frag[r] + krows - self.pos[r]).astype(np.int64)
 
+    def held_rows(self) -> np.ndarray:
+        """Every key-space row the mask holds, ascending (fragment row i at index i)."""
+        return self.ranges_to_rows(self.pos)
+
     def to_file_rows(self, frows: np.ndarray | None) -> np.ndarray:
         """The file rows of fragment rows `frows` (None: of every fragment row, ascending)."""
         if frows is None:
@@ -144,10 +149,19 @@ class RunsMask:
 
 
 def encode_mask(mask: RunsMask) -> bytes:
-    """A mask's file bytes: its runs as an Arrow IPC stream."""
-    table = pa.table([pa.array(mask.pos), pa.array(mask.file), pa.array(mask.length)], schema=_SCHEMA)
+    """A mask's file bytes: its runs as an Arrow IPC stream, each run stored as the gaps since the
+    previous run's end (key-space rows, file rows) and its length, zstd-compressed: a regular
+    pattern (every other row) compresses to almost nothing even when it has a run per row."""
+    gap_pos = np.diff(mask.pos, prepend=0) - np.concatenate([[0], mask.length[:-1]])
+    gap_file = np.diff(mask.file, prepend=0) - np.concatenate([[0], mask.length[:-1]])
+    table = pa.table(
+        [pa.array(gap_pos[: len(mask.pos)]), pa.array(gap_file[: len(mask.file)]), pa.array(mask.length)],
+        schema=_SCHEMA,
+    )
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, _SCHEMA) as w:
+    with pa.ipc.new_stream(
+        sink, _SCHEMA, options=pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=9))
+    ) as w:
         w.write_table(table)
     return sink.getvalue().to_pybytes()
 
@@ -176,8 +190,9 @@ def decode_mask(data: bytes, name: str) -> RunsMask:
         t = pa.ipc.open_stream(pa.BufferReader(data)).read_all()
         if t.schema != _SCHEMA:
             raise ValueError(f"unexpected columns {t.schema.names}")
-        cols = [np.asarray(t.column(i).to_numpy(), dtype=np.int64) for i in range(3)]
-        return RunsMask.from_runs(*cols)
+        gap_pos, gap_file, length = (np.asarray(t.column(i).to_numpy(), dtype=np.int64) for i in range(3))
+        ends = np.concatenate([[0], np.cumsum(length)[:-1]])  # rows in the runs before each run
+        return RunsMask.from_runs(np.cumsum(gap_pos) + ends, np.cumsum(gap_file) + ends, length)
     except (pa.ArrowException, ValueError) as e:
         raise CorruptFileError(f"mask file {name} is damaged ({e}); restore it from a backup") from e
 

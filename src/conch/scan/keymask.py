@@ -11,7 +11,7 @@ interface, never `start`/`rows` arithmetic of its own:
 - `lo`, `hi`: the span of key-space rows the mask may hold (every held row is in [lo, hi));
 - `contains(krows)`: which key-space rows it holds;
 - `to_fragment_rows(krows)`: the fragment rows of held key-space rows (rank within the mask);
-- `ranges()`: the held rows as maximal runs [a, b);
+- `ranges()`: the held rows as maximal runs [a, b); `held_rows()`: all of them, `rows` many;
 - `dense`: whether it holds every row of [lo, hi) (the streamed path reads such fragments whole);
 - `to_file_rows(frows)` / `from_file_rows(file_rows)`: fragment rows ↔ rows of the data file
   (`ScanContext` applies them to every read, so the steps above think in fragment rows only).
@@ -46,6 +46,11 @@ class KeyMask(Protocol):
 
     @property
     def dense(self) -> bool: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    def held_rows(self) -> np.ndarray: ...
 
     def contains(self, krows: np.ndarray) -> np.ndarray: ...
 
@@ -85,6 +90,9 @@ class DenseMask:
 
     def ranges(self) -> list[tuple[int, int]]:
         return [(self.start, self.start + self.rows)] if self.rows else []
+
+    def held_rows(self) -> np.ndarray:
+        return np.arange(self.start, self.start + self.rows, dtype=np.int64)
 
     def to_file_rows(self, frows: np.ndarray | None) -> np.ndarray | None:
         return frows  # fragment row i is file row i (None: the whole file)
@@ -147,9 +155,11 @@ def locate(
     los = np.array([m.lo for m in masks], dtype=np.int64)
     his = np.array([m.hi for m in masks], dtype=np.int64)
     kss = np.asarray(ks_of, dtype=np.int64)
+    all_dense = all(m.dense for m in masks)  # a column's dense fragments never overlap
+    if not all_dense and 4 * n >= sum(m.rows for m in masks):
+        return _locate_expanded(masks, kss, his, ks, krows)
     # Sort masks by (key space, lo); a row belongs to the last mask starting at or before it.
     order = np.lexsort((los, kss))
-    all_dense = all(m.dense for m in masks)  # a column's dense fragments never overlap
     if all_dense or _disjoint([masks[j] for j in order], kss[order]):
         # one vectorised binary search over (key space, lo) pairs, as one sortable int code
         codes = kss[order] * (1 << 40) + los[order]
@@ -171,6 +181,30 @@ def locate(
         sel = (ks == kss[j]) & m.contains(krows)
         which[sel] = j
         frow[sel] = m.to_fragment_rows(krows[sel])
+    return which, frow
+
+
+def _locate_expanded(
+    masks: Sequence[KeyMask], kss: np.ndarray, his: np.ndarray, ks: np.ndarray, krows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`locate` for many rows over sparse masks: each key space's masks expanded into one
+    row → (mask, fragment row) table (O(rows held), one `np.repeat` per mask), then one lookup
+    per row: when the queried rows are about as many as the held ones (a scan, not a take),
+    this beats a binary search over the runs per row and mask."""
+    which = np.full(len(krows), -1, dtype=np.int64)
+    frow = np.zeros(len(krows), dtype=np.int64)
+    for k in np.unique(kss).tolist():
+        js = np.flatnonzero(kss == k)
+        size = int(his[js].max())
+        own = np.full(size, -1, dtype=np.int64)
+        at = np.zeros(size, dtype=np.int64)
+        for j in js.tolist():
+            held = masks[j].held_rows()
+            own[held] = j
+            at[held] = np.arange(len(held), dtype=np.int64)
+        sel = np.flatnonzero((ks == k) & (krows < size))
+        which[sel] = own[krows[sel]]
+        frow[sel] = at[krows[sel]]
     return which, frow
 
 
