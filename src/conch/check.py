@@ -115,7 +115,7 @@ def check_table(
             report.files_checked += 1
             report.unverified += 0 if fr.mask_checksum else 1
             try:
-                report.bytes_checked += verify_mask(storage, fr.mask, fr.mask_checksum)
+                report.bytes_checked += verify_mask(storage, fr.mask, fr.mask_checksum, fr.rows, fr.start)
             except CorruptFileError as err:
                 report.problems.append(Problem(fr.mask, str(err)))
     for ref, blobs in refs:

@@ -224,12 +224,17 @@ def read_mask(storage: Storage, path: str, checksum: str) -> RunsMask:
     return m
 
 
-def verify_mask(storage: Storage, path: str, checksum: str) -> int:
-    """Read and verify a mask file, bypassing the cache (for `Table.check()`); returns its size."""
+def verify_mask(storage: Storage, path: str, checksum: str, rows: int, start: int) -> int:
+    """Read and verify a mask file, bypassing the cache (for `Table.check()`), and that it holds
+    the `rows` rows from key-space row `start` its fragment record says; returns its size."""
     try:
         data = storage.read(path)
     except FileNotFoundError as e:
         raise CorruptFileError(f"mask file {path} is missing: the table references it") from e
     verify(data, checksum, f"mask file {path}")
-    decode_mask(data, path)
+    m = decode_mask(data, path)
+    if m.rows != rows or (rows and m.lo != start):
+        raise CorruptFileError(
+            f"mask file {path} holds {m.rows} rows from key-space row {m.lo}, its fragment says {rows} from {start}"
+        )
     return len(data)
