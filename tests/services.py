@@ -282,7 +282,7 @@ class ServerProcess:
             cmd += [f"--{k.replace('_', '-')}", v]
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         try:
-            wait_port(self.port)
+            wait_port(self.port, timeout=120)  # Python + FastAPI start slowly on a loaded machine
         except TimeoutError:
             self.kill()
             raise RuntimeError(f"conch serve did not start: {Path(self.log.name).read_text()[-2000:]}") from None
