@@ -21,11 +21,14 @@ command = partial(app.command, rich_help_panel="Run pipelines and servers")  # `
 def demo(
     warehouse: Annotated[str, typer.Option(help="Warehouse directory for the demo")] = "demo-warehouse",
     rows: Annotated[int, typer.Option(help="Rows of the generated audio table")] = 20_000,
+    s3: Annotated[
+        bool, typer.Option("--s3", help="Run on s3:// against a local S3 server (moto) started and stopped here")
+    ] = False,
 ) -> None:
-    """The end-to-end demo pipeline on the embedded default."""
+    """The end-to-end demo pipeline on the embedded default (or on `s3://` with `--s3`)."""
     from conch.pipelines.demo import run
 
-    run(warehouse, rows=rows, console=console)
+    run(warehouse, rows=rows, console=console, s3=s3)
 
 
 @command()
