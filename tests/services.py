@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from conch.pipelines.local_s3 import atomic_conditional_puts
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -82,6 +84,8 @@ def moto_server() -> Iterator[MotoS3]:
     """A moto S3 server on a free loopback port with one bucket, stopped on exit."""
     import boto3
     from moto.server import ThreadedMotoServer
+
+    atomic_conditional_puts()
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     port = free_port()

@@ -19,10 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import wraps
+from typing import Any
 
 from conch._deps import optional_import
 
@@ -58,11 +61,34 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def atomic_conditional_puts() -> None:
+    """Make moto's PutObject atomic, as S3's is. moto 5.2.5 checks `If-None-Match: *` and then
+    stores the object without a lock (`S3Response.put_object`), so two racing conditional puts
+    of one key can both succeed: under load the object-store WAL's concurrency tests then saw
+    a commit overwritten. One lock around the handler closes that window; nothing else changes.
+    """
+    S3Response = optional_import("moto.s3.responses").S3Response
+
+    put = S3Response.put_object
+    if getattr(put, "conch_atomic", False):
+        return
+    lock = threading.Lock()
+
+    @wraps(put)
+    def atomic_put(self: Any) -> Any:
+        with lock:
+            return put(self)
+
+    atomic_put.conch_atomic = True  # type: ignore[attr-defined]
+    S3Response.put_object = atomic_put
+
+
 @contextmanager
 def local_s3(bucket: str = BUCKET) -> Iterator[LocalS3]:
     """Start moto on a free port of 127.0.0.1, create `bucket`, point the environment at it;
     stop the server and restore the environment on exit."""
     server_mod = optional_import("moto.server")
+    atomic_conditional_puts()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
     port = _free_port()
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
