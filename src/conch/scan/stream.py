@@ -96,9 +96,15 @@ def streamed(ctx: ScanContext) -> Stream | None:
         expr = vortex_expr(ctx, plan.filter, plan.fragments.get(plan.filter_columns[0].group, []))
         if expr is None:
             return None
+    # fragments by (group, key space), indexed once: a segment looks up only its own key spaces,
+    # so planning is linear in runs (thousands of appends), not runs x fragments
+    by_ks: dict[tuple[str, str], list[Fragment]] = {}
+    for g, frs in plan.fragments.items():
+        for f in frs:
+            by_ks.setdefault((g, f.key_space), []).append(f)
     segments = []
     for base, patches in segs:
-        seg = _segment(ctx, base, patches)
+        seg = _segment(ctx, base, patches, by_ks)
         if seg is None:
             return None
         if seg.hi > seg.lo:
@@ -111,9 +117,12 @@ def streamed(ctx: ScanContext) -> Stream | None:
     return Stream(ctx, segments, expr)
 
 
-def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> _Segment | None:
+def _segment(
+    ctx: ScanContext, members: list[int], patch_members: list[int], by_ks: dict[tuple[str, str], list[Fragment]]
+) -> _Segment | None:
     """One segment (key spaces `members` of the plan, with identical key sets, and
-    `patch_members`, whose keys must be subsets of them), or None."""
+    `patch_members`, whose keys must be subsets of them), or None. `by_ks`: the plan's
+    fragments by (group, key space id)."""
     plan = ctx.plan
     fields = plan.key_fields
     if patch_members and plan.filter is not None:
@@ -154,7 +163,7 @@ def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> 
     filter_cols = plan.filter_columns if plan.filter is not None else []
     patch_bytes = 0
     for c in [*plan.columns, *[c for c in filter_cols if c not in plan.columns]]:
-        frs = [f for f in plan.fragments.get(c.group, []) if f.key_space in in_seg and c.id in f.column_ids]
+        frs = [f for ks_id in in_seg for f in by_ks.get((c.group, ks_id), ()) if c.id in f.column_ids]
         holders = {in_seg[f.key_space] for f in frs}
         full = [i for i in members if i in holders]
         newest = max(full) if full else -1
