@@ -87,12 +87,20 @@ def overlay_keys(
     """Place the small runs' selected keys `runs` (each sorted, unique numeric keys, at rows
     `rows` of their run) among the sorted base keys `base`; `make_keys` turns numeric keys into
     the output key table."""
-    u = np.unique(np.concatenate(runs)) if runs else np.zeros(0, dtype=base.dtype)
+    # one stable sort of every small-run key (not a search per run: there may be 1,000 runs)
+    allv = np.concatenate(runs) if runs else np.zeros(0, dtype=base.dtype)
+    order = np.argsort(allv, kind="stable")
+    srt = allv[order]
+    first = np.ones(len(srt), dtype=bool)
+    first[1:] = srt[1:] != srt[:-1]
+    u = srt[first]
+    at = np.empty(len(allv), dtype=np.int64)
+    at[order] = np.cumsum(first) - 1
+    pos = np.split(at, np.cumsum([len(r) for r in runs])[:-1]) if runs else []
     ins = np.searchsorted(base, u, "left")
     hit = np.zeros(len(u), dtype=bool)
     inside = ins < len(base)
     hit[inside] = base[ins[inside]] == u[inside]
-    pos = [np.searchsorted(u, r).astype(np.int64) for r in runs]
     return OverlayKeys(make_keys(u), ins.astype(np.int64), hit, pos, rows)
 
 
