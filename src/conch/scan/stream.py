@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from conch.expr import mask as filter_mask
 from conch.fragments import ORDINAL
 from conch.keys import KeySet
 from conch.manifest import Fragment
@@ -130,8 +131,6 @@ def _segment(
     (group, key space id)."""
     plan = ctx.plan
     fields = plan.key_fields
-    if small and plan.filter is not None:
-        return None
     keys_of = ctx.keys()
     kss = [plan.key_spaces[i] for i in members]
     n = kss[0].rows
@@ -221,6 +220,8 @@ def _segment(
         if missing or len(by_key) != 1:
             return None
         (u,) = by_key.values()
+        if u.null_base and ov is not None:
+            return None  # no base cells to filter in-file: the general path
         blob_ids = {i for f in u.fragments for i in f.blob_columns}
         if any(c.id in blob_ids for c in filter_cols):
             return None
@@ -240,6 +241,12 @@ def _segment(
 def _inserted(s: _Segment) -> int:
     """Keys the segment's small runs add to its base."""
     return s.overlay.inserted if s.overlay is not None else 0
+
+
+def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which of `rows` are in the sorted array `sorted_set`."""
+    i = np.minimum(np.searchsorted(sorted_set, rows), len(sorted_set) - 1)
+    return np.asarray(sorted_set[i] == rows)
 
 
 class Stream:
@@ -279,15 +286,60 @@ class Stream:
         return batch
 
     def _filtered(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+        """Rows passing the filter: the base's by the Vortex scan (minus rows whose fresh cell is
+        a small run's), the small runs' by evaluating the filter on their decoded cells, merged
+        in key order batch by batch."""
         (u,) = s.units
+        ov = s.overlay
+        dead = np.zeros(0, dtype=np.int64)  # base rows whose fresh cells are the small runs'
+        ov_rows = np.zeros(0, dtype=np.int64)  # keys of U whose fresh record passes, ascending
+        if ov is not None:
+            values, wins = self._values(s, u)
+            dead = ov.ins[ov.hit & wins]
+            cand = ~ov.hit | wins
+            by_path = {c.full_path: values.column(j).combine_chunks() for j, c in enumerate(u.columns)}
+            assert self.ctx.plan.filter is not None
+            ok = np.array(filter_mask(self.ctx.plan.filter, by_path.__getitem__), dtype=np.bool_)
+            ov_rows = np.nonzero(ok & cand)[0]
+        done = 0  # overlay matches emitted so far
         for start, batch in self._unit_batches(s, u, ordinal=True):
             if self.left <= 0:
                 return
             rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + start
+            if len(dead) and len(rows):
+                keep = ~_member(rows, dead)
+                rows, batch = rows[keep], batch.filter(pa.array(keep))
+            if ov is not None and len(rows):
+                upto = done + int(np.searchsorted(ov.ins[ov_rows[done:]], rows[-1], "right"))
+                yield from self._merged(s, u, rows, batch, ov_rows[done:upto])
+                done = upto
+                continue
             if len(rows) > self.left:
                 rows, batch = rows[: self.left], batch.slice(0, self.left)
             cols = {c.id: batch.column(i) for i, c in enumerate(u.columns)}
             yield self._emit(s, take_rows(s.keys, rows), cols)
+        if ov is not None and done < len(ov_rows) and self.left > 0:
+            schema = file_schema(u.columns).append(pa.field(ORDINAL, pa.uint32()))
+            yield from self._merged(s, u, np.zeros(0, dtype=np.int64), schema.empty_table(), ov_rows[done:])
+
+    def _merged(
+        self, s: _Segment, u: _StreamUnit, rows: np.ndarray, batch: Any, js: np.ndarray
+    ) -> Iterator[pa.RecordBatch]:
+        """Base rows `rows` (their columns in `batch`) and overlay keys `js` that passed the
+        filter, in key order: a key of U goes before the base row at its insertion point."""
+        ov = s.overlay
+        assert ov is not None and u.values is not None
+        order = np.argsort(np.concatenate([rows * 2 + 1, ov.ins[js] * 2]), kind="stable")
+        idx = pa.array(order[: self.left])
+        keys = pa.concat_tables([take_rows(s.keys, rows), ov.keys.take(pa.array(js))]).take(idx)
+        cols = {}
+        for j, c in enumerate(u.columns):
+            extra = u.values.column(j).take(pa.array(js))
+            col = batch.column(j)
+            col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            cols[c.id] = pa.concat_arrays([col, *extra.chunks]).take(idx)
+        if keys.num_rows:
+            yield self._emit(s, keys, cols)
 
     def _zipped(self, s: _Segment) -> Iterator[pa.RecordBatch]:
         its = [iter(self._unit_batches(s, u, ordinal=False)) for u in s.units]
@@ -324,9 +376,23 @@ class Stream:
     def _overlaid(self, s: _Segment, u: _StreamUnit, win: Window, batch: pa.RecordBatch) -> dict[int, pa.Array]:
         """`u`'s columns of `batch` (base rows of window `win`) with the small runs' keys and
         cells laid in: one take over [base batch, overlay slice] per column."""
+        values, wins = self._values(s, u)
+        src = win.source(batch.num_rows, wins[win.j0 : win.j1])
+        if src is None:
+            return {}
+        idx = pa.array(src)
+        out = {}
+        for j, c in enumerate(u.columns):
+            extra = values.column(j).slice(win.j0, win.j1 - win.j0)
+            out[c.id] = pa.concat_arrays([batch.column(j), *extra.chunks]).take(idx)
+        return out
+
+    def _values(self, s: _Segment, u: _StreamUnit) -> tuple[pa.Table, np.ndarray]:
+        """`u`'s cells from the small runs, aligned with the overlay keys, and which are shown
+        (decoded on first use)."""
         ov = s.overlay
         assert ov is not None
-        if u.values is None:
+        if u.values is None or u.wins is None:
             schema = file_schema(u.columns)
             frs = dict(zip(u.overlay, u.overlay_fragments, strict=True))
 
@@ -335,16 +401,7 @@ class Stream:
                 return pa.concat_tables(parts) if parts else schema.empty_table()
 
             u.values, u.wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
-        assert u.wins is not None
-        src = win.source(batch.num_rows, u.wins[win.j0 : win.j1])
-        if src is None:
-            return {}
-        idx = pa.array(src)
-        out = {}
-        for j, c in enumerate(u.columns):
-            extra = u.values.column(j).slice(win.j0, win.j1 - win.j0)
-            out[c.id] = pa.concat_arrays([batch.column(j), *extra.chunks]).take(idx)
-        return out
+        return u.values, u.wins
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         emitted = False
