@@ -274,7 +274,7 @@ def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
         assert fast.schema == slow.schema
         assert fast.to_pylist() == slow.to_pylist(), (shape, cols, where, keys, limit)
     if shape in ("one", "groups", "rewrite", "patches", "inserts", "lsm"):
-        assert "zip (streamed)" in used  # overlapping runs: the streamed overlay (no filter)
+        assert "zip (streamed)" in used  # overlapping runs: the streamed overlay
     if shape in ("delete", "lsm_del"):
         assert "zip (streamed)" not in used
     if shape == "lsm_del" and chunk_rows == 1000 and fragment_bytes > 64:  # runs span every batch
