@@ -1,6 +1,7 @@
 """`python -m bench [--scale S] [--reps R] [--only 1,4,b]`: Conch vs Parquet (pyarrow, default
 and tuned), Lance, Delta and DuckDB-over-Parquet on the workloads of issue 5, in one process on
-the same generated data; `b` adds the backends (bench/backends.py: metastores, S3 vs local). Prints a table of medians and ratios to Conch, writes
+the same generated data; `b` adds the backends (bench/backends.py: metastores, S3 vs local);
+`runs` adds issue 11's tables before compaction vs Lance, with peak RSS (bench/runs.py). Prints a table of medians and ratios to Conch, writes
 bench/results/scan.json and bench/results/scan.png."""
 
 from __future__ import annotations
@@ -373,7 +374,9 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every row count (1 = issue 5 sizes)")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
     ap.add_argument(
-        "--only", default="1,2,3,4,5,6,7,loaders,b", help="workloads to run, e.g. 4,5,loaders (b: backends)"
+        "--only",
+        default="1,2,3,4,5,6,7,runs,loaders,b",
+        help="workloads to run, e.g. 4,5,loaders (b: backends; runs: issue 11's many-runs rows with peak RSS)",
     )
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench"), help="scratch directory for data")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -389,6 +392,11 @@ def main() -> None:
         if wl in only:
             fn(args.work, args.scale, args.reps, rec)
             shutil.rmtree(args.work / f"w{wl}", ignore_errors=True)
+    if "runs" in only:  # tables before compaction vs Lance, peak RSS per subprocess: bench/results/runs.json
+        from bench import runs
+
+        runs.run(args.work / "runs", args.scale, args.reps, args.out)
+        shutil.rmtree(args.work / "runs", ignore_errors=True)
     if "loaders" in only:  # data loaders, Polars/DuckDB pushdown: bench/results/loaders.json
         from bench import loaders
 

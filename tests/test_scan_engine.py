@@ -214,7 +214,9 @@ def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
     def g(**cols: list) -> pa.StructArray:
         return pa.StructArray.from_arrays([pa.array(v) for v in cols.values()], names=list(cols))
 
-    shape = rng.choice(["one", "groups", "rewrite", "overlap", "patches", "lsm", "delete", "masked"])
+    shape = rng.choice(
+        ["one", "groups", "rewrite", "overlap", "patches", "inserts", "lsm", "lsm_del", "delete", "masked"]
+    )
     t.write(pa.table({"id": ids, "a": vals("f"), "b": vals("i"), "g": g(s=vals("s"), z=vals("i"))}))
     if shape == "groups":
         t.write(pa.table({"id": ids, "g": g(z=vals("i"))}))
@@ -233,10 +235,20 @@ def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
                 if col != "a"
                 else {"id": sub, "a": [rng.uniform(-5, 5) for _ in sub]}
             )
-    elif shape == "lsm":  # many overlapping runs over > 256 keys: the resident decode
-        for _ in range(rng.randint(8, 12)):
+    elif shape == "inserts":  # one large run + small runs holding new keys and old (overlays)
+        for _ in range(rng.randint(1, 4)):
+            sub = sorted(rng.sample(range(-60, 420), rng.randint(1, 30)))
+            col = rng.choice(["a", "b", "c"])
+            if col == "a":
+                t.write({"id": sub, "a": [rng.uniform(-5, 5) for _ in sub], "b": [rng.randint(-3, 3) for _ in sub]})
+            else:
+                t.write({"id": sub, col: [rng.choice([None, rng.randint(-3, 3)]) for _ in sub]})
+    elif shape in ("lsm", "lsm_del"):  # many overlapping runs over > 256 keys: streamed overlay;
+        for _ in range(rng.randint(8, 12)):  # with a delete, the general path's resident decode
             sub = sorted(rng.sample(range(-50, 700), 300))
             t.write({"id": sub, "a": [rng.uniform(-5, 5) for _ in sub], "b": [rng.randint(-3, 3) for _ in sub]})
+        if shape == "lsm_del":
+            t.delete([rng.choice(sub)])
     elif shape == "delete":
         t.delete([rng.choice(ids)])
     elif shape == "masked":  # overlapping runs and a partial upsert, realigned through mask files
@@ -244,7 +256,7 @@ def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
         t.write({"id": sub, "a": [rng.uniform(-5, 5) for _ in sub], "b": [rng.randint(-3, 3) for _ in sub]})
         realign(t, split_seed=seed if rng.random() < 0.5 else None)
     projections = [(), ("a",), ("g.s",), ("g",), ("b", "g.z"), ("a", "g.s")]
-    if shape == "patches" and "c" in t.schema.columns:
+    if shape in ("patches", "inserts") and "c" in t.schema.columns:
         projections += [("c",), ("a", "c")]
     filters = [None, t["a"] < 0, t["b"] >= 1, (t["a"] > -1) & (t["b"] != 0), t["g.z"] == 2, t["a"].is_null()]
     used = set()
@@ -252,20 +264,20 @@ def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
         cols = rng.choice(projections) if i else ()
         where = rng.choice(filters) if i else None
         keys = None
-        if rng.random() < 0.4:
+        if i and rng.random() < 0.4:  # query 0 is a full scan
             lo = rng.randint(-60, 400)
             keys = conch.KeyRange((lo,), (lo + rng.randint(0, 200),))
-        limit = rng.choice([None, None, 1, 17])
+        limit = rng.choice([None, None, 1, 17]) if i else None
         fast, slow, m = _both(t.scan(*cols, where=where, keys=keys, limit=limit))
         used.add(m.merge)
         resident.append(any(g.decoded_whole for g in m.groups.values()))
         assert fast.schema == slow.schema
         assert fast.to_pylist() == slow.to_pylist(), (shape, cols, where, keys, limit)
-    if shape in ("one", "groups", "rewrite", "patches"):
-        assert "zip (streamed)" in used
-    if shape in ("delete", "lsm"):
+    if shape in ("one", "groups", "rewrite", "patches", "inserts", "lsm"):
+        assert "zip (streamed)" in used  # overlapping runs: the streamed overlay
+    if shape in ("delete", "lsm_del"):
         assert "zip (streamed)" not in used
-    if shape == "lsm" and chunk_rows == 1000 and fragment_bytes > 64:  # runs span every batch
+    if shape == "lsm_del" and chunk_rows == 1000 and fragment_bytes > 64:  # runs span every batch
         assert any(resident)
 
 

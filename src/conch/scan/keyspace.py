@@ -16,6 +16,7 @@ Key predicates select rows of each run by binary search (runs are sorted), not b
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,10 +128,7 @@ def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: 
     if isinstance(pred, KeySet):
         if numeric_key(fields):
             keys = cache.numeric(ks, fields)
-            decoded = pa.array([decode_key(b, fields)[0] for b in pred.encoded.to_pylist()], fields[0].type)
-            if pa.types.is_timestamp(decoded.type):
-                decoded = decoded.cast(pa.int64())  # numpy holds timestamps as their int64 value
-            want = decoded.to_numpy(zero_copy_only=False).astype(keys.dtype)
+            want = _decoded_set(pred, fields).astype(keys.dtype)
             return np.unique(_exact(keys, want)).astype(np.int64)
         m = predicate_mask(pred, cache.encoded(ks, fields), fields)
         return np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]
@@ -160,6 +158,28 @@ def selected_rows(
     if rows is None:
         return np.arange(lo, max(lo, hi), dtype=np.int64)
     return rows[(rows >= lo) & (rows < hi)]
+
+
+_DECODED: OrderedDict[int, tuple[KeySet, np.ndarray]] = OrderedDict()
+_DECODED_LOCK = threading.Lock()
+
+
+def _decoded_set(pred: KeySet, fields: list[pa.Field]) -> np.ndarray:
+    """A numeric key set's keys as numpy (timestamps: int64), decoded once per key set, not once
+    per key space it is looked up in (a take over 1,000 runs decoded every key 1,000 times)."""
+    with _DECODED_LOCK:
+        hit = _DECODED.get(id(pred))
+    if hit is not None and hit[0] is pred:
+        return hit[1]
+    decoded = pa.array([decode_key(b, fields)[0] for b in pred.encoded.to_pylist()], fields[0].type)
+    if pa.types.is_timestamp(decoded.type):
+        decoded = decoded.cast(pa.int64())  # numpy holds timestamps as their int64 value
+    want = decoded.to_numpy(zero_copy_only=False)
+    with _DECODED_LOCK:
+        _DECODED[id(pred)] = (pred, want)  # the entry keeps `pred` alive, so its id stays its own
+        while len(_DECODED) > 16:
+            _DECODED.popitem(last=False)
+    return want
 
 
 def _numeric_bound(encoded: bytes, fields: list[pa.Field]) -> Any:

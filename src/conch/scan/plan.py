@@ -8,13 +8,14 @@ key predicate admits. Statistics-based pruning happens later, per fresh cell (se
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from conch.errors import ColumnNotFoundError, ExpressionError, LevelError, TimeTravelError
 from conch.expr import Expr, check_types, columns, rename
-from conch.keys import EncodedRange, KeyPredicate, predicate_bounds, span_overlaps, to_key_predicate
+from conch.keys import EncodedRange, KeyPredicate, KeySet, predicate_bounds, span_overlaps, to_key_predicate
 from conch.manifest import Fragment, KeySpace, TableState
 from conch.scan.keyfilter import key_range_of
 from conch.schema import Column, Schema, join_path
@@ -152,6 +153,7 @@ def plan_scan(
         else:
             filt_keys, filt_cols = [], []
     bounds = predicate_bounds(pred, key_fields) if pred is not None else None
+    key_list = pred.encoded.to_pylist() if isinstance(pred, KeySet) else None
 
     pruned = {"key_spaces_time": 0, "key_spaces_span": 0, "fragments_of_pruned_key_spaces": 0}
     ancestors = {a.path for a in schema.ancestry(lvl)}
@@ -169,6 +171,9 @@ def plan_scan(
             continue
         if bounds is not None and not span_overlaps(bounds, bytes.fromhex(ks.min_key), bytes.fromhex(ks.max_key)):
             pruned["key_spaces_span"] += 1
+            continue
+        if key_list is not None and not _holds_one(key_list, bytes.fromhex(ks.min_key), bytes.fromhex(ks.max_key)):
+            pruned["key_spaces_span"] += 1  # a key set's keys all fall between this run's keys
             continue
         data_ks.append(ks)
     data_ks.sort(key=lambda k: (k.time, k.seq, k.id))
@@ -200,6 +205,13 @@ def plan_scan(
         pruned=pruned,
         limit=limit,
     )
+
+
+def _holds_one(keys: list[bytes], lo: bytes, hi: bytes) -> bool:
+    """Whether some key of the sorted encoded `keys` is in the span [lo, hi]: a take of 50 keys
+    considers only the runs whose spans hold one of them, not every run between the extremes."""
+    i = bisect.bisect_left(keys, lo)
+    return i < len(keys) and keys[i] <= hi
 
 
 def narrow(plan: ScanPlan, r: EncodedRange) -> ScanPlan:

@@ -1,15 +1,17 @@
 """The streamed zip path: Vortex batches straight to output, no per-key location arrays.
 
-It applies when no tombstone is considered and the considered key spaces form *segments* in key
-order: each segment is one key space, or several holding identical key sets (a table written
-group by group, or rewritten whole), and segments do not overlap in key range (one large write
-cut into several key spaces). A key predicate must select a contiguous range of rows (a
-`KeyRange`/`KeyPrefix`). Within a segment, every projected column's fresh cells sit in the dense
-fragments of one key space (the newest holding the column: with identical key sets and no
-tombstones, every key's fresh cell is there), overwritten where newer key spaces whose keys are
-a subset (*patches*: partial upserts, numeric keys) hold cells: merge-on-read by one take per
-batch. A filter is allowed when it pushes whole into the Vortex scan of the one unit holding
-every projected column. Then Vortex batches go to output with the key column sliced beside them.
+It applies when no tombstone is considered. The considered key spaces are cut into *segments*
+in key order: clusters of key spaces whose key ranges overlap. A segment's *base* is its largest
+key set (one key space, or several holding identical key sets: a table written group by group,
+or rewritten whole); its other key spaces are *small runs* overlaid on the base (numeric keys;
+`overlay.py`): partial upserts and inserts of an un-compacted LSM tree, merged per batch by two
+binary searches and one take, never by sorting every key. Non-overlapping segments are one large
+write cut into several key spaces, or time-ordered appends. A key predicate must select a
+contiguous range of the base's rows (a `KeyRange`/`KeyPrefix`). Within a segment, every
+projected column's base cells sit in the dense fragments of one key space (the newest holding
+the column). A filter is allowed when there are no small runs and it pushes whole into the
+Vortex scan of the one unit holding every projected column. Then Vortex batches go to output
+with the key column sliced beside them.
 
 `streamed(ctx)` returns the stream, or None where the path does not apply (the general path then
 runs: merge → locate → row mask → take → assemble).
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from conch.expr import mask as filter_mask
 from conch.fragments import ORDINAL
 from conch.keys import KeySet
 from conch.manifest import Fragment
@@ -31,6 +34,7 @@ from conch.scan.assemble import assemble, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_key, selected_rows
+from conch.scan.overlay import OverlayKeys, Window, overlay_keys, overlay_values
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
 from conch.scan.take import take_rows
@@ -38,25 +42,21 @@ from conch.schema import Column
 
 
 @dataclass
-class _Patch:
-    """A newer key space whose keys are a subset of the segment's: its cells overwrite."""
-
-    pos: np.ndarray  # its rows' positions among the segment's keys (ascending)
-    fragments: list[Fragment]  # dense, covering its key space in row order
-    table: pa.Table | None = None  # decoded on first use
-
-
-@dataclass
 class _StreamUnit:
     """Columns of one group whose fresh cells sit in one key space's dense fragments (`fragments`;
-    empty = no base cells, nulls), overwritten where newer subset key spaces (`patches`, oldest
-    first) hold cells: a partial upsert read by merge-on-read."""
+    empty = no base cells, nulls), overlaid by the segment's small runs that hold them
+    (`overlay`: indices into the segment's overlay runs, oldest first; `overlay[newer_than:]`
+    are newer than the base cells): merge-on-read (`overlay.py`)."""
 
     group: str
     columns: list[Column]
     fragments: list[Fragment]  # covering the key space's rows in order
-    patches: list[_Patch] = field(default_factory=list)
-    null_base: bool = False  # no key space holding every key has cells: nulls under the patches
+    null_base: bool = False  # no key space holding every key has cells: nulls under the overlay
+    overlay: list[int] = field(default_factory=list)
+    overlay_fragments: list[list[Fragment]] = field(default_factory=list)  # per overlay run
+    newer_than: int = 0
+    values: pa.Table | None = None  # overlay cells aligned with the overlay keys, decoded on first use
+    wins: np.ndarray | None = None
 
 
 @dataclass
@@ -68,6 +68,7 @@ class _Segment:
     hi: int
     units: list[_StreamUnit]
     missing: list[Column]  # projected columns with no cells in this segment: nulls
+    overlay: OverlayKeys | None = None  # the small runs' keys (None: no small runs)
 
 
 def streamed(ctx: ScanContext) -> Stream | None:
@@ -78,27 +79,38 @@ def streamed(ctx: ScanContext) -> Stream | None:
     groups: dict[tuple[str, str, int], list[int]] = {}
     for i, ks in enumerate(plan.key_spaces):
         groups.setdefault((ks.min_key, ks.max_key, ks.rows), []).append(i)
-    # segments in key order: a base group, then groups inside its key range with fewer keys
-    # (candidate patches, checked to be subsets in _segment); segments must not overlap
+    # segments in key order: clusters of groups whose key ranges overlap; in each, the group with
+    # the most keys is the base and the others are small runs overlaid on it (numeric keys)
     order = sorted(groups, key=lambda g: (g[0], -g[2]))
-    segs: list[tuple[list[int], list[int]]] = []
-    last: tuple[str, str, int] | None = None
+    clusters: list[list[tuple[str, str, int]]] = []
+    end = ""
     for g in order:
-        if last is not None and g[0] <= last[1]:
-            if g[1] <= last[1] and g[2] < last[2] and numeric_key(plan.key_fields):
-                segs[-1][1].extend(groups[g])
-                continue
-            return None  # overlapping runs: the general merge
-        segs.append((groups[g], []))
-        last = g
+        if clusters and g[0] <= end:
+            clusters[-1].append(g)
+            end = max(end, g[1])
+            continue
+        clusters.append([g])
+        end = g[1]
+    segs: list[tuple[list[int], list[int]]] = []
+    for cl in clusters:
+        if len(cl) > 1 and not numeric_key(plan.key_fields):
+            return None  # overlapping runs of non-numeric keys: the general merge
+        big = max(cl, key=lambda g: g[2])
+        segs.append((groups[big], sorted(i for g in cl if g != big for i in groups[g])))
     expr = None
     if plan.filter is not None:
         expr = vortex_expr(ctx, plan.filter, plan.fragments.get(plan.filter_columns[0].group, []))
         if expr is None:
             return None
+    # fragments by (group, key space), indexed once: a segment looks up only its own key spaces,
+    # so planning is linear in runs (thousands of appends), not runs x fragments
+    by_ks: dict[tuple[str, str], list[Fragment]] = {}
+    for grp, frs in plan.fragments.items():
+        for f in frs:
+            by_ks.setdefault((grp, f.key_space), []).append(f)
     segments = []
-    for base, patches in segs:
-        seg = _segment(ctx, base, patches)
+    for base, small in segs:
+        seg = _segment(ctx, base, small, by_ks)
         if seg is None:
             return None
         if seg.hi > seg.lo:
@@ -106,18 +118,19 @@ def streamed(ctx: ScanContext) -> Stream | None:
     m = ctx.metrics
     m.key_spaces = len(plan.key_spaces)
     m.keys_merged = sum(ks.rows for ks in plan.key_spaces)
-    m.keys_out = sum(s.hi - s.lo for s in segments)
+    m.keys_out = sum(s.hi - s.lo + _inserted(s) for s in segments)
     m.merge = "zip (streamed)"
     return Stream(ctx, segments, expr)
 
 
-def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> _Segment | None:
-    """One segment (key spaces `members` of the plan, with identical key sets, and
-    `patch_members`, whose keys must be subsets of them), or None."""
+def _segment(
+    ctx: ScanContext, members: list[int], small: list[int], by_ks: dict[tuple[str, str], list[Fragment]]
+) -> _Segment | None:
+    """One segment (key spaces `members` of the plan, with identical key sets: the base; and
+    `small`, runs overlaid on it, numeric keys), or None. `by_ks`: the plan's fragments by
+    (group, key space id)."""
     plan = ctx.plan
     fields = plan.key_fields
-    if patch_members and plan.filter is not None:
-        return None
     keys_of = ctx.keys()
     kss = [plan.key_spaces[i] for i in members]
     n = kss[0].rows
@@ -129,7 +142,11 @@ def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> 
         else:
             same = all(keys_of.keys(p, fields).equals(keys) for p in kss[:-1])
         if not same:
-            return None
+            if not numeric_key(fields):
+                return None
+            # same span and count, different keys: the newest is the base, the others overlay it
+            small = sorted([*small, *members[:-1]])
+            members, kss = members[-1:], kss[-1:]
     lo, hi = 0, n
     rows = selected_rows(keys_of, kss[-1], fields, plan.key_predicate, plan.within)
     if rows is not None:
@@ -138,33 +155,42 @@ def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> 
             lo, hi = int(rows[0]), int(rows[-1]) + 1
             if hi - lo != len(rows):
                 return None
-    # patches: their keys' positions among the segment's keys (numeric keys: binary search)
-    pos_of: dict[int, np.ndarray] = {}
-    for i in patch_members:
-        pk = keys_of.numeric(plan.key_spaces[i], fields)
-        base_keys = keys_of.numeric(kss[-1], fields)
-        pos = np.searchsorted(base_keys, pk)
-        if len(pos) and (pos[-1] >= n or not np.array_equal(base_keys[np.minimum(pos, n - 1)], pk)):
-            return None  # not a subset: the general merge
-        pos_of[i] = pos.astype(np.int64)
-    # units: (group, newest member key space holding the column, newer patches) → fragments
-    in_seg = {plan.key_spaces[i].id: i for i in [*members, *patch_members]}
+    ov = None
+    if small:
+        nums, sel = [], []
+        for i in small:
+            num = keys_of.numeric(plan.key_spaces[i], fields)
+            r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
+            r = np.arange(len(num), dtype=np.int64) if r is None else r
+            nums.append(num[r])
+            sel.append(r)
+        ov = overlay_keys(
+            keys_of.numeric(kss[-1], fields),
+            nums,
+            sel,
+            lambda u: pa.Table.from_arrays([pa.array(u).cast(keys.schema.field(0).type)], schema=keys.schema),
+        )
+        if hi <= lo and ov.inserted:
+            return None  # only inserted keys in the range: the general path
+    # units: (group, newest base key space holding the column, small runs holding it) → fragments
+    in_seg = {plan.key_spaces[i].id: i for i in [*members, *small]}
+    small_set = set(small)
     by_key: dict[tuple[str, int, tuple[int, ...]], _StreamUnit] = {}
     missing: list[Column] = []
     filter_cols = plan.filter_columns if plan.filter is not None else []
-    patch_bytes = 0
+    overlay_bytes = 0
     for c in [*plan.columns, *[c for c in filter_cols if c not in plan.columns]]:
-        frs = [f for f in plan.fragments.get(c.group, []) if f.key_space in in_seg and c.id in f.column_ids]
+        frs = [f for ks_id in in_seg for f in by_ks.get((c.group, ks_id), ()) if c.id in f.column_ids]
         holders = {in_seg[f.key_space] for f in frs}
         full = [i for i in members if i in holders]
         newest = max(full) if full else -1
-        newer = tuple(sorted(i for i in holders if i in pos_of and i > newest))
-        if newest < 0 and not newer:
+        runs = tuple(k for k, i in enumerate(small) if i in holders)
+        if newest < 0 and not runs:
             if c in filter_cols:
                 return None  # a filter over cells that do not exist: the general path decides
             missing.append(c)
             continue
-        key = (c.group, newest, newer)
+        key = (c.group, newest, runs)
         u = by_key.get(key)
         if u is None:
             base_frs: list[Fragment] | None = []
@@ -172,17 +198,19 @@ def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> 
                 base_frs = covers([f for f in frs if in_seg[f.key_space] == newest], n, ctx.format.storage)
             if base_frs is None:
                 return None
-            u = by_key[key] = _StreamUnit(c.group, [], base_frs, null_base=newest < 0)
-            for i in newer:
+            older = sum(1 for k in runs if small[k] < newest)
+            u = by_key[key] = _StreamUnit(c.group, [], base_frs, newest < 0, list(runs), [], older)
+            for k in runs:
+                i = small[k]
                 pf = covers([f for f in frs if in_seg[f.key_space] == i], plan.key_spaces[i].rows, ctx.format.storage)
-                if pf is None or any(f.blob_columns for f in pf):
+                if pf is None:
                     return None
-                patch_bytes += sum(f.bytes for f in pf)
-                if patch_bytes * 4 > ctx.decoded.max_bytes:  # patches are decoded whole
+                overlay_bytes += sum(f.bytes for f in pf)
+                if overlay_bytes * 4 > ctx.decoded.max_bytes:  # small runs are decoded whole (blobs too)
                     return None
-                u.patches.append(_Patch(pos_of[i], pf))
-        elif {f.id for f in frs if in_seg[f.key_space] in (newest, *newer)} != {
-            f.id for f in [*u.fragments, *(f for p in u.patches for f in p.fragments)]
+                u.overlay_fragments.append(pf)
+        elif {f.id for f in frs if in_seg[f.key_space] == newest or in_seg[f.key_space] in small_set} != {
+            f.id for f in [*u.fragments, *(f for pf in u.overlay_fragments for f in pf)]
         }:
             return None
         u.columns.append(c)
@@ -192,6 +220,8 @@ def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> 
         if missing or len(by_key) != 1:
             return None
         (u,) = by_key.values()
+        if u.null_base and ov is not None:
+            return None  # no base cells to filter in-file: the general path
         blob_ids = {i for f in u.fragments for i in f.blob_columns}
         if any(c.id in blob_ids for c in filter_cols):
             return None
@@ -205,7 +235,18 @@ def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> 
         if not may.all():
             ctx.pruned(u.group, int((~may).sum()))
             u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
-    return _Segment(keys, lo, hi, list(by_key.values()), missing)
+    return _Segment(keys, lo, hi, list(by_key.values()), missing, ov)
+
+
+def _inserted(s: _Segment) -> int:
+    """Keys the segment's small runs add to its base."""
+    return s.overlay.inserted if s.overlay is not None else 0
+
+
+def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which of `rows` are in the sorted array `sorted_set`."""
+    i = np.minimum(np.searchsorted(sorted_set, rows), len(sorted_set) - 1)
+    return np.asarray(sorted_set[i] == rows)
 
 
 class Stream:
@@ -214,14 +255,14 @@ class Stream:
     def __init__(self, ctx: ScanContext, segments: list[_Segment], filter_expr: Any) -> None:
         self.ctx, self.segments, self.filter_expr = ctx, segments, filter_expr
         limit = ctx.plan.limit
-        self.left = limit if limit is not None else sum(s.hi - s.lo for s in segments)
+        self.left = limit if limit is not None else sum(s.hi - s.lo + _inserted(s) for s in segments)
         plan = ctx.plan
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
 
     def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(key-space row of the fragment's first row, batch) of `u`'s columns over [lo, hi)."""
         schema = file_schema(u.columns)
-        if u.null_base:  # no base cells: nulls, overwritten by the patches
+        if u.null_base:  # no base cells: nulls, overwritten by the overlay
             for a in range(s.lo, s.hi, 1 << 16):
                 m = min(s.hi - a, 1 << 16)
                 yield a, pa.RecordBatch.from_arrays([pa.nulls(m, t) for t in schema.types], schema=schema)
@@ -245,15 +286,60 @@ class Stream:
         return batch
 
     def _filtered(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+        """Rows passing the filter: the base's by the Vortex scan (minus rows whose fresh cell is
+        a small run's), the small runs' by evaluating the filter on their decoded cells, merged
+        in key order batch by batch."""
         (u,) = s.units
+        ov = s.overlay
+        dead = np.zeros(0, dtype=np.int64)  # base rows whose fresh cells are the small runs'
+        ov_rows = np.zeros(0, dtype=np.int64)  # keys of U whose fresh record passes, ascending
+        if ov is not None:
+            values, wins = self._values(s, u)
+            dead = ov.ins[ov.hit & wins]
+            cand = ~ov.hit | wins
+            by_path = {c.full_path: values.column(j).combine_chunks() for j, c in enumerate(u.columns)}
+            assert self.ctx.plan.filter is not None
+            ok = np.array(filter_mask(self.ctx.plan.filter, by_path.__getitem__), dtype=np.bool_)
+            ov_rows = np.nonzero(ok & cand)[0]
+        done = 0  # overlay matches emitted so far
         for start, batch in self._unit_batches(s, u, ordinal=True):
             if self.left <= 0:
                 return
             rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + start
+            if len(dead) and len(rows):
+                keep = ~_member(rows, dead)
+                rows, batch = rows[keep], batch.filter(pa.array(keep))
+            if ov is not None and len(rows):
+                upto = done + int(np.searchsorted(ov.ins[ov_rows[done:]], rows[-1], "right"))
+                yield from self._merged(s, u, rows, batch, ov_rows[done:upto])
+                done = upto
+                continue
             if len(rows) > self.left:
                 rows, batch = rows[: self.left], batch.slice(0, self.left)
             cols = {c.id: batch.column(i) for i, c in enumerate(u.columns)}
             yield self._emit(s, take_rows(s.keys, rows), cols)
+        if ov is not None and done < len(ov_rows) and self.left > 0:
+            schema = file_schema(u.columns).append(pa.field(ORDINAL, pa.uint32()))
+            yield from self._merged(s, u, np.zeros(0, dtype=np.int64), schema.empty_table(), ov_rows[done:])
+
+    def _merged(
+        self, s: _Segment, u: _StreamUnit, rows: np.ndarray, batch: Any, js: np.ndarray
+    ) -> Iterator[pa.RecordBatch]:
+        """Base rows `rows` (their columns in `batch`) and overlay keys `js` that passed the
+        filter, in key order: a key of U goes before the base row at its insertion point."""
+        ov = s.overlay
+        assert ov is not None and u.values is not None
+        order = np.argsort(np.concatenate([rows * 2 + 1, ov.ins[js] * 2]), kind="stable")
+        idx = pa.array(order[: self.left])
+        keys = pa.concat_tables([take_rows(s.keys, rows), ov.keys.take(pa.array(js))]).take(idx)
+        cols = {}
+        for j, c in enumerate(u.columns):
+            extra = u.values.column(j).take(pa.array(js))
+            col = batch.column(j)
+            col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            cols[c.id] = pa.concat_arrays([col, *extra.chunks]).take(idx)
+        if keys.num_rows:
+            yield self._emit(s, keys, cols)
 
     def _zipped(self, s: _Segment) -> Iterator[pa.RecordBatch]:
         its = [iter(self._unit_batches(s, u, ordinal=False)) for u in s.units]
@@ -265,50 +351,57 @@ class Stream:
                 if p is None or p.num_rows == 0:
                     pending[i] = next(it)[1]
             n = min(self.left, s.hi - pos, 1 << 16, *(p.num_rows for p in pending if p is not None))
+            win = s.overlay.window(pos, pos + n, pos + n >= s.hi) if s.overlay is not None else None
             cols: dict[int, pa.Array] = {}
             for i, u in enumerate(s.units):
                 p = pending[i]
                 assert p is not None
-                here = self._patched(u, p.slice(0, n), pos) if u.patches else p.slice(0, n)
+                here = p.slice(0, n)
                 for j, c in enumerate(u.columns):
                     cols[c.id] = here.column(j)
+                if win is not None:
+                    cols.update(self._overlaid(s, u, win, here))
                 pending[i] = p.slice(n)
-            yield self._emit(s, s.keys.slice(pos, n), cols)
+            key_part = s.keys.slice(pos, n)
+            if win is not None and win.new.any():
+                assert s.overlay is not None
+                src = win.source(n, np.zeros(len(win.new), dtype=bool))
+                key_part = pa.concat_tables([key_part, s.overlay.keys.slice(win.j0, win.j1 - win.j0)]).take(src)
+            if key_part.num_rows > self.left:  # a limit inside inserted keys
+                key_part = key_part.slice(0, self.left)
+                cols = {k: v.slice(0, self.left) for k, v in cols.items()}
+            yield self._emit(s, key_part, cols)
             pos += n
 
-    def _patched(self, u: _StreamUnit, batch: pa.RecordBatch, pos: int) -> pa.RecordBatch:
-        """`batch` (segment rows [pos, pos + n)) with the cells of `u`'s patches laid over it,
-        newest last: one take over the batch and the patches' matching runs (slices)."""
-        n = batch.num_rows
-        src = np.arange(n, dtype=np.int64)
-        pieces = [batch]
-        offset = n
-        for p in u.patches:
-            a, b = np.searchsorted(p.pos, [pos, pos + n])
-            if b <= a:
-                continue
-            table = self._patch_table(u, p)
-            src[p.pos[a:b] - pos] = offset + np.arange(b - a)
-            pieces.append(
-                pa.RecordBatch.from_arrays(
-                    [table.column(j).slice(int(a), int(b - a)).combine_chunks() for j in range(table.num_columns)],
-                    schema=batch.schema,
-                )
-            )
-            offset += int(b - a)
-        if len(pieces) == 1:
-            return batch
-        cols = [
-            pa.concat_arrays([pc_.column(j) for pc_ in pieces]).take(pa.array(src)) for j in range(batch.num_columns)
-        ]
-        return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+    def _overlaid(self, s: _Segment, u: _StreamUnit, win: Window, batch: pa.RecordBatch) -> dict[int, pa.Array]:
+        """`u`'s columns of `batch` (base rows of window `win`) with the small runs' keys and
+        cells laid in: one take over [base batch, overlay slice] per column."""
+        values, wins = self._values(s, u)
+        src = win.source(batch.num_rows, wins[win.j0 : win.j1])
+        if src is None:
+            return {}
+        idx = pa.array(src)
+        out = {}
+        for j, c in enumerate(u.columns):
+            extra = values.column(j).slice(win.j0, win.j1 - win.j0)
+            out[c.id] = pa.concat_arrays([batch.column(j), *extra.chunks]).take(idx)
+        return out
 
-    def _patch_table(self, u: _StreamUnit, p: _Patch) -> pa.Table:
-        if p.table is None:
+    def _values(self, s: _Segment, u: _StreamUnit) -> tuple[pa.Table, np.ndarray]:
+        """`u`'s cells from the small runs, aligned with the overlay keys, and which are shown
+        (decoded on first use)."""
+        ov = s.overlay
+        assert ov is not None
+        if u.values is None or u.wins is None:
             schema = file_schema(u.columns)
-            parts = [self.ctx.read(u.group, f, schema) for f in p.fragments]
-            p.table = pa.concat_tables(parts).combine_chunks() if parts else schema.empty_table()
-        return p.table
+            frs = dict(zip(u.overlay, u.overlay_fragments, strict=True))
+
+            def decode(i: int) -> pa.Table:
+                parts = [self.ctx.read(u.group, f, schema) for f in frs[i]]
+                return pa.concat_tables(parts) if parts else schema.empty_table()
+
+            u.values, u.wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
+        return u.values, u.wins
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         emitted = False
