@@ -58,7 +58,7 @@ class TableLog:
         self.record = record
         self.name = record.name
         self.id = record.id
-        self.files = TableFiles(warehouse.storage, record.id, warehouse.format)
+        self.files = TableFiles(warehouse.storage, record.id, warehouse.format, self.partition_keys)
         self._lock = threading.Lock()
         self._state: TableState | None = None
         self._past: dict[int, TableState] = {}

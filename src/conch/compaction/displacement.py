@@ -104,12 +104,12 @@ def displace(runs: pa.Table, origin: str, rows: np.ndarray) -> tuple[np.ndarray,
     """Where origin rows `rows` (sorted) went: `(dest index into the map's dest ids, dest row)`,
     -1 for rows that were dropped. Dest ids are `runs['dest']` values (use `dest_ids(runs)`)."""
     mine = runs.filter(pc.equal(runs.column("origin"), origin))
-    o = np.asarray(mine.column("origin_start"), dtype=np.int64)
-    n = np.asarray(mine.column("length"), dtype=np.int64)
+    o = mine.column("origin_start").to_numpy()
+    n = mine.column("length").to_numpy()
     order = np.argsort(o)
     o, n = o[order], n[order]
-    d = np.asarray(mine.column("dest_start"), dtype=np.int64)[order]
-    ids = np.asarray(pc.index_in(mine.column("dest"), value_set=dest_ids(runs)), dtype=np.int64)[order]
+    d = mine.column("dest_start").to_numpy()[order]
+    ids = pc.index_in(mine.column("dest"), value_set=dest_ids(runs)).to_numpy().astype(np.int64)[order]
     i = np.searchsorted(o, rows, side="right") - 1
     ok = (i >= 0) & (rows < o[np.maximum(i, 0)] + n[np.maximum(i, 0)]) if len(o) else np.zeros(len(rows), bool)
     j = np.maximum(i, 0)
@@ -120,4 +120,4 @@ def displace(runs: pa.Table, origin: str, rows: np.ndarray) -> tuple[np.ndarray,
 
 def dest_ids(runs: pa.Table) -> pa.Array:
     """The distinct destination key spaces of a map, in first-seen order."""
-    return pc.unique(runs.column("dest")).combine_chunks() if runs.num_rows else pa.array([], pa.string())
+    return pc.unique(runs.column("dest")) if runs.num_rows else pa.array([], pa.string())
