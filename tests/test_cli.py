@@ -213,3 +213,19 @@ def test_ui_command_serves_the_inspector(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_compact_and_maintenance(tmp_path: Path) -> None:
+    w = str(tmp_path / "w")
+    assert cli(w, "create", "ev", "--key", "day:int32,id:uint64", "--partition-by", "day").returncode == 0
+    t = conch.connect(w, maintenance=conch.Policy(auto=False)).table("ev")
+    for i in range(3):
+        t.write({"day": [1, 2], "id": [i, i], "x": [float(i)] * 2})
+    plan = cli(w, "maintenance", "ev").stdout
+    assert "LSM: 6 L0 runs, 0 L1 runs" in plan and "major" in plan  # one run per partition and write
+    out = cli(w, "compact", "ev").stdout
+    assert "1 compaction(s): 6 runs → 2" in out  # one range to start with, cut at the partition change
+    assert "LSM: 0 L0 runs, 2 L1 runs over 2 key range(s)" in out
+    man = cli(w, "manifests", "ev").stdout
+    assert "Compacted At" in man and "L1" in man
+    assert "nothing to compact" in cli(w, "maintenance", "ev").stdout

@@ -335,6 +335,32 @@ def vacuum(
     console.print(f"{verb} {r.files_removed} files ({human_bytes(r.bytes_removed)}); kept {r.files_kept}")
 
 
+@app.command()
+def compact(
+    table: str,
+    policy_only: Annotated[
+        bool, typer.Option("--policy", help="Only what the policy asks for (see `conch maintenance`)")
+    ] = False,
+    progress: Annotated[bool | None, typer.Option(help="Show a progress bar (default: on a terminal)")] = None,
+) -> None:
+    """Compact the LSM tree now: by default a major compaction of every key range with L0 runs
+    (one sorted L1 run per range). Concurrent writes and deletes are never lost."""
+    t = _catalog().table(table)
+    r = t.compact(force=not policy_only, progress=progress)
+    console.print(
+        f"{r.tasks} compaction(s): {r.runs_in} runs → {r.runs_out}; read {human_bytes(r.bytes_in)}, wrote "
+        f"{human_bytes(r.bytes_written)}" + (f"; {r.conflicts} lost to concurrent compactions" if r.conflicts else ""),
+        highlight=False,
+    )
+    console.print(str(t.maintenance_plan()).splitlines()[0], highlight=False)
+
+
+@app.command()
+def maintenance(table: str) -> None:
+    """Print the maintenance plan: LSM levels, and what compaction would do now and why."""
+    console.print(str(_catalog().table(table).maintenance_plan()), highlight=False)
+
+
 @app.command("rename-column")
 def rename_column(table: str, column: str, new_name: str) -> None:
     """Rename a column (metadata-only; time travel still sees the old name)."""
@@ -397,6 +423,9 @@ def _key_flags(key: list[str]) -> tuple[list[str], dict[str, pa.DataType]]:
 def create(
     table: str,
     key: Annotated[list[str], typer.Option(help="Key column NAME:TYPE, in order (repeat or comma-separate)")],
+    partition_by: Annotated[
+        list[str] | None, typer.Option(help="Partitioning key: a prefix of the key columns (repeat or comma-separate)")
+    ] = None,
 ) -> None:
     """Create an empty table with a key schema: `conch create audio --key id:uint64`."""
     names, types = _key_flags(key)
@@ -405,7 +434,8 @@ def create(
         raise InvalidArgumentError(
             f"--key {missing[0]} needs a type: --key {missing[0]}:uint64 (or int64, string, timestamp[us], ...)"
         )
-    t = _catalog(create=True).create_table(table, [(n, types[n]) for n in names])
+    parts = [p for flag in partition_by or [] for p in flag.split(",") if p]
+    t = _catalog(create=True).create_table(table, [(n, types[n]) for n in names], partition_by=parts or None)
     console.print(f"created {t.describe()}", highlight=False)
 
 
