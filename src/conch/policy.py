@@ -23,16 +23,23 @@ class Policy:
 
     auto: bool = True  # compact after commits, in the writing process
     l0_trigger: int = 4  # L0 runs in a component that trigger a compaction
+    small_l0_trigger: int = 1  # ... in a small component (<= small_bytes): compacted right away
     size_ratio: float = 2.0  # merge: an older run joins if <= ratio × the newer window's bytes
     l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
-    small_bytes: int = 16 << 20  # a component this small is always compacted whole (major)
+    small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at small_l0_trigger
     max_l1_rows: int = 1 << 20  # a range's run is cut in two above this many rows
     auto_budget_bytes: int = 64 << 20  # input bytes one automatic trigger may rewrite
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
 
     def __post_init__(self) -> None:
-        if self.l0_trigger < 2 or self.size_ratio <= 0 or self.l1_ratio < 0 or self.max_l1_rows < 1:
+        if (
+            self.l0_trigger < 2
+            or self.small_l0_trigger < 1
+            or self.size_ratio <= 0
+            or self.l1_ratio < 0
+            or self.max_l1_rows < 1
+        ):
             raise InvalidArgumentError(
-                f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
-                "max_l1_rows >= 1"
+                f"invalid compaction policy {self}: needs l0_trigger >= 2, small_l0_trigger >= 1, size_ratio > 0, "
+                "l1_ratio >= 0, max_l1_rows >= 1"
             )

@@ -155,21 +155,23 @@ def plan(
         l1 = [k for k in comp.runs if is_l1(k)]
         if not l0 and (not force or len(l1) <= 1):
             continue
-        if not force and len(l0) < policy.l0_trigger:
-            continue
-        lo, hi = ranges.bounds(comp.first, comp.last)
         l0_bytes = sum(sizes[k.id] for k in l0)
         l1_bytes = sum(sizes[k.id] for k in l1)
+        small = l0_bytes + l1_bytes <= policy.small_bytes
+        if not force and len(l0) < (policy.small_l0_trigger if small else policy.l0_trigger):
+            continue
+        if not force and small and not l1 and len(l0) == 1:
+            continue  # one run and nothing to merge it with: rewriting it would gain nothing
+        lo, hi = ranges.bounds(comp.first, comp.last)
         window = [] if force else _tier_window(l0, sizes, policy)
         if window and l1 and oldest_time(window[0]) < max(k.time for k in l1):
             window = []  # not contiguous in time with the L1 runs it would stay above: major
-        small = l0_bytes + l1_bytes <= policy.small_bytes
         if force or small or not l1 or l0_bytes >= policy.l1_ratio * l1_bytes or len(window) < 2:
             why = (
                 "forced"
                 if force
-                else f"{len(l0)} L0 runs >= {policy.l0_trigger}; component {l0_bytes + l1_bytes:,} B <= "
-                f"{policy.small_bytes:,} B (small: rewritten whole)"
+                else f"{len(l0)} L0 run(s) >= {policy.small_l0_trigger} in a small component "
+                f"({l0_bytes + l1_bytes:,} B <= {policy.small_bytes:,} B): rewritten whole"
                 if small
                 else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B >= {policy.l1_ratio:g} × L1 "
                 f"{l1_bytes:,} B"
