@@ -94,7 +94,7 @@ def main() -> None:
             take = [int(k) for k in rng.choice(np.unique(keys), 50, replace=False)]
             with tempfile.TemporaryDirectory() as d:
                 auto, t_auto = _ingest(Path(d) / "auto", keys, policy)
-                off, t_off = _ingest(Path(d) / "off", keys, conch.Policy(auto=False))
+                _, t_off = _ingest(Path(d) / "off", keys, conch.Policy(auto=False))
                 once = _once(Path(d) / "once", keys)
                 assert auto.scan().to_arrow().equals(once.scan().to_arrow())
                 r_once, r_auto = _reads(once, args.repeat, take), _reads(auto, args.repeat, take)
