@@ -1,0 +1,72 @@
+"""Maintenance commands: compact, maintenance (the plan), check, flush, vacuum."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Annotated
+
+import typer
+
+from conch.cli.common import (
+    app,
+    console,
+    open_catalog,
+)
+from conch.progress import human_bytes
+
+command = partial(app.command, rich_help_panel="Maintain tables")  # `conch --help` groups commands by panel
+
+
+@command()
+def compact(
+    table: str,
+    policy_only: Annotated[
+        bool, typer.Option("--policy", help="Only what the policy asks for (see `conch maintenance`)")
+    ] = False,
+    progress: Annotated[bool | None, typer.Option(help="Show a progress bar (default: on a terminal)")] = None,
+) -> None:
+    """Compact the LSM tree now: by default a major compaction of every key range with L0 runs
+    (one sorted L1 run per range). Concurrent writes and deletes are never lost."""
+    t = open_catalog().table(table)
+    r = t.compact(force=not policy_only, progress=progress)
+    console.print(
+        f"{r.tasks} compaction(s): {r.runs_in} runs → {r.runs_out}; read {human_bytes(r.bytes_in)}, wrote "
+        f"{human_bytes(r.bytes_written)}" + (f"; {r.conflicts} lost to concurrent compactions" if r.conflicts else ""),
+        highlight=False,
+    )
+    console.print(str(t.maintenance_plan()).splitlines()[0], highlight=False)
+
+
+@command()
+def maintenance(table: str) -> None:
+    """Print the maintenance plan: LSM levels, and what compaction would do now and why."""
+    console.print(str(open_catalog().table(table).maintenance_plan()), highlight=False)
+
+
+@command()
+def vacuum(
+    table: str,
+    older_than: Annotated[float, typer.Option(help="Grace period in seconds for in-flight writes")] = 3600.0,
+    dry_run: Annotated[bool, typer.Option(help="Only count what would be removed")] = False,
+) -> None:
+    """Remove files that no commit references (leftovers of failed writers)."""
+    r = open_catalog().table(table).vacuum(older_than, dry_run)
+    verb = "would remove" if dry_run else "removed"
+    console.print(f"{verb} {r.files_removed} files ({human_bytes(r.bytes_removed)}); kept {r.files_kept}")
+
+
+@command()
+def check(table: str) -> None:
+    """Verify every live file of a table against its checksums; exit 1 listing each problem."""
+    report = open_catalog().table(table).check()
+    for p in report.problems:
+        print(f"{p.file}: {p.what}")
+    console.print(str(report).splitlines()[0], highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@command()
+def flush(table: str) -> None:
+    """Fold the WAL into a snapshot now."""
+    console.print(f"snapshot at seq {open_catalog().table(table).flush()}")
