@@ -18,8 +18,9 @@ from conch.compaction.displacement import displace, read_map
 from conch.compaction.plan import plan
 from conch.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
 from conch.keys import decode_key, encode_keys
-from conch.manifest import KeySpace
-from conch.wal import AddDisplacementMap
+from conch.manifest import KeySpace, TableState
+from conch.sinceview import since_view
+from conch.wal import AddDisplacementMap, RemoveFragment, RemoveKeySpace
 
 OFF = conch.Policy(auto=False)
 
@@ -247,3 +248,27 @@ def test_partition_by_keeps_every_run_inside_one_partition(tmp_path: Path) -> No
         first, last = (decode_key(bytes.fromhex(b), fields)[0] for b in (k.min_key, k.max_key))
         assert first == last, k
     assert len({k.min_key[:10] for k in t.state().key_spaces.values()}) == 4  # one run per day
+
+
+def test_since_inside_a_compacted_window_reads_originals_until_the_horizon(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    commits = [t.write(pa.table({"id": pa.array([i, 50], pa.uint64()), "a": [float(i)] * 2})) for i in range(4)]
+    want = t.scan(since=commits[2].time).to_pylist()
+    assert want == [{"id": 2, "a": 2.0}, {"id": 3, "a": 3.0}, {"id": 50, "a": 3.0}]
+    t.compact()
+    (out,) = t.state().key_spaces.values()
+    assert (out.min_time, out.time) == (commits[0].time, commits[3].time)  # the window, not the commit time
+    assert t.scan(since=commits[2].time).to_pylist() == want  # straddles the window: the originals
+
+    def provenance(seq: int) -> tuple[TableState, set[str], set[str], int]:
+        ((_, at, entry),) = list(t.log.entries(seq - 1, seq))
+        ks = {op.id for op in entry.ops if isinstance(op, RemoveKeySpace)}
+        fr = {op.id for op in entry.ops if isinstance(op, RemoveFragment)}
+        return t.state_at(version=seq - 1), ks, fr, at
+
+    compacted_at = t.history()[-1].time
+    view = since_view(t.state(), commits[2].time, provenance, horizon=compacted_at - 1)
+    assert {k.time for k in view.key_spaces.values()} == {c.time for c in commits}
+    with pytest.raises(conch.TimeTravelError, match=f"horizon {compacted_at}"):
+        since_view(t.state(), commits[2].time, provenance, horizon=compacted_at)
+    assert since_view(t.state(), commits[0].time, provenance, horizon=compacted_at) is t.state()  # not inside

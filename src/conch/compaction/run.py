@@ -89,7 +89,7 @@ def execute(
         return rewrite(log.files, wh.key_cache, state, task, layout(log, policy), within, wh.write_options)
 
 
-def commit(log: TableLog, task: CompactionTask, parts: Sequence[Staged], base_seq: int) -> Commit:
+def commit(log: TableLog, task: CompactionTask, parts: Sequence[Staged], base_seq: int = -1) -> Commit:
     """Commit the parts of one task as one `"compact"` WAL entry (module doc). `base_seq`: the
     log sequence the task was planned on. `CommitConflictError` if an input was removed
     meanwhile (the parts' files are then deleted)."""
