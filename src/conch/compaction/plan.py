@@ -21,10 +21,12 @@ newest input's place in the time order without changing any fresh cell:
   data and merged into one tombstone run per level (they still hide older runs), so a
   delete-heavy history does not pile up tombstone runs either.
 
-The default policy (`Policy()`, numbers from `docs/compaction.md`): a component is compacted
-once it has `l0_trigger` L0 runs; major when it is small (`small_bytes`: rewriting it costs
-less than reading extra runs), when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no
-L1 yet, or when a merge would not reduce the run count; else merge. The automatic trigger after
+The default policy (`conch.Policy()`, measured in `docs/compaction.md`): a small component
+(`small_bytes`) is compacted whole after every commit that adds a run (`small_l0_trigger=1`:
+reading even one extra overlapping run takes the scan's general merge path, 4–28× slower than
+one run, while rewriting a few MB is cheap); a larger one once it has `l0_trigger` L0 runs,
+major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet, or when a merge
+would not reduce the run count; else merge. The automatic trigger after
 commits runs at most `auto_budget_bytes` of input per commit (a writer never stalls long);
 larger tasks are listed by `maintenance_plan()` and run by `Table.compact()` or `conch compact`.
 """
