@@ -67,11 +67,21 @@ def ks(i: int, lo: int, hi: int, time: int, lsm: int = 0, kind: str = "data", b:
 
 
 def test_policy_waits_for_the_trigger_then_majors_without_l1() -> None:
+    large = conch.Policy(l0_trigger=4, small_bytes=0)  # components above small_bytes wait for l0_trigger runs
     runs = {k.id: k for k in [ks(i, 0, 100, 10 + i) for i in range(3)]}
-    assert plan(runs, {}, conch.Policy(l0_trigger=4)).tasks == ()
+    assert plan(runs, {}, large).tasks == ()
     runs["k3"] = ks(3, 0, 100, 20)
-    (task,) = plan(runs, {}, conch.Policy(l0_trigger=4)).tasks
+    (task,) = plan(runs, {}, large).tasks
     assert task.kind == "major" and set(task.inputs) == set(runs) and (task.min_time, task.max_time) == (10, 20)
+
+
+def test_small_components_compact_after_every_run() -> None:
+    one = {"k0": ks(0, 0, 100, 10)}
+    assert plan(one, {}, conch.Policy()).tasks == ()  # a lone run: nothing to merge it with
+    (task,) = plan({**one, "k1": ks(1, 0, 100, 11)}, {}, conch.Policy()).tasks
+    assert task.kind == "major" and "small component" in task.reason
+    (again,) = plan({"k0": ks(0, 0, 100, 10, lsm=1), "k1": ks(1, 5, 6, 11)}, {}, conch.Policy()).tasks
+    assert set(again.inputs) == {"k0", "k1"}  # one L0 run over an L1 run: folded right away
 
 
 def test_policy_merges_newest_similar_runs_and_leaves_big_old_ones() -> None:
@@ -272,3 +282,13 @@ def test_since_inside_a_compacted_window_reads_originals_until_the_horizon(tmp_p
     with pytest.raises(conch.TimeTravelError, match=f"horizon {compacted_at}"):
         since_view(t.state(), commits[2].time, provenance, horizon=compacted_at)
     assert since_view(t.state(), commits[0].time, provenance, horizon=compacted_at) is t.state()  # not inside
+
+
+def test_merge_windows_stay_within_the_automatic_budget() -> None:
+    """Runs of geometric sizes: the window stops before the budget, so automatic compaction
+    keeps merging the newest runs instead of planning one task too big to run."""
+    sizes = [64_000, 32_000, 16_000, 8_000, 4_000, 2_000, 1_000, 1_000]
+    runs = [ks(0, 0, 1000, 1, lsm=1, b=10_000_000)] + [ks(i + 1, 0, 100, 10 + i, b=b) for i, b in enumerate(sizes)]
+    policy = conch.Policy(l0_trigger=4, small_bytes=0, auto_budget_bytes=10_000)
+    (task,) = plan({k.id: k for k in runs}, {}, policy).tasks
+    assert task.kind == "merge" and task.input_bytes <= 10_000 and len(task.inputs) == 4

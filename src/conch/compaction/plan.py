@@ -208,13 +208,16 @@ def _task(
 
 def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> list[KeySpace]:
     """The newest L0 runs of similar size: walking from the newest, an older run joins while its
-    bytes are at most `size_ratio` × the window's so far (universal compaction's size rule).
+    bytes are at most `size_ratio` × the window's so far (universal compaction's size rule) and
+    the window stays within `auto_budget_bytes`.
     Empty when it would merge fewer than two runs."""
     window: list[KeySpace] = []
     total = 0
     for k in reversed(l0):
         b = sizes[k.id]
-        if window and b > policy.size_ratio * total:
+        # within the automatic budget too: otherwise a geometric series of runs would make every
+        # window span them all, exceed the budget, and let L0 grow without bound
+        if window and (b > policy.size_ratio * total or total + b > policy.auto_budget_bytes):
             break
         window.append(k)
         total += b
