@@ -33,6 +33,7 @@ from conch.errors import InvalidArgumentError
 from conch.filter_syntax import parse
 from conch.key_text import parse_key
 from conch.progress import Progress, human_bytes
+from conch.scan.keymask import layout
 from conch.timeparse import to_time as parse_time
 
 command = partial(app.command, rich_help_panel="Look at tables")  # `conch --help` groups commands by panel
@@ -149,6 +150,8 @@ def manifests(
                     if owner is None
                     else f"rows {f.start}..{f.start + f.rows} of {owner.id}"
                 )
+                if f.mask:  # sparse or masked: say which, and where the rows come from
+                    span += f" ({layout(f, t.log.warehouse.storage)} of {f.path.rsplit('/', 1)[-1]})"
                 rows.append(
                     {
                         "id": f.id,
