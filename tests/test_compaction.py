@@ -76,11 +76,12 @@ def test_policy_waits_for_the_trigger_then_majors_without_l1() -> None:
 
 
 def test_small_components_compact_after_every_run() -> None:
+    eager = conch.Policy(small_l0_trigger=1)  # reads stay one run (docs/compaction.md)
     one = {"k0": ks(0, 0, 100, 10)}
-    assert plan(one, {}, conch.Policy()).tasks == ()  # a lone run: nothing to merge it with
-    (task,) = plan({**one, "k1": ks(1, 0, 100, 11)}, {}, conch.Policy()).tasks
+    assert plan(one, {}, eager).tasks == ()  # a lone run: nothing to merge it with
+    (task,) = plan({**one, "k1": ks(1, 0, 100, 11)}, {}, eager).tasks
     assert task.kind == "major" and "small component" in task.reason
-    (again,) = plan({"k0": ks(0, 0, 100, 10, lsm=1), "k1": ks(1, 5, 6, 11)}, {}, conch.Policy()).tasks
+    (again,) = plan({"k0": ks(0, 0, 100, 10, lsm=1), "k1": ks(1, 5, 6, 11)}, {}, eager).tasks
     assert set(again.inputs) == {"k0", "k1"}  # one L0 run over an L1 run: folded right away
 
 
@@ -100,7 +101,7 @@ def test_policy_merges_newest_similar_runs_and_leaves_big_old_ones() -> None:
 
 def test_disjoint_l1_ranges_are_separate_components() -> None:
     runs = [ks(0, 0, 9, 1, lsm=1), ks(1, 10, 19, 1, lsm=1)] + [ks(i, 12, 15, 10 + i) for i in range(2, 5)]
-    (task,) = plan({k.id: k for k in runs}, {}, conch.Policy(l0_trigger=3)).tasks
+    (task,) = plan({k.id: k for k in runs}, {}, conch.Policy(l0_trigger=3, small_bytes=0)).tasks
     assert set(task.inputs) == {"k1", "k2", "k3", "k4"}  # range [10, ..) only
     assert task.lo == enc([10])[0].as_py() and task.hi is None
 

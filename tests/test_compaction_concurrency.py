@@ -81,13 +81,12 @@ def test_writers_deleters_and_a_compactor_lose_nothing(tmp_path: Path) -> None:
             if key not in newest or at > newest[key][1]:
                 newest[key] = (value, at)
     want.update({k: v for k, (v, _) in newest.items()})
-    (compacted,) = [r for kind, r in results if kind == "c"]
     t = conch.connect(wh).table("t")
     got = {r["id"]: r["v"] for r in t.scan().to_pylist()}
     assert got == dict(sorted(want.items()))  # every write there, its newest value; 0..99 deleted
     kinds = [c.kind for c in t.history()]
     assert kinds.count("write") == 51 and kinds.count("delete") == 20
-    assert kinds.count("compact") > 0 and compacted[0] > 0
+    assert kinds.count("compact") > 0  # by the compactor process or the writers' automatic ones
 
 
 def _staged_twice(tmp_path: Path) -> tuple[conch.Table, list[str], list[str]]:

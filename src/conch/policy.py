@@ -23,7 +23,7 @@ class Policy:
 
     auto: bool = True  # compact after commits, in the writing process
     l0_trigger: int = 4  # L0 runs in a component that trigger a compaction
-    small_l0_trigger: int = 1  # ... in a small component (<= small_bytes): compacted right away
+    small_l0_trigger: int = 4  # ... in a small component (<= small_bytes); 1 = right away (see plan.py)
     size_ratio: float = 2.0  # merge: an older run joins if <= ratio × the newer window's bytes
     l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
     small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at small_l0_trigger

@@ -22,9 +22,10 @@ newest input's place in the time order without changing any fresh cell:
   delete-heavy history does not pile up tombstone runs either.
 
 The default policy (`conch.Policy()`, measured in `docs/compaction.md`): a small component
-(`small_bytes`) is compacted whole after every commit that adds a run (`small_l0_trigger=1`:
-reading even one extra overlapping run takes the scan's general merge path, 4–28× slower than
-one run, while rewriting a few MB is cheap); a larger one once it has `l0_trigger` L0 runs,
+(`small_bytes`) is compacted whole once it has `small_l0_trigger` L0 runs (1 keeps reads at one
+run: even one extra overlapping run takes the scan's general merge path, 4–28× slower, but it
+costs 3–5× ingest time on one-row commits; default 4 until the scan reads a few small runs
+beside a big one cheaply); a larger one once it has `l0_trigger` L0 runs,
 major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet, or when a merge
 would not reduce the run count; else merge. The automatic trigger after
 commits runs at most `auto_budget_bytes` of input per commit (a writer never stalls long);
