@@ -287,7 +287,8 @@ def test_writer_processes_lose_nothing(warehouse: Warehouse) -> None:
         p.join(120)
         assert p.exitcode == 0
     t = warehouse.connect().table("t")
-    assert len(t.history()) == n * m
+    # every write is in the log (automatic compactions of the default policy run between them)
+    assert [c.kind for c in t.history()].count("write") == n * m
     assert sorted(t.scan().to_arrow().column("id").to_pylist()) == sorted(
         w * 1000 + i for w in range(n) for i in range(m)
     )

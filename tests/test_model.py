@@ -3,7 +3,8 @@
 The model is spec/000 and DESIGN §1 written as plainly as possible: a list of cells
 `(key, column, time, value)`, key existence events, and tombstones. Random partial-column
 upserts (with written nulls), deletes (whole subtrees), child-level writes, reopening from disk,
-flushes (snapshots), vacuums with no grace period, and scans with key, column, time and value
+flushes (snapshots), vacuums with no grace period, compactions (automatic after every commit, and
+explicit with random policies), and scans with key, column, time and value
 filtration are checked against it. Column `p` holds binary values large enough to be stored out
 of line (blob files), so takes of blob values are checked too.
 """
@@ -209,6 +210,22 @@ class TableMachine(RuleBasedStateMachine):
     def vacuum(self) -> None:
         """With no grace period: it must remove nothing a read (or time travel) needs."""
         self.t.vacuum(older_than_seconds=0)
+
+    @rule(
+        force=st.booleans(),
+        trigger=st.integers(2, 4),
+        ratio=st.sampled_from([0.0, 0.5, 100.0]),
+        small=st.sampled_from([0, 1 << 30]),
+        max_rows=st.integers(1, 12),
+    )
+    def compact(self, force: bool, trigger: int, ratio: float, small: int, max_rows: int) -> None:
+        """A major (L0 + L1 → L1, cut into ranges of at most `max_rows` root keys) or the
+        policy's choice (size-tiered L0 merges when `ratio` is large and `small` is 0): every
+        read after it, with time travel across it (asof and since), is checked by the scan rules
+        against the model. (Automatic compaction with the default policy also runs after every
+        write and delete: the default `connect`.)"""
+        policy = conch.Policy(l0_trigger=trigger, l1_ratio=ratio, small_bytes=small, max_l1_rows=max_rows)
+        self.t.compact(force=force, policy=policy)
 
     @rule()
     def reopen(self) -> None:

@@ -21,7 +21,10 @@ clips_st = st.lists(st.tuples(st.floats(-10, 10, allow_nan=False), ys), max_size
 scenes_st = st.dictionaries(st.text("abc", min_size=1, max_size=3), clips_st, min_size=1, max_size=4)
 
 
-def build(data: dict[str, list[tuple[float, list[int | None]]]]) -> conch.Table:
+def build(data: dict[str, list[tuple[float, list[int | None]]]], split: bool = False, compact: int = 0) -> conch.Table:
+    """The table holding `data`: one write, or (`split`) one write per scene, each followed by
+    the default policy's automatic compaction; `compact` > 0: then a major compaction cutting
+    ranges of at most that many root keys (every level is cut where its root key is)."""
     cat = conch.connect(tempfile.mkdtemp())
     t = cat.create_table("n", [], pa.schema([("scenes", pa.list_(SCENE))]))
     scenes = [
@@ -35,7 +38,10 @@ def build(data: dict[str, list[tuple[float, list[int | None]]]]) -> conch.Table:
         }
         for k, clips in data.items()
     ]
-    t.write(pa.table({"scenes": pa.array([scenes], pa.list_(SCENE))}))
+    for part in [[s] for s in scenes] if split else [scenes]:
+        t.write(pa.table({"scenes": pa.array([part], pa.list_(SCENE))}))
+    if compact:
+        t.compact(policy=conch.Policy(max_l1_rows=compact))
     return t
 
 
@@ -61,9 +67,9 @@ def close(a: Any, b: Any) -> bool:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenes_st, st.integers(-3, 0), st.integers(0, 3))
-def test_reductions_broadcast_windows_match_model(data: Any, lo: int, hi: int) -> None:
-    t = build(data)
+@given(scenes_st, st.integers(-3, 0), st.integers(0, 3), st.booleans(), st.sampled_from([0, 0, 1, 3]))
+def test_reductions_broadcast_windows_match_model(data: Any, lo: int, hi: int, split: bool, compact: int) -> None:
+    t = build(data, split, compact)
     scenes = t.scenes
     clips = scenes.clips
     frames = clips.frames

@@ -35,6 +35,7 @@ from conch.errors import (
 from conch.expr import Col, Expr
 from conch.keys import KeyPrefix, KeyRange
 from conch.nested import _
+from conch.policy import Policy
 from conch.scan import Scan, ScanMetrics
 from conch.table import Table, TableColumn
 from conch.txn import Commit
@@ -62,6 +63,7 @@ __all__ = [
     "KeyTypeError",
     "LevelError",
     "MissingDependencyError",
+    "Policy",
     "Scan",
     "ScanMetrics",
     "SchemaError",

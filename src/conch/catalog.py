@@ -17,10 +17,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from conch.compaction.run import auto as auto_compact
 from conch.errors import ConchError, ExpressionError, SchemaError, TableExistsError
 from conch.integrity import seal_json
 from conch.metastore.base import Metastore, TableRecord
 from conch.metastore.registry import open_warehouse
+from conch.policy import Policy
 from conch.scan import Scan, Split
 from conch.scan.splits import register_opener
 from conch.schema import parse_key_schema, schema_from_arrow
@@ -42,6 +44,7 @@ def connect(
     metastore: str | Metastore | None = None,
     token: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    maintenance: Policy | None = None,
 ) -> Catalog:
     """Open a warehouse. A path (or `file:///path`) is the embedded default: files under it and
     an SQLite metastore in `<path>/_catalog.sqlite`. Zero set-up.
@@ -62,12 +65,18 @@ def connect(
     metastore (`postgresql://...`, `sqlite:///path/file.sqlite`, `http://...`, or a `Metastore`);
     `storage_options` configure object stores (endpoint, region, credentials, `allow_http`).
 
+    `maintenance`: the compaction policy (`conch.Policy`, default on: after each write or
+    delete, the writing process runs a bounded compaction when the policy asks for one);
+    `conch.Policy(auto=False)` turns the automatic part off (`Table.compact()` still works).
+
     >>> with conch.connect("/tmp/wh") as cat:  # doctest: +SKIP
     ...     cat.list_tables()
     >>> cat = conch.connect("s3://bucket/wh", storage_options={"region": "eu-west-1"})  # doctest: +SKIP
     """
     storage, ms = open_warehouse(uri, create=create, metastore=metastore, token=token, storage_options=storage_options)
-    return Catalog(Warehouse(storage, ms, write_options, evolve=evolve))
+    wh = Warehouse(storage, ms, write_options, evolve=evolve, maintenance=maintenance)
+    wh.after_commit = auto_compact
+    return Catalog(wh)
 
 
 class Catalog:
@@ -98,22 +107,37 @@ class Catalog:
         self.close()
 
     def create_table(
-        self, name: str, key_schema: Any, schema: pa.Schema | None = None, exist_ok: bool = False
+        self,
+        name: str,
+        key_schema: Any,
+        schema: pa.Schema | None = None,
+        exist_ok: bool = False,
+        partition_by: list[str] | None = None,
     ) -> Table:
         """Create a table. `key_schema`: a `pyarrow.Schema`, `[(name, type)]` or `{name: type}`
         (empty for a root that only holds child levels). `schema`: optional Arrow value schema;
         structs are column groups and `list<struct<$: K, ...>>` fields are child levels.
         `exist_ok`: return the existing table of that name if its key schema is the same (a
-        different key schema raises `SchemaError`)."""
+        different key schema raises `SchemaError`). `partition_by`: the partitioning key
+        (spec/003), a prefix of the key columns: no key space or fragment spans two partitions.
+
+        >>> cat.create_table("events", [("day", pa.date32()), ("id", pa.uint64())], partition_by=["day"])  # doctest: +SKIP
+        """
         if not _NAME.match(name):
             raise ConchError(f"invalid table name {name!r}: letters, digits, '_', '.', '-'")
         keys = parse_key_schema(key_schema)
         if isinstance(schema, dict):
             schema = pa.schema(list(schema.items()))
         tree = schema_from_arrow(keys, schema)
-        record = TableRecord(
-            name, f"{name}-{new_id()[:8]}", time.time_ns() // 1000, seal_json(json.dumps({"schema": tree.to_json()}))
-        )
+        props: dict[str, Any] = {"schema": tree.to_json()}
+        if partition_by:
+            if list(partition_by) != keys.names[: len(partition_by)]:
+                raise SchemaError(
+                    f"partition_by={list(partition_by)} must be a prefix of the key columns {keys.names}, e.g. "
+                    f"{keys.names[:1]}"
+                )
+            props["partition_keys"] = len(partition_by)
+        record = TableRecord(name, f"{name}-{new_id()[:8]}", time.time_ns() // 1000, seal_json(json.dumps(props)))
         try:
             self.warehouse.metastore.create_table(record)
         except TableExistsError:

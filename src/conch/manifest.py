@@ -40,6 +40,9 @@ class KeySpace:
     compacted_at: int | None = None
     bytes: int = 0
     checksum: str = ""  # "" = not recorded (tables written before integrity checks)
+    # A compacted run holds cells of a window of commit times `[min_time, time]` (0: just `time`;
+    # DESIGN §6): it takes its newest input's `time`, and `min_time` is its oldest.
+    min_time: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +63,8 @@ class Fragment:
     stats: str  # base64 Arrow IPC: min.<id>, max.<id>, nulls.<id>
     bytes: int = 0
     format: str = "vortex"
-    # `lsm` and `compacted_at` (here and on KeySpace) are set by compaction (DESIGN §6, not built
-    # yet); every write is L0. The CLI shows them, as spec/001's manifest listings do.
+    # `lsm` and `compacted_at` (here and on KeySpace) are set by compaction (`conch.compaction`):
+    # a write is L0, a major compaction's output L1. The CLI shows them, as spec/001's listings do.
     time: int = 0
     seq: int = 0
     lsm: int = 0

@@ -17,12 +17,15 @@ import pyarrow as pa
 
 from conch import maintenance
 from conch.check import CheckReport, check_table
+from conch.compaction.plan import MaintenancePlan
+from conch.compaction.run import CompactionResult, compact, maintenance_plan
 from conch.delete_where import delete_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr import Col, Expr
 from conch.manifest import TableState
 from conch.nested.api import root_member
 from conch.nested.writes import BatchWriter
+from conch.policy import Policy
 from conch.scan import Scan
 from conch.schema import Schema, type_name
 from conch.tablelog import TableLog
@@ -267,6 +270,25 @@ class Table:
             for g in state.schema.groups(lvl):
                 out[f"{lvl}/{g}"] = state.fragment_manifest(lvl, g)
         return out
+
+    # ----- LSM maintenance ------------------------------------------------------------------
+    def compact(
+        self, force: bool = True, policy: Policy | None = None, progress: bool | None = None
+    ) -> CompactionResult:
+        """Compact now. `force=True` (default): a major compaction of every key range with L0 runs
+        or several runs (L0 + L1 → L1: one sorted run per range, tombstones applied and dropped);
+        `force=False`: only what the policy asks for (`maintenance_plan()`), without its
+        automatic budget. `policy`: default the warehouse's (`connect(maintenance=...)`).
+        Concurrent writes and deletes are never lost or undone (DESIGN §6).
+
+        >>> t.compact()  # doctest: +SKIP
+        """
+        return compact(self.log, policy or self.log.warehouse.maintenance, force=force, progress=progress)
+
+    def maintenance_plan(self, policy: Policy | None = None) -> MaintenancePlan:
+        """What compaction would do now and why: LSM levels, runs, and tasks with their reasons
+        (prints readably; `conch maintenance` on the CLI)."""
+        return maintenance_plan(self.log, policy or self.log.warehouse.maintenance)
 
     def flush(self) -> int:
         """Fold the WAL into a snapshot file now; returns the snapshot's sequence number."""

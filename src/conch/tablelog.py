@@ -26,16 +26,28 @@ from conch.manifest import TableState
 from conch.metastore.base import TableRecord
 from conch.scan.keyspace import KeyCache
 from conch.schema import Schema
+from conch.sinceview import since_view
 from conch.storage.base import Storage
 from conch.timeparse import format_time, to_time
 from conch.txn import Commit
-from conch.wal import Entry, RegisterSnapshot, Transaction, decode, encode, rebase, replay
+from conch.wal import (
+    Entry,
+    RegisterSnapshot,
+    RemoveFragment,
+    RemoveKeySpace,
+    Transaction,
+    decode,
+    encode,
+    rebase,
+    replay,
+)
 from conch.warehouse import Warehouse
 from conch.write import TableFiles
 
 MAX_ATTEMPTS = 200
 FLUSH_ATTEMPTS = 5
 PAST_STATES = 8  # time-travel scans usually revisit a few commits
+MAINTAINED_KINDS = ("write", "delete", "enrich")  # commits that add runs: automatic compaction follows
 
 
 class TableLog:
@@ -46,7 +58,7 @@ class TableLog:
         self.record = record
         self.name = record.name
         self.id = record.id
-        self.files = TableFiles(warehouse.storage, record.id, warehouse.format)
+        self.files = TableFiles(warehouse.storage, record.id, warehouse.format, self.partition_keys)
         self._lock = threading.Lock()
         self._state: TableState | None = None
         self._past: dict[int, TableState] = {}
@@ -54,6 +66,14 @@ class TableLog:
 
     def __repr__(self) -> str:
         return f"TableLog({self.name!r}, id={self.id!r})"
+
+    @property
+    def partition_keys(self) -> int:
+        """How many leading key columns form the partitioning key (spec/003; 0: none): no key
+        space or fragment spans two partitions."""
+        return int(
+            open_json(self.record.props, f"the metastore record of table {self.name!r}").get("partition_keys", 0)
+        )
 
     # handles a scan needs (`conch.scan.api.ScanSource`)
     @property
@@ -118,9 +138,32 @@ class TableLog:
             )
         return entries[0].time
 
-    def state_at(self, asof: object = None, version: int | None = None) -> TableState:
+    def state_at(self, asof: object = None, version: int | None = None, since: int | None = None) -> TableState:
         """The state as of a commit time (`asof`, see `conch.timeparse`) or a version: the files
-        live then. Raises `TimeTravelError` for a time before the table's first commit."""
+        live then. Raises `TimeTravelError` for a time before the table's first commit. `since`
+        (µs): a scan's lower time bound; compactions whose window straddles it are undone, so
+        the scan reads their retained originals (`conch.sinceview`)."""
+        state = self._state_at(asof, version)
+        # TODO(c3): pass the expire horizon (`state.horizon`) once TableState has it.
+        return since_view(state, since, self._provenance, horizon=0)
+
+    def _provenance(self, seq: int) -> tuple[TableState, set[str], set[str], int]:
+        """The state before commit `seq`, the key spaces and fragments it removed, its time."""
+        ((_, t, entry),) = list(self.entries(seq - 1, seq))
+        ks = {op.id for op in entry.ops if isinstance(op, RemoveKeySpace)}
+        fr = {op.id for op in entry.ops if isinstance(op, RemoveFragment)}
+        return self._past_state(seq - 1), ks, fr, t
+
+    def _past_state(self, seq: int) -> TableState:
+        with self._lock:
+            state = self._past.get(seq)
+            if state is None:
+                state = self._past[seq] = self._load(seq)
+                if len(self._past) > PAST_STATES:
+                    self._past.pop(next(iter(self._past)))
+            return state
+
+    def _state_at(self, asof: object = None, version: int | None = None) -> TableState:
         if asof is not None and version is not None:
             raise TimeTravelError("give asof= or version=, not both")
         latest = self.state()
@@ -140,13 +183,7 @@ class TableLog:
             seq = self.warehouse.metastore.seq_at_time(self.id, t)
         if seq == latest.seq:
             return latest
-        with self._lock:
-            state = self._past.get(seq)
-            if state is None:
-                state = self._past[seq] = self._load(seq)
-                if len(self._past) > PAST_STATES:
-                    self._past.pop(next(iter(self._past)))
-            return state
+        return self._past_state(seq)
 
     def entries(self, after_seq: int = 0, upto_seq: int | None = None) -> Iterator[tuple[int, int, Entry]]:
         """Decoded log entries `(seq, time, entry)` in (after_seq, upto_seq]."""
@@ -206,8 +243,10 @@ class TableLog:
                 if flush and self.warehouse.flush_every and log.seq % self.warehouse.flush_every == 0:
                     with contextlib.suppress(CommitConflictError):
                         self.flush()  # best effort: the commit is done; the next flush catches up
-                return Commit(log.seq, log.time, entry.kind, entry.summary, entry.added_columns)
-            raise CommitConflictError(f"table {self.name!r}: gave up after {MAX_ATTEMPTS} lost commit races")
+                done = Commit(log.seq, log.time, entry.kind, entry.summary, entry.added_columns)
+                break
+            else:
+                raise CommitConflictError(f"table {self.name!r}: gave up after {MAX_ATTEMPTS} lost commit races")
         except CommitConflictError:
             for f in txn.files:
                 storage.delete(f)
@@ -215,6 +254,10 @@ class TableLog:
         except TableNotFoundError:
             storage.delete_prefix(self.id)  # files a handle to a dropped table wrote
             raise
+        hook = self.warehouse.after_commit
+        if hook is not None and done.kind in MAINTAINED_KINDS and self.warehouse.maintenance.auto:
+            hook(self)  # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
+        return done
 
     def flush(self) -> int:
         """Write the current state as a snapshot and register it through the log; readers then

@@ -11,7 +11,8 @@ Entries written before the format had a version (`v` absent) are still read: the
 `cutoff_us` and `rows` at the top level.
 
 Cells take the commit time of the entry that added them, unless an added record carries its own
-`time` (compaction keeps original times, DESIGN §6).
+`time` (a compaction's output takes its newest input's time, never the compaction's commit time,
+DESIGN §6; `conch.compaction`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,17 @@ class RegisterSnapshot:
     path: str
 
 
+@dataclass(frozen=True, slots=True)
+class AddDisplacementMap:
+    """A compaction's displacement map (`conch.compaction.displacement`): changes no state;
+    makes the file referenced, with its size and checksum."""
+
+    path: str
+    bytes: int = 0
+    checksum: str = ""
+    runs: int = 0
+
+
 Op = (
     AddKeySpace
     | RemoveKeySpace
@@ -111,6 +123,7 @@ Op = (
     | Truncate
     | VacuumCutoff
     | RegisterSnapshot
+    | AddDisplacementMap
 )
 
 _NAMES: dict[type, str] = {
@@ -124,6 +137,7 @@ _NAMES: dict[type, str] = {
     Truncate: "truncate",
     VacuumCutoff: "vacuum_cutoff",
     RegisterSnapshot: "register_snapshot",
+    AddDisplacementMap: "add_displacement_map",
 }
 _TYPES = {name: t for t, name in _NAMES.items()}
 
@@ -439,5 +453,5 @@ def referenced_paths(entry: Entry, blob_suffix: str) -> Iterable[str]:
                 yield op.fragment.path + blob_suffix
             if op.fragment.mask:
                 yield op.fragment.mask
-        elif isinstance(op, RegisterSnapshot):
+        elif isinstance(op, RegisterSnapshot | AddDisplacementMap):
             yield op.path

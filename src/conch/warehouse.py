@@ -8,8 +8,12 @@ key-space cache, and the options of writes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from conch.fragments import VortexFormat
 from conch.metastore.base import Metastore
+from conch.policy import Policy
 from conch.scan.keyspace import KeyCache
 from conch.storage.base import Storage
 from conch.write import WriteOptions
@@ -22,6 +26,9 @@ class Warehouse:
 
     `evolve`: whether writes may add columns by default (a write's own `evolve=` overrides).
     `flush_every`: a snapshot is flushed after every that many log entries.
+    `maintenance`: the compaction policy of the warehouse's tables; `after_commit`, when set (by
+    `connect()`), runs its automatic part after every write or delete, with the `TableLog` that
+    committed (a hook, because the compaction package sits above the table log).
     """
 
     def __init__(
@@ -31,6 +38,7 @@ class Warehouse:
         write_options: WriteOptions | None = None,
         evolve: bool = True,
         flush_every: int = FLUSH_EVERY,
+        maintenance: Policy | None = None,
     ) -> None:
         self.storage = storage
         self.metastore = metastore
@@ -39,6 +47,8 @@ class Warehouse:
         self.write_options = write_options or WriteOptions()
         self.evolve = evolve
         self.flush_every = flush_every
+        self.maintenance = maintenance or Policy()
+        self.after_commit: Callable[[Any], None] | None = None
 
     @property
     def uri(self) -> str:

@@ -20,12 +20,15 @@ Rules a user can rely on:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from conch.errors import SchemaError
 from conch.fragments import BLOB_SUFFIX, VortexFormat, blob_storable, column_name, column_stats, encode_stats
@@ -88,12 +91,15 @@ class StagedWrite:
 
 
 class TableFiles:
-    """Where one table's files go, and how they are written."""
+    """Where one table's files go, and how they are written. `partition_keys`: how many leading
+    key columns form the partitioning key (spec/003): a run is cut where it changes, so no key
+    space or fragment spans two partitions."""
 
-    def __init__(self, storage: Storage, table_id: str, fmt: VortexFormat) -> None:
+    def __init__(self, storage: Storage, table_id: str, fmt: VortexFormat, partition_keys: int = 0) -> None:
         self.storage = storage
         self.table_id = table_id
         self.format = fmt
+        self.partition_keys = partition_keys
 
     def key_space_path(self, ks_id: str) -> str:
         return f"{self.table_id}/keys/{ks_id}{self.format.suffix}"
@@ -161,8 +167,9 @@ def stage_write(
         for anc in schema.ancestry(level)[:-1]:
             if not schema.key_names(anc.path):
                 continue
-            prefix = chunk.select(schema.key_names(anc.path))
-            write_key_space(files, schema, anc.path, _distinct_sorted(prefix, schema, anc.path), staged)
+            prefix = _distinct_sorted(chunk.select(schema.key_names(anc.path)), schema, anc.path)
+            for lo, hi in partitions(prefix, min(files.partition_keys, prefix.num_columns)):
+                write_key_space(files, schema, anc.path, prefix.slice(lo, hi - lo), staged)
     for key_tables in runs.values():
         if len(key_tables) > 1:  # duplicates across chunks of one write
             all_keys = pa.concat_tables(key_tables)
@@ -186,6 +193,27 @@ def write_run(
         flat = flat.take(sort_indices(flat.select(key_names)))
         check_unique_sorted(flat.select(key_names))
     keys = flat.select(key_names)
+    for lo, hi in partitions(keys, files.partition_keys):
+        _write_sorted_run(files, schema, level, flat.slice(lo, hi - lo), staged, opts)
+    return keys
+
+
+def partitions(keys: pa.Table, n: int) -> list[tuple[int, int]]:
+    """Row slices of sorted `keys` with one value of the first `n` key columns each (n = 0 or no
+    rows: one slice)."""
+    rows = keys.num_rows
+    if n == 0 or rows == 0:
+        return [(0, rows)]
+    prefix = encode_keys(keys.columns[:n])
+    cuts = [0, *(np.nonzero(~np.asarray(pc.equal(prefix.slice(1), prefix.slice(0, rows - 1))))[0] + 1), rows]
+    return [(int(a), int(b)) for a, b in itertools.pairwise(cuts)]
+
+
+def _write_sorted_run(
+    files: TableFiles, schema: Schema, level: str, flat: pa.Table, staged: StagedWrite, opts: WriteOptions
+) -> None:
+    key_names = schema.key_names(level)
+    keys = flat.select(key_names)
     ks_id = write_key_space(files, schema, level, keys, staged)
     columns_by_group: dict[str, list[tuple[Column, pa.ChunkedArray]]] = {}
     for name in flat.column_names:
@@ -204,7 +232,6 @@ def write_run(
     for group, cols in columns_by_group.items():
         write_fragments(files, level, group, ks_id, cols, staged, opts)
     staged.rows[level] = staged.rows.get(level, 0) + flat.num_rows
-    return keys
 
 
 def write_key_space(
@@ -288,6 +315,7 @@ def stage_delete(files: TableFiles, state: TableState, keys: Any, level: str = "
     table = _distinct_sorted(table, schema, level)
     staged = StagedWrite(schema, schema, [], base_seq=state.seq)
     if table.num_rows:
-        write_key_space(files, schema, level, table, staged, kind="tombstone")
+        for lo, hi in partitions(table, min(files.partition_keys, table.num_columns)):
+            write_key_space(files, schema, level, table.slice(lo, hi - lo), staged, kind="tombstone")
         staged.rows[level] = table.num_rows
     return staged

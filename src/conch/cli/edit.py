@@ -61,6 +61,9 @@ def _key_flags(key: list[str]) -> tuple[list[str], dict[str, pa.DataType]]:
 def create(
     table: str,
     key: Annotated[list[str], typer.Option(help="Key column NAME:TYPE, in order (repeat or comma-separate)")],
+    partition_by: Annotated[
+        list[str] | None, typer.Option(help="Partitioning key: a prefix of the key columns (repeat or comma-separate)")
+    ] = None,
 ) -> None:
     """Create an empty table with a key schema: `conch create audio --key id:uint64`."""
     names, types = _key_flags(key)
@@ -69,7 +72,8 @@ def create(
         raise InvalidArgumentError(
             f"--key {missing[0]} needs a type: --key {missing[0]}:uint64 (or int64, string, timestamp[us], ...)"
         )
-    t = open_catalog(create=True).create_table(table, [(n, types[n]) for n in names])
+    parts = [p for flag in partition_by or [] for p in flag.split(",") if p]
+    t = open_catalog(create=True).create_table(table, [(n, types[n]) for n in names], partition_by=parts or None)
     console.print(f"created {t.describe()}", highlight=False)
 
 

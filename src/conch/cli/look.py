@@ -77,18 +77,23 @@ def history(table: str) -> None:
 def _manifest_table(title: str, rows: list[dict[str, Any]]) -> RichTable:
     """A manifest listing as in spec/001, narrowed to the terminal: below 150 columns times lose
     their microseconds and time zone, and the Format column (always vortex) and an all-N/A
-    Compacted At column move to the title."""
+    Compacted At column move to the title; below 100 columns, Compacted At moves there too (as
+    how many are compacted) so the Key Span keeps its room."""
     total = sum(r["bytes"] for r in rows)
     meta = sum(r["meta"] for r in rows)
     avg = total / len(rows) if rows else 0
     wide = console.width >= 150
     never_compacted = all(r["compacted_at"] is None for r in rows)
     cols = ["ID", "Size (Metadata)", "Format", "Key Span", "Level", "Committed At", "Compacted At"]
+    narrow = console.width < 100
+    compacted = sum(1 for r in rows if r["compacted_at"] is not None)
     if not wide:
         cols.remove("Format")
-        if never_compacted:
+        if never_compacted or narrow:
             cols.remove("Compacted At")
     note = "" if wide else ", vortex, times UTC" + (", none compacted" if never_compacted else "")
+    if narrow and not never_compacted:
+        note += f", {compacted} compacted"
     out = RichTable(
         title=f"{title}\n{len(rows)} fragments, total: {human_bytes(total)}, avg: {human_bytes(avg)}, "
         f"metadata: {human_bytes(meta)}{note}",

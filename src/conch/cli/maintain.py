@@ -1,4 +1,4 @@
-"""Maintenance commands: check, flush, vacuum (and compaction's when it lands)."""
+"""Maintenance commands: compact, maintenance (the plan), check, flush, vacuum."""
 
 from __future__ import annotations
 
@@ -15,6 +15,32 @@ from conch.cli.common import (
 from conch.progress import human_bytes
 
 command = partial(app.command, rich_help_panel="Maintain tables")  # `conch --help` groups commands by panel
+
+
+@command()
+def compact(
+    table: str,
+    policy_only: Annotated[
+        bool, typer.Option("--policy", help="Only what the policy asks for (see `conch maintenance`)")
+    ] = False,
+    progress: Annotated[bool | None, typer.Option(help="Show a progress bar (default: on a terminal)")] = None,
+) -> None:
+    """Compact the LSM tree now: by default a major compaction of every key range with L0 runs
+    (one sorted L1 run per range). Concurrent writes and deletes are never lost."""
+    t = open_catalog().table(table)
+    r = t.compact(force=not policy_only, progress=progress)
+    console.print(
+        f"{r.tasks} compaction(s): {r.runs_in} runs → {r.runs_out}; read {human_bytes(r.bytes_in)}, wrote "
+        f"{human_bytes(r.bytes_written)}" + (f"; {r.conflicts} lost to concurrent compactions" if r.conflicts else ""),
+        highlight=False,
+    )
+    console.print(str(t.maintenance_plan()).splitlines()[0], highlight=False)
+
+
+@command()
+def maintenance(table: str) -> None:
+    """Print the maintenance plan: LSM levels, and what compaction would do now and why."""
+    console.print(str(open_catalog().table(table).maintenance_plan()), highlight=False)
 
 
 @command()

@@ -94,7 +94,8 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
     out = df.mapInArrow(compute, spark_schema(out_schema))
     writer = out.write.format("conch").mode("append").option("warehouse", job.warehouse).option("table", job.table)
     writer.option("mergeSchema", "true").save()
-    last = table.history()[-1]
+    # the Spark commit: the newest that is not an automatic compaction that followed it
+    last = next(c for c in reversed(table.history()) if c.kind != "compact")
     return [last.seq], sum(committed_rows(table, last.seq).values())
 
 

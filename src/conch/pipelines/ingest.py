@@ -85,6 +85,6 @@ def ingest(
         .save()
     )
     t = Location.from_options(where).connect().table(table)
-    last = t.history()[-1]
+    last = next(c for c in reversed(t.history()) if c.kind != "compact")  # not a compaction that followed it
     rows = sum(committed_rows(t, last.seq).values())
     return IngestResult(rows=rows, partitions=n, seq=last.seq, time=last.time)

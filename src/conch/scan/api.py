@@ -20,7 +20,7 @@ from conch.scan.execute import execute
 from conch.scan.explain import render
 from conch.scan.keyspace import KeyCache
 from conch.scan.metrics import ScanMetrics
-from conch.scan.plan import ScanPlan, narrow, plan_scan
+from conch.scan.plan import ScanPlan, narrow, plan_scan, to_time
 from conch.scan.result import ScanResult
 from conch.scan.splits import Split, plan_splits
 
@@ -41,7 +41,7 @@ class ScanSource(Protocol):
     @property
     def key_cache(self) -> KeyCache: ...
 
-    def state_at(self, asof: Any = None, version: int | None = None) -> TableState: ...
+    def state_at(self, asof: Any = None, version: int | None = None, since: int | None = None) -> TableState: ...
 
 
 class Scan(ScanResult):
@@ -63,7 +63,8 @@ class Scan(ScanResult):
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidArgumentError(f"limit must be a non-negative number of rows, got {limit!r}")
         self.source = source
-        self._state = source.state_at(asof)
+        # a since inside a compaction's window reads its retained originals (`conch.sinceview`)
+        self._state = source.state_at(asof, since=to_time(since, "since"))
         self._plan = plan_scan(
             self._state, columns, where=where, keys=keys, asof=asof, since=since, level=level, limit=limit
         )

@@ -21,9 +21,10 @@ def render(table_name: str, p: ScanPlan, metrics: ScanMetrics | None = None) -> 
         lines.append(f"  key filter: {p.key_predicate}")
     if p.limit is not None:
         lines.append(f"  limit: {p.limit}")
+    l1 = sum(1 for k in p.key_spaces if k.lsm >= 1)
     lines.append(
-        f"  1. merge key spaces: {len(p.key_spaces)} considered"
-        f" (pruned: {p.pruned.get('key_spaces_time', 0)} by time, {p.pruned.get('key_spaces_span', 0)} by key span),"
+        f"  1. merge key spaces: {len(p.key_spaces)} considered (LSM: {len(p.key_spaces) - l1} L0 runs, {l1} L1 runs;"
+        f" pruned: {p.pruned.get('key_spaces_time', 0)} by time, {p.pruned.get('key_spaces_span', 0)} by key span),"
         f" {len(p.tombstones)} tombstone sets"
     )
     lines.append("  2. locate fresh cells: per read unit, through the fragments' key masks")

@@ -190,7 +190,7 @@ class _RecordingFiles(TableFiles):
     paths it hands out, so a failed task, `abort()` and `commit()` can find the job's files."""
 
     def __init__(self, files: TableFiles, job: str) -> None:
-        super().__init__(files.storage, files.table_id, files.format)
+        super().__init__(files.storage, files.table_id, files.format, files.partition_keys)
         self.job = job
         self.handed_out: list[str] = []
 

@@ -1,0 +1,231 @@
+"""Which runs to compact, and why: the maintenance policy (spec/003 "Compaction", DESIGN §6).
+
+The LSM tree has two levels. **L0** holds what commits add: overlapping sorted runs (one key
+space per write and level, tombstone sets too). **L1** holds disjoint sorted runs, one per key
+range (`ranges.Ranges`). A *component* is a maximal set of ranges connected by runs that span
+them; a compaction works on one component (a run can only be removed whole), so every run of
+any level overlapping the component's key span is in it.
+
+Two kinds of task, both over a **contiguous window in commit time** (DESIGN §6's invariant): the
+runs they merge are exactly the component's runs whose times fall in the window, so no run left
+outside is both older than one input and newer than another, and each output can take the
+newest input's place in the time order without changing any fresh cell:
+
+- **major** (`L0 + L1 → L1`): every run of the component. Tombstones are applied and dropped
+  (TEAM rule: no data run of their level or a descendant overlapping them, older than them, is
+  left), shadowed cells dropped, the output cut at the range boundaries plus new ones where a
+  range outgrows `max_l1_rows`, and at partition changes (`partition_by`).
+- **merge** (`L0 → L0`, size-tiered): the newest L0 runs whose sizes are similar (each older run
+  at most `size_ratio` × the newer ones together). Cheap: it rewrites small runs only, so many
+  small commits do not each rewrite L1. Tombstones in the window are applied to the window's
+  data and merged into one tombstone run per level (they still hide older runs), so a
+  delete-heavy history does not pile up tombstone runs either.
+
+The default policy (`conch.Policy()`, measured in `docs/compaction.md`): a small component
+(`small_bytes`) is compacted whole once it has `small_l0_trigger` L0 runs (1 keeps reads at one
+run: even one extra overlapping run takes the scan's general merge path, 4–28× slower, but it
+costs 3–5× ingest time on one-row commits; default 4 until the scan reads a few small runs
+beside a big one cheaply); a larger one once it has `l0_trigger` L0 runs,
+major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet, or when a merge
+would not reduce the run count; else merge. The automatic trigger after
+commits runs at most `auto_budget_bytes` of input per commit (a writer never stalls long);
+larger tasks are listed by `maintenance_plan()` and run by `Table.compact()` or `conch compact`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from conch.compaction.ranges import Ranges, ranges_of
+from conch.manifest import Fragment, KeySpace
+from conch.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionTask:
+    """One compaction: merge `inputs` (key-space ids) over the key range `[lo, hi)`."""
+
+    kind: str  # "major" | "merge"
+    lo: bytes
+    hi: bytes | None
+    inputs: tuple[str, ...]  # key spaces removed (data and tombstone runs)
+    min_time: int  # oldest cell time of the inputs
+    max_time: int  # newest: the output's place in the time order
+    input_bytes: int  # key spaces + fragments read
+    l0_runs: int
+    reason: str
+
+    def describe(self) -> str:
+        hi = self.hi.hex() if self.hi is not None else "ff…"
+        return (
+            f"{self.kind} [{self.lo.hex() or '00'}, {hi}): {len(self.inputs)} runs "
+            f"({self.l0_runs} L0), {self.input_bytes:,} B — {self.reason}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenancePlan:
+    """What compaction would do now, and why (`Table.maintenance_plan()`; prints readably)."""
+
+    tasks: tuple[CompactionTask, ...]
+    l0_runs: int
+    l1_runs: int
+    ranges: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __str__(self) -> str:
+        lines = [f"LSM: {self.l0_runs} L0 runs, {self.l1_runs} L1 runs over {self.ranges} key range(s)"]
+        lines += [f"  - {t.describe()}" for t in self.tasks] or ["  nothing to compact"]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def oldest_time(ks: KeySpace) -> int:
+    """The oldest cell time in a run (a compacted run spans `[min_time, time]`)."""
+    return ks.min_time or ks.time
+
+
+def is_l1(ks: KeySpace) -> bool:
+    return ks.lsm >= 1 and ks.kind == "data"
+
+
+def table_ranges(key_spaces: Iterable[KeySpace]) -> Ranges:
+    """The L1 ranges: the root level's L1 runs start them (`ranges.ranges_of`)."""
+    return ranges_of(bytes.fromhex(k.min_key) for k in key_spaces if is_l1(k) and k.level == "")
+
+
+def lsm_counts(key_spaces: Iterable[KeySpace]) -> tuple[int, int]:
+    """(L0 runs, L1 runs) of a state: what `explain()` and the manifests show."""
+    l0 = l1 = 0
+    for k in key_spaces:
+        if is_l1(k):
+            l1 += 1
+        else:
+            l0 += 1
+    return l0, l1
+
+
+def run_bytes(key_spaces: Iterable[KeySpace], fragments: Iterable[Fragment]) -> dict[str, int]:
+    """Bytes of each run: its key space file plus the fragments aligned to it."""
+    out = {k.id: k.bytes for k in key_spaces}
+    for f in fragments:
+        if f.key_space in out:
+            out[f.key_space] += f.bytes
+    return out
+
+
+@dataclass
+class Component:
+    """Ranges `first..last` and every run overlapping them."""
+
+    first: int
+    last: int
+    runs: list[KeySpace]
+
+
+def components(key_spaces: Iterable[KeySpace], ranges: Ranges) -> list[Component]:
+    """Maximal sets of ranges connected by runs that span them (sweep over range intervals)."""
+    spans = sorted(
+        ((*ranges.span(bytes.fromhex(k.min_key), bytes.fromhex(k.max_key)), k) for k in key_spaces if k.rows),
+        key=lambda s: (s[0], s[1]),
+    )
+    out: list[Component] = []
+    for first, last, ks in spans:
+        if out and first <= out[-1].last:
+            out[-1].last = max(out[-1].last, last)
+            out[-1].runs.append(ks)
+        else:
+            out.append(Component(first, last, [ks]))
+    return out
+
+
+def plan(
+    key_spaces: Mapping[str, KeySpace],
+    fragments: Mapping[str, Fragment],
+    policy: Policy,
+    force: bool = False,
+) -> MaintenancePlan:
+    """The compaction tasks the policy asks for now (`force`: a major compaction of every
+    component with any L0 run or more than one run, whatever the thresholds)."""
+    ks_list = list(key_spaces.values())
+    ranges = table_ranges(ks_list)
+    sizes = run_bytes(ks_list, fragments.values())
+    tasks: list[CompactionTask] = []
+    n_l0, n_l1 = lsm_counts(ks_list)
+    for comp in components(ks_list, ranges):
+        l0 = sorted((k for k in comp.runs if not is_l1(k)), key=lambda k: (k.time, k.seq, k.id))
+        l1 = [k for k in comp.runs if is_l1(k)]
+        if not l0 and (not force or len(l1) <= 1):
+            continue
+        l0_bytes = sum(sizes[k.id] for k in l0)
+        l1_bytes = sum(sizes[k.id] for k in l1)
+        small = l0_bytes + l1_bytes <= policy.small_bytes
+        if not force and len(l0) < (policy.small_l0_trigger if small else policy.l0_trigger):
+            continue
+        if not force and small and not l1 and len(l0) == 1:
+            continue  # one run and nothing to merge it with: rewriting it would gain nothing
+        lo, hi = ranges.bounds(comp.first, comp.last)
+        window = [] if force else _tier_window(l0, sizes, policy)
+        if window and l1 and oldest_time(window[0]) < max(k.time for k in l1):
+            window = []  # not contiguous in time with the L1 runs it would stay above: major
+        if force or small or not l1 or l0_bytes >= policy.l1_ratio * l1_bytes or len(window) < 2:
+            why = (
+                "forced"
+                if force
+                else f"{len(l0)} L0 run(s) >= {policy.small_l0_trigger} in a small component "
+                f"({l0_bytes + l1_bytes:,} B <= {policy.small_bytes:,} B): rewritten whole"
+                if small
+                else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B >= {policy.l1_ratio:g} × L1 "
+                f"{l1_bytes:,} B"
+                if l1
+                else f"{len(l0)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
+            )
+            tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
+        else:
+            why = (
+                f"{len(l0)} L0 runs >= {policy.l0_trigger}; the newest {len(window)} have similar sizes "
+                f"(L0 {l0_bytes:,} B < {policy.l1_ratio:g} × L1 {l1_bytes:,} B)"
+            )
+            tasks.append(_task("merge", lo, hi, window, sizes, len(window), why))
+    return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
+
+
+def _task(
+    kind: str, lo: bytes, hi: bytes | None, runs: list[KeySpace], sizes: Mapping[str, int], n_l0: int, why: str
+) -> CompactionTask:
+    return CompactionTask(
+        kind,
+        lo,
+        hi,
+        tuple(k.id for k in runs),
+        min(oldest_time(k) for k in runs),
+        max(k.time for k in runs),
+        sum(sizes[k.id] for k in runs),
+        n_l0,
+        why,
+    )
+
+
+def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> list[KeySpace]:
+    """The newest L0 runs of similar size: walking from the newest, an older run joins while its
+    bytes are at most `size_ratio` × the window's so far (universal compaction's size rule) and
+    the window stays within `auto_budget_bytes`.
+    Empty when it would merge fewer than two runs."""
+    window: list[KeySpace] = []
+    total = 0
+    for k in reversed(l0):
+        b = sizes[k.id]
+        # within the automatic budget too: otherwise a geometric series of runs would make every
+        # window span them all, exceed the budget, and let L0 grow without bound
+        if window and (b > policy.size_ratio * total or total + b > policy.auto_budget_bytes):
+            break
+        window.append(k)
+        total += b
+    if len(window) < 2:
+        return []
+    return window[::-1]
+
+
+def within_budget(task: CompactionTask, policy: Policy) -> bool:
+    return task.input_bytes <= policy.auto_budget_bytes

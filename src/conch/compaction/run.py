@@ -1,0 +1,164 @@
+"""Running compactions: plan, execute, commit, and re-plan after losing to a concurrent one.
+
+The three steps are separate so that Spark runs the middle one on executors (issue 10 item 7):
+
+- `plan_tasks(log, policy, force)`: the tasks the policy asks for now (`plan.py`);
+- `execute(log, state, task, within)`: write one task's outputs (restricted to the encoded key
+  range `within`, for a Spark task) and return them as `Staged`, committing nothing;
+- `commit(log, task, parts)`: one WAL entry of kind `"compact"` removing the task's inputs (and
+  their fragments) and adding every part's outputs and displacement maps.
+
+Concurrency (DESIGN §4): the commit goes through the table log's compare-and-swap. Writes and
+deletes committed meanwhile never conflict (outputs take the newest input's time, so later
+commits stay newer); a commit that removed one of the inputs (another compaction) makes
+`wal.conflicts` reject the entry: the loser's files are deleted by `TableLog.commit` and it
+plans again, at most `Policy.max_replans` times, then gives up cleanly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from conch.compaction.plan import CompactionTask, MaintenancePlan, Policy, plan, within_budget
+from conch.compaction.rewrite import Layout, Staged
+from conch.compaction.rewrite import execute as rewrite
+from conch.errors import CommitConflictError
+from conch.keys import EncodedRange
+from conch.manifest import TableState
+from conch.progress import Progress
+from conch.tablelog import TableLog
+from conch.txn import Commit
+from conch.wal import AddDisplacementMap, AddKeySpace, Op, RemoveFragment, RemoveKeySpace, Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What `Table.compact()` did: tasks committed, runs in and out, bytes read and written
+    (their ratio to ingested bytes is the write amplification), lost races."""
+
+    tasks: int = 0
+    runs_in: int = 0
+    runs_out: int = 0
+    bytes_in: int = 0
+    bytes_written: int = 0
+    conflicts: int = 0
+
+    def __add__(self, o: CompactionResult) -> CompactionResult:
+        return CompactionResult(
+            self.tasks + o.tasks,
+            self.runs_in + o.runs_in,
+            self.runs_out + o.runs_out,
+            self.bytes_in + o.bytes_in,
+            self.bytes_written + o.bytes_written,
+            self.conflicts + o.conflicts,
+        )
+
+
+def maintenance_plan(log: TableLog, policy: Policy, force: bool = False) -> MaintenancePlan:
+    """What compaction would do now, and why."""
+    state = log.state()
+    return plan(state.key_spaces, state.fragments, policy, force)
+
+
+def plan_tasks(log: TableLog, policy: Policy, force: bool = False) -> list[CompactionTask]:
+    """The tasks the policy asks for now (`force`: a major of every component with L0 runs or
+    several runs). Spark's driver calls this, then `execute` per key range, then `commit`."""
+    return list(maintenance_plan(log, policy, force).tasks)
+
+
+def layout(log: TableLog, policy: Policy) -> Layout:
+    """How a table's outputs are cut: its root key and partition key, and the policy's bound."""
+    state = log.state()
+    return Layout(len(state.schema.key_fields("")), log.partition_keys, policy.max_l1_rows)
+
+
+def execute(
+    log: TableLog,
+    state: TableState,
+    task: CompactionTask,
+    within: EncodedRange | None = None,
+    policy: Policy | None = None,
+) -> Staged:
+    """Write `task`'s outputs over `state` (those with keys in `within` only, if given), and
+    return them uncommitted (see the module doc)."""
+    policy = policy or Policy()
+    wh = log.warehouse
+    with log.staging():
+        return rewrite(log.files, wh.key_cache, state, task, layout(log, policy), within, wh.write_options)
+
+
+def commit(log: TableLog, task: CompactionTask, parts: Sequence[Staged], base_seq: int = -1) -> Commit:
+    """Commit the parts of one task as one `"compact"` WAL entry (module doc). `base_seq`: the
+    log sequence the task was planned on. `CommitConflictError` if an input was removed
+    meanwhile (the parts' files are then deleted)."""
+    state = log.state()
+    removed = set(task.inputs)
+    ops: list[Op] = [op for p in parts for op in p.ops]
+    ops += [AddDisplacementMap(p.map.path, p.map.bytes, p.map.checksum, p.map.runs) for p in parts if p.map]
+    ops += [RemoveKeySpace(i) for i in task.inputs]
+    # fragments of the inputs live at commit: those of `state` (an input removed meanwhile makes
+    # `wal.conflicts` reject the entry whatever these are)
+    ops += [RemoveFragment(f.id) for f in state.fragments.values() if f.key_space in removed]
+    outs = sum(1 for op in ops if isinstance(op, AddKeySpace))
+    txn = Transaction(
+        "compact",
+        tuple(ops),
+        f"{task.kind}: {len(task.inputs)} runs → {outs}",
+        base_seq=base_seq,
+        files=tuple(f for p in parts for f in p.files),
+        started_us=min((p.started_us for p in parts), default=0),
+    )
+    return log.commit(txn)
+
+
+def compact(
+    log: TableLog, policy: Policy, force: bool = True, budget: bool = False, progress: bool | None = False
+) -> CompactionResult:
+    """Run the tasks planned now, once each (a merge's output waits for the next trigger), and
+    plan again only when a task lost to a concurrent compaction (at most `policy.max_replans`
+    times). `budget`: only tasks within the automatic budget, and at most one (the automatic
+    trigger after commits). `progress`: a progress bar over the tasks (`conch.progress`)."""
+    total = CompactionResult()
+    tasks = _tasks(log, policy, force, budget)
+    replans = 0
+    with Progress("compacting", progress=progress) as bar:
+        while tasks:
+            task = tasks.pop(0)
+            state = log.state()
+            if any(i not in state.key_spaces for i in task.inputs):  # another compactor was first
+                tasks, replans = _replan(log, policy, force, budget, replans)
+                continue
+            staged = execute(log, state, task, policy=policy)
+            try:
+                commit(log, task, [staged], state.seq)
+            except CommitConflictError:
+                total = total + CompactionResult(conflicts=1)
+                tasks, replans = _replan(log, policy, force, budget, replans)
+                continue
+            outs = sum(1 for op in staged.ops if isinstance(op, AddKeySpace))
+            total = total + CompactionResult(1, len(task.inputs), outs, task.input_bytes, staged.bytes_written)
+            bar.advance(sum(state.key_spaces[i].rows for i in task.inputs), task.input_bytes)
+            if budget:
+                break
+    return total
+
+
+def _tasks(log: TableLog, policy: Policy, force: bool, budget: bool) -> list[CompactionTask]:
+    tasks = plan_tasks(log, policy, force)
+    return [t for t in tasks if within_budget(t, policy)][:1] if budget else tasks
+
+
+def _replan(log: TableLog, policy: Policy, force: bool, budget: bool, replans: int) -> tuple[list[CompactionTask], int]:
+    if replans >= policy.max_replans:
+        return [], replans  # give up cleanly: the files of lost attempts were deleted
+    return _tasks(log, policy, force, budget), replans + 1
+
+
+def auto(log: TableLog) -> None:
+    """The automatic trigger after a write or delete (`Warehouse.after_commit`): at most one task
+    within the policy's budget. Losing to a concurrent compactor is not an error: the commit that
+    triggered it is done, and the next trigger plans again."""
+    with contextlib.suppress(CommitConflictError):
+        compact(log, log.warehouse.maintenance, force=False, budget=True)

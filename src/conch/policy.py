@@ -1,0 +1,45 @@
+"""`Policy`: the knobs of LSM maintenance (`conch.compaction`), and whether it runs by itself.
+
+A leaf module so that the warehouse handles (`conch.warehouse`) can carry the policy without
+depending on the compaction package, which sits above the table log. What the knobs mean and
+how the defaults were chosen: `conch.compaction.plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conch.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Knobs of automatic and explicit compaction (defaults chosen by measurement, see
+    `conch.compaction.plan`). `conch.connect(uri, maintenance=conch.Policy(auto=False))` turns automatic compaction
+    after commits off.
+
+    >>> conch.Policy(l0_trigger=8, max_l1_rows=1 << 20)  # doctest: +SKIP
+    """
+
+    auto: bool = True  # compact after commits, in the writing process
+    l0_trigger: int = 4  # L0 runs in a component that trigger a compaction
+    small_l0_trigger: int = 4  # ... in a small component (<= small_bytes); 1 = right away (see plan.py)
+    size_ratio: float = 2.0  # merge: an older run joins if <= ratio × the newer window's bytes
+    l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
+    small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at small_l0_trigger
+    max_l1_rows: int = 1 << 20  # a range's run is cut in two above this many rows
+    auto_budget_bytes: int = 64 << 20  # input bytes one automatic trigger may rewrite
+    max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
+
+    def __post_init__(self) -> None:
+        if (
+            self.l0_trigger < 2
+            or self.small_l0_trigger < 1
+            or self.size_ratio <= 0
+            or self.l1_ratio < 0
+            or self.max_l1_rows < 1
+        ):
+            raise InvalidArgumentError(
+                f"invalid compaction policy {self}: needs l0_trigger >= 2, small_l0_trigger >= 1, size_ratio > 0, "
+                "l1_ratio >= 0, max_l1_rows >= 1"
+            )

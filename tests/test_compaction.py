@@ -1,0 +1,295 @@
+"""Compaction: key ranges and cuts (pure), the policy's plans, major and merge compaction against
+the table's own reads before it (time travel across it included), displacement maps, tombstones,
+the automatic policy, partitioning, and the CLI."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import conch
+from conch.compaction.displacement import displace, read_map
+from conch.compaction.plan import plan
+from conch.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
+from conch.keys import decode_key, encode_keys
+from conch.manifest import KeySpace, TableState
+from conch.sinceview import since_view
+from conch.wal import AddDisplacementMap, RemoveFragment, RemoveKeySpace
+
+OFF = conch.Policy(auto=False)
+
+
+def enc(values: list[int]) -> pa.BinaryArray:
+    return encode_keys([pa.array(values, pa.uint64())])
+
+
+def test_ranges_place_keys_and_subtrees_in_one_range() -> None:
+    r = Ranges((enc([10])[0].as_py(), enc([20])[0].as_py()))
+    assert len(r) == 3
+    assert [r.index(enc([k])[0].as_py()) for k in (0, 9, 10, 19, 20, 99)] == [0, 0, 1, 1, 2, 2]
+    child = encode_keys([pa.array([19], pa.uint64()), pa.array([255], pa.uint8())])[0].as_py()
+    assert r.index(child) == 1  # a child key sorts with its root key
+    assert r.bounds(1) == (enc([10])[0].as_py(), enc([20])[0].as_py())
+    assert r.bounds(0, 2) == (b"", None)
+    with pytest.raises(ValueError):
+        Ranges((b"b", b"a"))
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=200), st.integers(1, 40))
+def test_split_boundaries_cut_only_at_prefix_changes_and_bound_pieces(values: list[int], max_rows: int) -> None:
+    prefixes = enc(sorted(values))  # duplicates: child rows sharing a root key
+    cuts = split_boundaries(prefixes, max_rows)
+    assert cuts == sorted(set(cuts))
+    pieces = cut_rows(prefixes, cuts)
+    assert sum(b - a for a, b in pieces) == len(values)
+    for (_, stop), (start, _) in itertools.pairwise(pieces):
+        assert stop == start and prefixes[start - 1] != prefixes[start]  # never inside one prefix
+    if len(set(values)) == len(values):  # distinct prefixes: balanced pieces within the bound x 2
+        assert all(b - a <= 2 * max_rows for a, b in pieces)
+
+
+def test_partition_boundaries_at_every_partition_change() -> None:
+    p = encode_keys([pa.array([1, 1, 2, 5, 5], pa.uint64())])
+    assert partition_boundaries(p) == [p[2].as_py(), p[3].as_py()]
+
+
+def ks(i: int, lo: int, hi: int, time: int, lsm: int = 0, kind: str = "data", b: int = 100) -> KeySpace:
+    return KeySpace(
+        f"k{i}", "", f"p{i}", 10, enc([lo])[0].as_py().hex(), enc([hi])[0].as_py().hex(), kind, time, i, lsm, bytes=b
+    )
+
+
+def test_policy_waits_for_the_trigger_then_majors_without_l1() -> None:
+    large = conch.Policy(l0_trigger=4, small_bytes=0)  # components above small_bytes wait for l0_trigger runs
+    runs = {k.id: k for k in [ks(i, 0, 100, 10 + i) for i in range(3)]}
+    assert plan(runs, {}, large).tasks == ()
+    runs["k3"] = ks(3, 0, 100, 20)
+    (task,) = plan(runs, {}, large).tasks
+    assert task.kind == "major" and set(task.inputs) == set(runs) and (task.min_time, task.max_time) == (10, 20)
+
+
+def test_small_components_compact_after_every_run() -> None:
+    eager = conch.Policy(small_l0_trigger=1)  # reads stay one run (docs/compaction.md)
+    one = {"k0": ks(0, 0, 100, 10)}
+    assert plan(one, {}, eager).tasks == ()  # a lone run: nothing to merge it with
+    (task,) = plan({**one, "k1": ks(1, 0, 100, 11)}, {}, eager).tasks
+    assert task.kind == "major" and "small component" in task.reason
+    (again,) = plan({"k0": ks(0, 0, 100, 10, lsm=1), "k1": ks(1, 5, 6, 11)}, {}, eager).tasks
+    assert set(again.inputs) == {"k0", "k1"}  # one L0 run over an L1 run: folded right away
+
+
+def test_policy_merges_newest_similar_runs_and_leaves_big_old_ones() -> None:
+    runs = [ks(0, 0, 1000, 1, lsm=1, b=100_000), ks(1, 0, 100, 2, b=5000)]
+    runs += [ks(i, 0, 100, 10 + i, b=100) for i in range(2, 8)]
+    runs.append(ks(8, 5, 6, 30, kind="tombstone", b=100))
+    policy = conch.Policy(l0_trigger=4, l1_ratio=0.5, small_bytes=0)
+    (task,) = plan({k.id: k for k in runs}, {}, policy).tasks
+    assert task.kind == "merge"
+    assert set(task.inputs) == {f"k{i}" for i in range(2, 9)}  # not the 5000 B run, not L1; the tombstone too
+    assert task.min_time == 12 and task.max_time == 30
+    # a small component is rewritten whole instead (cheaper than reading extra runs)
+    (small,) = plan({k.id: k for k in runs}, {}, conch.Policy(l0_trigger=4)).tasks
+    assert small.kind == "major" and len(small.inputs) == len(runs)
+
+
+def test_disjoint_l1_ranges_are_separate_components() -> None:
+    runs = [ks(0, 0, 9, 1, lsm=1), ks(1, 10, 19, 1, lsm=1)] + [ks(i, 12, 15, 10 + i) for i in range(2, 5)]
+    (task,) = plan({k.id: k for k in runs}, {}, conch.Policy(l0_trigger=3, small_bytes=0)).tasks
+    assert set(task.inputs) == {"k1", "k2", "k3", "k4"}  # range [10, ..) only
+    assert task.lo == enc([10])[0].as_py() and task.hi is None
+
+
+def _table(path: Path, policy: conch.Policy = OFF, name: str = "t") -> conch.Table:
+    cat = conch.connect(str(path), write_options=conch.WriteOptions(fragment_bytes=256), maintenance=policy)
+    return cat.create_table(name, [("id", pa.uint64())])
+
+
+def test_major_compaction_keeps_every_read_and_time_travel(tmp_path: Path) -> None:
+    t = _table(tmp_path)  # explicit compaction only: this test controls when it happens
+    rng = np.random.default_rng(1)
+    for i in range(12):
+        keys = np.sort(rng.choice(80, 20, replace=False)).astype(np.uint64)
+        t.write(pa.table({"id": keys, "a": rng.random(20)}))
+        if i % 3 == 0:
+            t.write(pa.table({"id": keys[:6], "g": pa.array([{"s": str(x)} for x in range(6)])}))
+        if i % 4 == 1:
+            t.delete([int(x) for x in keys[6:9]])
+    times = [c.time for c in t.history()]
+    before = {(a, s): t.scan(asof=a, since=s).to_arrow() for a in times[::3] for s in times[::4] if s <= a}
+    latest = {s: t.scan(since=s).to_arrow() for s in times[::2]}
+    res = t.compact(policy=conch.Policy(max_l1_rows=16))
+    assert res.tasks == 1 and res.runs_out >= 3  # cut into ranges of <= ~16 root keys
+    state = t.state()
+    assert all(k.lsm == 1 and k.kind == "data" and k.compacted_at for k in state.key_spaces.values())
+    assert {k.time for k in state.key_spaces.values()} == {max(c.time for c in t.history() if c.kind != "compact")}
+    assert t.maintenance_plan().l0_runs == 0
+    t2 = conch.connect(str(tmp_path)).table("t")
+    for (a, s), want in before.items():
+        assert t2.scan(asof=a, since=s).to_arrow().equals(want), (a, s)
+    for s, want in latest.items():
+        assert t2.scan(since=s).to_arrow().equals(want), s
+    # later writes respect the new boundaries: a second compaction keeps the ranges
+    t2.write(pa.table({"id": pa.array([3, 70], pa.uint64()), "a": [0.5, 0.25]}))
+    n_ranges = t2.maintenance_plan().ranges
+    t2.compact(policy=conch.Policy(max_l1_rows=16))
+    assert t2.maintenance_plan().ranges == n_ranges and t2.maintenance_plan().l0_runs == 0
+
+
+def test_merge_keeps_missing_columns_as_no_cell(tmp_path: Path) -> None:
+    """An L0 merge must not turn "column not written" into a null that hides an older value."""
+    t = _table(tmp_path)
+    t.write(pa.table({"id": pa.array([1, 2, 3], pa.uint64()), "a": [1.0, 2.0, 3.0], "b": [1, 2, 3]}))
+    t.compact()  # L1 holds a and b
+    t.write(pa.table({"id": pa.array([1, 2], pa.uint64()), "a": [10.0, 20.0]}))
+    t.write(pa.table({"id": pa.array([2, 3], pa.uint64()), "b": [200, None]}))
+    t.delete([1])
+    t.write(pa.table({"id": pa.array([1], pa.uint64()), "b": [100]}))
+    want = t.scan().to_pylist()
+    res = t.compact(force=False, policy=conch.Policy(l0_trigger=2, l1_ratio=1e9, small_bytes=0))
+    assert res.tasks == 1 and t.maintenance_plan().l1_runs == 1  # merged within L0
+    assert t.scan().to_pylist() == want
+    assert want == [{"id": 1, "a": None, "b": 100}, {"id": 2, "a": 20.0, "b": 200}, {"id": 3, "a": 3.0, "b": None}]
+
+
+def test_merge_folds_tombstone_runs_and_they_still_hide_older_rows(tmp_path: Path) -> None:
+    """Delete-heavy histories: the window's tombstones become one run (at the window's oldest
+    time), which still hides the L1 rows they deleted and never the window's own rewrites."""
+    t = _table(tmp_path)
+    t.write(pa.table({"id": pa.array(range(20), pa.uint64()), "a": [float(i) for i in range(20)]}))
+    t.compact()
+    for i in range(8):
+        t.delete([i])
+        t.write(pa.table({"id": pa.array([i + 100], pa.uint64()), "a": [1.0]}))
+    t.write(pa.table({"id": pa.array([3], pa.uint64()), "a": [33.0]}))  # rewritten after its delete
+    want = t.scan().to_pylist()
+    times = [c.time for c in t.history()]
+    before = {s: t.scan(since=s).to_pylist() for s in times}
+    policy = conch.Policy(l0_trigger=2, l1_ratio=1e9, small_bytes=0, size_ratio=100)
+    assert t.compact(force=False, policy=policy).tasks == 1
+    kinds = [k.kind for k in t.state().key_spaces.values() if k.lsm == 0]
+    assert kinds.count("tombstone") == 1 and t.scan().to_pylist() == want
+    assert {s: t.scan(since=s).to_pylist() for s in times} == before
+    t.compact()  # a major drops it: nothing older is left below it
+    assert [k.kind for k in t.state().key_spaces.values()] == ["data"] and t.scan().to_pylist() == want
+
+
+def test_root_tombstone_hides_child_rows_through_compaction(tmp_path: Path) -> None:
+    cat = conch.connect(str(tmp_path), maintenance=OFF)
+    schema = pa.schema([("a", pa.int64()), ("items", pa.list_(pa.struct([("$", pa.uint8()), ("v", pa.float64())])))])
+    t = cat.create_table("n", [("k", pa.int64())], schema)
+    t.write(pa.table({"k": [1, 2], "a": [1, 2]}))
+    t.write(pa.table({"k": [1, 1, 2], "items": pa.array([0, 1, 0], pa.uint8()), "v": [0.5, 1.5, 2.5]}), level="items")
+    t.compact()
+    t.delete([1])  # the root tombstone hides 1's children in L1
+    t.write(pa.table({"k": [3], "a": [3]}))
+    want = t.scan(level="items").to_pylist()
+    assert t.compact(force=False, policy=conch.Policy(l0_trigger=2, l1_ratio=1e9, small_bytes=0)).tasks == 1
+    assert t.scan(level="items").to_pylist() == want == [{"k": 2, "items": 0, "v": 2.5}]
+    t.compact()
+    assert t.scan(level="items").to_pylist() == want and t.scan().to_pylist() == [
+        {"k": 2, "a": 2},
+        {"k": 3, "a": 3},
+    ]
+
+
+def test_displacement_map_records_where_rows_went_as_runs(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    t.write(pa.table({"id": pa.array(range(0, 1000, 2), pa.uint64()), "a": [1.0] * 500}))  # even keys
+    t.write(pa.table({"id": pa.array([1, 501], pa.uint64()), "a": [2.0, 2.0]}))  # two odd keys
+    t.delete([10])
+    before = {k.id: k for k in t.state().key_spaces.values() if k.kind == "data"}
+    t.compact()
+    (entry,) = [e for _, _, e in t.log.entries() if e.kind == "compact"]
+    (op,) = [o for o in entry.ops if isinstance(o, AddDisplacementMap)]
+    runs = read_map(t.log.storage, op.path, op.checksum)
+    assert op.runs == runs.num_rows <= 6  # runs, not one entry per key: 500 rows → a few runs
+    (out,) = t.state().key_spaces.values()
+    out_keys = t.log.key_cache.keys(out, t.state().schema.key_fields("")).column(0).to_pylist()
+    for k in before.values():
+        keys = t.log.key_cache.keys(k, t.state().schema.key_fields("")).column(0).to_pylist()
+        _, rows = displace(runs, k.id, np.arange(len(keys)))
+        for key, row in zip(keys, rows, strict=True):
+            assert (row == -1) if key == 10 else (out_keys[row] == key)  # the deleted key was dropped
+
+
+def test_automatic_policy_bounds_l0_and_can_be_turned_off(tmp_path: Path) -> None:
+    t = _table(tmp_path / "on", conch.Policy(l0_trigger=4))
+    off = _table(tmp_path / "off")
+    for i in range(20):
+        rows = pa.table({"id": pa.array([i, i + 1, 50], pa.uint64()), "a": [float(i)] * 3})
+        t.write(rows)
+        off.write(rows)
+        assert t.maintenance_plan().l0_runs < 4  # compacted right after the commit that reached it
+    assert off.maintenance_plan().l0_runs == 20 and len(off.maintenance_plan(conch.Policy()).tasks) == 1
+    assert t.scan().to_arrow().equals(off.scan().to_arrow())
+    assert any(c.kind == "compact" for c in t.history()) and not any(c.kind == "compact" for c in off.history())
+
+
+def test_default_policy_is_on(tmp_path: Path) -> None:
+    t = conch.connect(str(tmp_path)).create_table("t", [("id", pa.uint64())])
+    for i in range(10):
+        t.write(pa.table({"id": pa.array([i], pa.uint64()), "a": [1.0]}))
+    assert any(c.kind == "compact" for c in t.history())
+    assert t.maintenance_plan().l0_runs < conch.Policy().l0_trigger
+
+
+def test_partition_by_keeps_every_run_inside_one_partition(tmp_path: Path) -> None:
+    cat = conch.connect(str(tmp_path), maintenance=conch.Policy(l0_trigger=2))
+    with pytest.raises(conch.SchemaError, match="prefix of the key columns"):
+        cat.create_table("bad", [("day", pa.int32()), ("id", pa.uint64())], partition_by=["id"])
+    t = cat.create_table("p", [("day", pa.int32()), ("id", pa.uint64())], partition_by=["day"])
+    rng = np.random.default_rng(3)
+    for _ in range(6):
+        n = 30
+        days = rng.integers(0, 4, n).astype(np.int32)
+        t.write(pa.table({"day": days, "id": rng.permutation(1000)[:n].astype(np.uint64), "a": rng.random(n)}))
+    t.delete([(1, 5), (2, 7)])
+    want = t.scan().to_arrow()
+    t.compact()
+    assert t.scan().to_arrow().equals(want)
+    fields = t.state().schema.key_fields("")
+    for k in t.state().key_spaces.values():  # runs of every kind: writes, tombstones, compacted
+        first, last = (decode_key(bytes.fromhex(b), fields)[0] for b in (k.min_key, k.max_key))
+        assert first == last, k
+    assert len({k.min_key[:10] for k in t.state().key_spaces.values()}) == 4  # one run per day
+
+
+def test_since_inside_a_compacted_window_reads_originals_until_the_horizon(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    commits = [t.write(pa.table({"id": pa.array([i, 50], pa.uint64()), "a": [float(i)] * 2})) for i in range(4)]
+    want = t.scan(since=commits[2].time).to_pylist()
+    assert want == [{"id": 2, "a": 2.0}, {"id": 3, "a": 3.0}, {"id": 50, "a": 3.0}]
+    t.compact()
+    (out,) = t.state().key_spaces.values()
+    assert (out.min_time, out.time) == (commits[0].time, commits[3].time)  # the window, not the commit time
+    assert t.scan(since=commits[2].time).to_pylist() == want  # straddles the window: the originals
+
+    def provenance(seq: int) -> tuple[TableState, set[str], set[str], int]:
+        ((_, at, entry),) = list(t.log.entries(seq - 1, seq))
+        ks = {op.id for op in entry.ops if isinstance(op, RemoveKeySpace)}
+        fr = {op.id for op in entry.ops if isinstance(op, RemoveFragment)}
+        return t.state_at(version=seq - 1), ks, fr, at
+
+    compacted_at = t.history()[-1].time
+    view = since_view(t.state(), commits[2].time, provenance, horizon=compacted_at - 1)
+    assert {k.time for k in view.key_spaces.values()} == {c.time for c in commits}
+    with pytest.raises(conch.TimeTravelError, match=f"horizon {compacted_at}"):
+        since_view(t.state(), commits[2].time, provenance, horizon=compacted_at)
+    assert since_view(t.state(), commits[0].time, provenance, horizon=compacted_at) is t.state()  # not inside
+
+
+def test_merge_windows_stay_within_the_automatic_budget() -> None:
+    """Runs of geometric sizes: the window stops before the budget, so automatic compaction
+    keeps merging the newest runs instead of planning one task too big to run."""
+    sizes = [64_000, 32_000, 16_000, 8_000, 4_000, 2_000, 1_000, 1_000]
+    runs = [ks(0, 0, 1000, 1, lsm=1, b=10_000_000)] + [ks(i + 1, 0, 100, 10 + i, b=b) for i, b in enumerate(sizes)]
+    policy = conch.Policy(l0_trigger=4, small_bytes=0, auto_budget_bytes=10_000)
+    (task,) = plan({k.id: k for k in runs}, {}, policy).tasks
+    assert task.kind == "merge" and task.input_bytes <= 10_000 and len(task.inputs) == 4
