@@ -246,13 +246,13 @@ def _pieces(batches: Iterator[pa.Table], layout: Layout, cuts: list[bytes], targ
                 n = int(changes[0]) if len(changes) else n
             if bi < len(cuts):
                 below = _count_below(prefix_keys(t.columns, layout.root_keys), cuts[bi])
-                if below < n:
-                    if below:
-                        pending.append(t.slice(0, below))
-                    t = t.slice(below)
+                if below == 0:  # at the cut
                     yield from flush()
                     bi += 1
                     continue
+                # the rows before the cut take the `target` path below like any others, so the
+                # pieces do not depend on where scan batches end (a Spark part ends at the cut)
+                n = min(n, below)
             pending.append(t.slice(0, n))
             rows += n
             t = t.slice(n)
