@@ -3,6 +3,7 @@
 conch --warehouse W tables | schema T | history T | manifests T | scan T ... | get T KEY | check T
 conch --warehouse W create T --key id:uint64 | write T FILES | ingest FILES -t T --key id
 conch --warehouse W delete T KEYS | delete T --where EXPR | drop T --yes | vacuum T | flush T
+conch --warehouse W expire T --older-than 7d | --retain-last N
 conch --warehouse W ui            (the web inspector: the `server` extra)
 conch --warehouse W enrich T      (Spark pipelines: the `spark` extra; `ingest --spark` too)
 
@@ -329,10 +330,26 @@ def vacuum(
     older_than: Annotated[float, typer.Option(help="Grace period in seconds for in-flight writes")] = 3600.0,
     dry_run: Annotated[bool, typer.Option(help="Only count what would be removed")] = False,
 ) -> None:
-    """Remove files that no commit references (leftovers of failed writers)."""
+    """Remove files no commit references and files only expired versions used (see `expire`)."""
     r = _catalog().table(table).vacuum(older_than, dry_run)
     verb = "would remove" if dry_run else "removed"
-    console.print(f"{verb} {r.files_removed} files ({human_bytes(r.bytes_removed)}); kept {r.files_kept}")
+    console.print(
+        f"{verb} {r.files_removed} files, {human_bytes(r.bytes_removed)} reclaimed (of which {r.expired_files} "
+        f"files, {human_bytes(r.expired_bytes)} only expired versions used, {r.snapshots_removed} snapshots); "
+        f"kept {r.files_kept}"
+    )
+
+
+@app.command()
+def expire(
+    table: str,
+    older_than: Annotated[
+        str | None, typer.Option(help="Expire versions older than this: 7d, 12h, 30m, 90s, 2w or an ISO time")
+    ] = None,
+    retain_last: Annotated[int | None, typer.Option(help="Keep the newest N versions readable")] = None,
+) -> None:
+    """Move the time-travel horizon forward; `vacuum` then reclaims files only older versions used."""
+    console.print(str(_catalog().table(table).expire(older_than, retain_last)))
 
 
 @app.command("rename-column")
