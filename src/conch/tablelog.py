@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from conch.errors import CommitConflictError, CorruptFileError, TableNotFoundError, TimeTravelError
 from conch.fragments import VortexFormat
-from conch.integrity import open_json, read_snapshot, with_digest
+from conch.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, read_snapshot, with_digest
 from conch.manifest import TableState
 from conch.metastore.base import TableRecord
 from conch.scan.keyspace import KeyCache
@@ -253,8 +253,8 @@ class TableLog:
         storage = self.warehouse.storage
         for _ in range(FLUSH_ATTEMPTS):
             state = self.state()
-            data = state.to_json().encode()
-            path = with_digest(self.files.snapshot_path(state.seq), data)  # verified on read
+            data = pack_snapshot(state.to_json())
+            path = with_digest(self.files.snapshot_path(state.seq) + SNAPSHOT_SUFFIX, data)  # verified on read
             started_us = time.time_ns() // 1000
             txn = Transaction(
                 "flush",
