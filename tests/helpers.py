@@ -2,11 +2,136 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
+
+import conch
 from conch.storage import LocalStorage
 
 
 def local_path(storage: LocalStorage, rel: str) -> str:
     """Where a stored file lives on disk, for tests that damage or inspect files directly."""
     return os.path.join(storage.uri, rel)
+
+
+def engine_table(path: Path, struct_b: Callable[[int], object]) -> conch.Table:
+    """The table the engine-pushdown tests (Polars, DuckDB) query: 300 keys with floats (NaN and
+    null among them), strings with nulls, a struct `g` (`g.b` from `struct_b(i)`), then a second,
+    overlapping run rewriting `x` for every third key from 250 on."""
+    t = conch.connect(path).create_table("t", [("id", pa.int64())])
+    xs = [math.nan if i % 17 == 0 else (None if i % 11 == 0 else (i - 100) / 10) for i in range(300)]
+    t.write(
+        {
+            "id": list(range(300)),
+            "x": pa.array(xs, pa.float64()),
+            "s": [f"s{i % 7}" if i % 5 else None for i in range(300)],
+            "g": [{"a": i % 4, "b": struct_b(i)} for i in range(300)],
+        }
+    )
+    t.write({"id": list(range(250, 400, 3)), "x": pa.array([1.5] * 50, pa.float64())})
+    return t
+
+
+def realign(table: Any, level: str = "", split_seed: int | None = None, runs: int | None = None) -> Any:
+    """Minor compaction by hand (what issue 10's minor compaction commits, built from public
+    parts): the newest `runs` data key spaces of `level` (default: all) become one new key space
+    holding their merged keys, with the newest one's time, and every fragment's data file is
+    reused through a mask file (`conch.masks.write_mask`) keeping exactly the fresh cells it
+    holds: sparse where a run's keys interleave with another's, masked where a newer write made
+    some of its cells stale (then the columns of one file may split into several fragments
+    sharing it). With `split_seed`, every new fragment of more than one row is dealt at random
+    into two fragments sharing its file (interleaved masks). The level must have no tombstones.
+    Commits one entry of kind "compact" and returns its `Commit`. Vectorised (benchmarks use it).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from conch.keys import encode_keys
+    from conch.manifest import Fragment, KeySpace
+    from conch.masks import MASK_SUFFIX, write_mask
+    from conch.storage import new_id
+    from conch.wal import AddFragment, AddKeySpace, RemoveFragment, RemoveKeySpace, Transaction
+
+    log = table.log
+    state = log.state()
+    files = log.files
+    fmt, storage = files.format, files.storage
+    fields = state.schema.key_fields(level)
+    names = [f"k{i}" for i in range(len(fields))]
+    kschema = pa.schema([(n, f.type) for n, f in zip(names, fields, strict=True)])
+    kss = sorted((k for k in state.key_spaces.values() if k.level == level), key=lambda k: (k.time, k.seq))
+    assert all(k.kind == "data" for k in kss), "realign: the level must have no tombstones"
+    kss = kss[-runs:] if runs else kss
+    if not kss:
+        return None
+    key_tables = [fmt.read(k, names, kschema) for k in kss]
+    encs = [encode_keys(t.columns) for t in key_tables]
+    allenc = pa.chunked_array(encs).combine_chunks()
+    order = np.asarray(pc.sort_indices(allenc))
+    sorted_enc = allenc.take(pa.array(order))
+    firsts = np.ones(len(order), dtype=bool)
+    firsts[1:] = np.asarray(pc.not_equal(sorted_enc.slice(1), sorted_enc.slice(0, len(order) - 1)))
+    merged = sorted_enc.filter(pa.array(firsts))
+    keys = pa.concat_tables(key_tables).take(pa.array(order[firsts]))
+    ks_id = new_id()
+    path = files.key_space_path(ks_id)
+    written = fmt.write(keys, path)
+    new_ks = KeySpace(
+        id=ks_id, level=level, path=path, rows=len(merged), min_key=merged[0].as_py().hex(),
+        max_key=merged[-1].as_py().hex(), time=kss[-1].time, bytes=written.bytes, checksum=written.checksum,
+    )  # fmt: skip
+    # the fresh cell of every (column, merged key): the newest run's fragment holding it
+    ids = {k.id for k in kss}
+    frs = sorted((f for f in state.fragments.values() if f.key_space in ids), key=lambda f: f.id)
+    assert all(not f.mask for f in frs), "realign: sources must be dense"
+    owner: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # column id → (fragment index, its row) per merged row
+    for k, enc in zip(kss, encs, strict=True):
+        pos = np.asarray(pc.index_in(enc, value_set=merged), dtype=np.int64)
+        for j, f in enumerate(frs):
+            if f.key_space != k.id:
+                continue
+            for c in f.column_ids:
+                fi, fr_ = owner.setdefault(c, (np.full(len(merged), -1), np.zeros(len(merged), dtype=np.int64)))
+                p = pos[f.start : f.start + f.rows]
+                fi[p] = j
+                fr_[p] = np.arange(f.rows)
+    # per source fragment, its columns grouped by the merged rows they are fresh at
+    by: dict[tuple[int, bytes], list[int]] = {}
+    rows_of: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = {}
+    for c, (fi, fr_) in sorted(owner.items()):
+        for j in np.unique(fi[fi >= 0]).tolist():
+            p = np.flatnonzero(fi == j)
+            key = (j, p.tobytes())
+            by.setdefault(key, []).append(c)
+            rows_of[key] = (p, fr_[p])
+    rng = np.random.default_rng(split_seed)
+    ops: list[Any] = [RemoveKeySpace(k.id) for k in kss] + [RemoveFragment(f.id) for f in frs]
+    ops.append(AddKeySpace(new_ks))
+    written_files = [path]
+    for key, cols in sorted(by.items()):
+        src = frs[key[0]]
+        positions, file_rows = rows_of[key]
+        parts = [np.ones(len(positions), dtype=bool)]
+        if split_seed is not None and len(positions) > 1:
+            pick = rng.random(len(positions)) < 0.5
+            pick[0], pick[-1] = True, False
+            parts = [pick, ~pick]
+        for sel in parts:
+            mask_path = f"{table.id}/masks/{new_id()}{MASK_SUFFIX}"
+            m = write_mask(storage, mask_path, positions[sel], file_rows[sel])
+            written_files.append(mask_path)
+            fr = Fragment(
+                id=new_id(), level=level, group=src.group, key_space=ks_id, start=int(positions[sel][0]),
+                rows=int(sel.sum()), path=src.path, column_ids=tuple(cols), stats=src.stats,
+                bytes=src.bytes, time=src.time, checksum=src.checksum, blob_columns=src.blob_columns,
+                mask=mask_path, mask_checksum=m.checksum,
+            )  # fmt: skip
+            ops.append(AddFragment(fr))
+    txn = Transaction("compact", tuple(ops), summary="realign (test)", base_seq=state.seq, files=tuple(written_files))
+    return log.commit(txn)

@@ -4,10 +4,12 @@
   and `If-Match`, answering 412, which commits on object storage rely on);
 - `postgres`: a private PostgreSQL 15 cluster (`initdb` + `pg_ctl`) on a free port, with its
   socket directory under a temporary directory, run as the `postgres` user when tests run as root;
+- `azurite`: Microsoft's Azure Blob emulator (`.ci/install-azurite.sh`) on a free port, with one
+  container (put-if-absent is real there too);
 - `conch_server`: `conch serve` in a subprocess (see `ServerProcess`).
 
 Registered as a pytest plugin by `conftest.py`; fixtures are session-scoped (one per xdist
-worker) and skip the test when the service's software is not installed.
+worker) and fail the test when the set-up did not install the service's software.
 """
 
 from __future__ import annotations
@@ -112,6 +114,58 @@ def moto_server() -> Iterator[MotoS3]:
 def moto_s3() -> Iterator[MotoS3]:
     with moto_server() as s3:
         yield s3
+
+
+# --- Azure Blob (Azurite) -----------------------------------------------------------------
+
+AZURITE = Path(__file__).resolve().parent.parent / ".ci" / "node" / "node_modules" / ".bin" / "azurite-blob"
+# Azurite's fixed development account (public, documented by Microsoft).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+@dataclass
+class Azurite:
+    """A running Azurite blob service and one container on it."""
+
+    endpoint: str  # http://127.0.0.1:<port>/devstoreaccount1
+    container: str = "conch-tests"
+
+    def uri(self, prefix: str | None = None) -> str:
+        return f"az://{self.container}/{prefix or uuid.uuid4().hex[:12]}"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"account_name": AZURITE_ACCOUNT, "access_key": AZURITE_KEY, "endpoint": self.endpoint}
+
+
+@contextlib.contextmanager
+def azurite_server() -> Iterator[Azurite]:
+    """Azurite's blob service on a free loopback port with one container, stopped on exit."""
+    from azure.storage.blob import BlobServiceClient
+
+    port = free_port()
+    root = tempfile.mkdtemp(prefix="conch-azurite-")
+    cmd = [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", root]
+    proc = subprocess.Popen([*cmd, "--silent", "--skipApiVersionCheck", "--loose"], stdout=subprocess.DEVNULL)
+    try:
+        wait_port(port, timeout=120)  # node starts slowly on a loaded machine
+        az = Azurite(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}")
+        conn = f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        BlobServiceClient.from_connection_string(conn + f"BlobEndpoint={az.endpoint};").create_container(az.container)
+        yield az
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    if not AZURITE.exists():
+        pytest.fail("Azurite is not installed: the set-up installs it (bash .ci/install-azurite.sh)")
+    with azurite_server() as az:
+        yield az
 
 
 # --- PostgreSQL --------------------------------------------------------------------------
@@ -228,7 +282,7 @@ class ServerProcess:
             cmd += [f"--{k.replace('_', '-')}", v]
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         try:
-            wait_port(self.port)
+            wait_port(self.port, timeout=120)  # Python + FastAPI start slowly on a loaded machine
         except TimeoutError:
             self.kill()
             raise RuntimeError(f"conch serve did not start: {Path(self.log.name).read_text()[-2000:]}") from None

@@ -1,8 +1,8 @@
 """One behaviour suite for every metastore backend, and whole-stack tests over each warehouse kind.
 
-Backends: SQLite (embedded default), the object-store WAL over a local directory, `memory://`
-and S3 (moto), PostgreSQL (a private server started by the tests), and the HTTP reference server
-(`conch serve` in a subprocess). A new backend adds one entry to `WAREHOUSES` and one branch to
+Backends: SQLite (embedded default), the object-store WAL over a local directory, `memory://`,
+S3 (moto) and Azure Blob (Azurite), PostgreSQL (a private server started by the tests), and the
+HTTP reference server (`conch serve` in a subprocess). A new backend adds one entry to `WAREHOUSES` and one branch to
 `warehouse`; every test below then runs on it.
 """
 
@@ -33,10 +33,18 @@ from conch.errors import (
 from conch.metastore import Metastore, TableRecord
 from conch.metastore.objectstore import ObjectStoreMetastore
 from conch.storage import LocalStorage
-from services import MotoS3, Postgres, ServerProcess
+from services import Azurite, MotoS3, Postgres, ServerProcess
 
-WAREHOUSES = ["sqlite", "storage-local", "memory", "s3", "postgres", "http", "http-s3", "http-inproc"]
-CROSS_PROCESS = {"sqlite", "storage-local", "s3", "postgres", "http", "http-s3"}  # memory:// lives in one process
+WAREHOUSES = ["sqlite", "storage-local", "memory", "s3", "azure", "postgres", "http", "http-s3", "http-inproc"]
+CROSS_PROCESS = {
+    "sqlite",
+    "storage-local",
+    "s3",
+    "azure",
+    "postgres",
+    "http",
+    "http-s3",
+}  # memory:// lives in one process
 TOKEN = "admin-token-1"  # memory:// lives in one process
 
 
@@ -70,6 +78,9 @@ def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
     if kind == "postgres":
         pg: Postgres = request.getfixturevalue("postgres")
         return Warehouse(kind, str(tmp_path / "wh"), metastore=pg.dsn())
+    if kind == "azure":
+        az: Azurite = request.getfixturevalue("azurite")
+        return Warehouse(kind, az.uri(), storage_options=az.options)
     s3: MotoS3 = request.getfixturevalue("moto_s3")
     return Warehouse(kind, s3.uri(), storage_options=s3.options)
 

@@ -92,3 +92,35 @@ def test_demo_end_to_end(spark: Any, tmp_path: Path) -> None:
     assert "features" not in res["columns_before"] and "features" not in res["spark_columns_before"]
     text = console.export_text()
     assert "Time travel" in text and "total" in text
+
+
+DEMO_ON_S3 = """
+import json, sys
+from rich.console import Console
+from conch.pipelines.demo import run
+res = run(sys.argv[1], rows=300, console=Console(width=120), s3=True)
+print(json.dumps({k: v for k, v in res.items() if k != "seconds"}))
+"""
+
+
+def test_demo_on_s3(tmp_path: Path) -> None:
+    """`conch demo --s3`: the same pipeline with the table on s3:// (a moto server the demo starts
+    and stops itself, the object-store WAL). Its own process, since its Spark workers must start
+    with the environment that points at the server."""
+    import subprocess
+    import sys
+
+    local = tmp_path / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-c", DEMO_ON_S3, str(local)], capture_output=True, text=True, timeout=900, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["warehouse"] == "s3://conch-demo/demo"
+    assert res["ingested"] == res["enriched"] == 300 and res["untouched"]
+    assert res["scan_rows"] == res["spark_scan_rows"] > 0 and res["pushed"]
+    assert res["rows_before"] == res["spark_rows_before"] == 300
+    assert "features" not in res["columns_before"] and "features" not in res["spark_columns_before"]
+    # nothing of the table on local disk: only the generated input is
+    assert sorted(p.name for p in local.iterdir()) == ["_input"]
+    assert "Start a local S3 server" in proc.stdout

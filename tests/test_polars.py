@@ -8,7 +8,6 @@ must never drop a row Polars keeps, nor keep one it drops.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import hypothesis.strategies as st
@@ -19,23 +18,12 @@ from hypothesis import HealthCheck, given, settings
 
 import conch
 import conch.polars as cpl
+from helpers import engine_table
 
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory: pytest.TempPathFactory) -> conch.Table:
-    cat = conch.connect(tmp_path_factory.mktemp("wh"))
-    t = cat.create_table("t", [("id", pa.int64())])
-    xs = [math.nan if i % 17 == 0 else (None if i % 11 == 0 else (i - 100) / 10) for i in range(300)]
-    t.write(
-        {
-            "id": list(range(300)),
-            "x": pa.array(xs, pa.float64()),
-            "s": [f"s{i % 7}" if i % 5 else None for i in range(300)],
-            "g": [{"a": i % 4, "b": b"\x00" * (i % 3)} for i in range(300)],
-        }
-    )
-    t.write({"id": list(range(250, 400, 3)), "x": pa.array([1.5] * 50, pa.float64())})  # a second run
-    return t
+    return engine_table(tmp_path_factory.mktemp("wh"), lambda i: b"\x00" * (i % 3))
 
 
 def _lit_float() -> st.SearchStrategy[float]:

@@ -1,4 +1,4 @@
-"""Progress bars: drawn on a terminal for streamed writes, deletes by filter and CLI exports;
+"""Progress bars: drawn on a terminal for streamed writes, deletes by filter, scans' `to_*` and CLI exports;
 silent when standard error is not a terminal, with `progress=False`, or `CONCH_PROGRESS=0`."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import conch
 
@@ -76,3 +77,42 @@ def test_cli_export_progress_and_quiet(tmp_path: Path) -> None:
     out = tmp_path / "q.parquet"
     code, shown = run_on_tty([*base, "--quiet", "scan", "t", "--format", "parquet", "--output", str(out)], env())
     assert code == 0 and "exporting" not in shown and out.exists()
+
+
+SCAN = """
+import sys, pyarrow as pa, conch
+t = conch.connect(sys.argv[1]).create_table("t", [("id", pa.uint64())])
+for i in range(20):
+    t.write({"id": pa.array(range(i * 2000, (i + 1) * 2000), pa.uint64()), "x": [1.5] * 2000}, progress=False)
+got = getattr(t.scan(), sys.argv[2])(progress={progress})
+print("rows", len(got))
+"""
+
+
+def scan_run(tmp_path: Path, name: str, method: str, progress: str, **extra: str) -> tuple[int, str]:
+    script = SCAN.replace("{progress}", progress)
+    return run_on_tty([sys.executable, "-c", script, str(tmp_path / name), method], env(**extra))
+
+
+@pytest.mark.parametrize("method", ["to_arrow", "to_pandas", "to_polars", "to_pylist"])
+def test_scan_conversions_show_rows_and_bytes_on_a_terminal(tmp_path: Path, method: str) -> None:
+    # CONCH_PROGRESS_DELAY=0: the bar a scan shows once it has run for a second, shown at once
+    code, shown = scan_run(tmp_path, "a", method, "None", CONCH_PROGRESS_DELAY="0")
+    assert code == 0 and "scanning" in shown and "40,000 rows" in shown and "KB" in shown
+    code, shown = scan_run(tmp_path, "b", method, "True")  # asked for: no delay
+    assert code == 0 and "scanning" in shown and "40,000 rows" in shown
+
+
+def test_scan_conversions_silent_when_short_asked_or_not_a_terminal(tmp_path: Path) -> None:
+    code, shown = scan_run(tmp_path, "a", "to_arrow", "False", CONCH_PROGRESS_DELAY="0")
+    assert code == 0 and "scanning" not in shown
+    code, shown = scan_run(tmp_path, "b", "to_arrow", "None", CONCH_PROGRESS_DELAY="0", CONCH_PROGRESS="0")
+    assert code == 0 and "scanning" not in shown
+    code, shown = scan_run(tmp_path, "c", "to_arrow", "None", CONCH_PROGRESS_DELAY="3600")  # short: no flash
+    assert code == 0 and "scanning" not in shown
+    script = SCAN.replace("{progress}", "None")
+    res = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "d"), "to_pandas"],
+        capture_output=True, text=True, env=env(CONCH_PROGRESS_DELAY="0"), timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0 and res.stderr == "" and "rows 40000" in res.stdout

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import conch
 from conch.scan import keyspace
+from helpers import realign
 
 
 def _ids(scan: conch.Scan) -> list[int]:
@@ -213,7 +214,7 @@ def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
     def g(**cols: list) -> pa.StructArray:
         return pa.StructArray.from_arrays([pa.array(v) for v in cols.values()], names=list(cols))
 
-    shape = rng.choice(["one", "groups", "rewrite", "overlap", "patches", "lsm", "delete"])
+    shape = rng.choice(["one", "groups", "rewrite", "overlap", "patches", "lsm", "delete", "masked"])
     t.write(pa.table({"id": ids, "a": vals("f"), "b": vals("i"), "g": g(s=vals("s"), z=vals("i"))}))
     if shape == "groups":
         t.write(pa.table({"id": ids, "g": g(z=vals("i"))}))
@@ -238,6 +239,10 @@ def test_fast_paths_match_general_path(tmp_path: Path, seed: int) -> None:
             t.write({"id": sub, "a": [rng.uniform(-5, 5) for _ in sub], "b": [rng.randint(-3, 3) for _ in sub]})
     elif shape == "delete":
         t.delete([rng.choice(ids)])
+    elif shape == "masked":  # overlapping runs and a partial upsert, realigned through mask files
+        sub = sorted(rng.sample(range(-50, 400), max(1, n // 2)))
+        t.write({"id": sub, "a": [rng.uniform(-5, 5) for _ in sub], "b": [rng.randint(-3, 3) for _ in sub]})
+        realign(t, split_seed=seed if rng.random() < 0.5 else None)
     projections = [(), ("a",), ("g.s",), ("g",), ("b", "g.z"), ("a", "g.s")]
     if shape == "patches" and "c" in t.schema.columns:
         projections += [("c",), ("a", "c")]
@@ -294,7 +299,8 @@ def test_locate_through_dense_and_sparse_masks(data: st.DataObject) -> None:
     """Random key spaces whose rows are dealt to fragments either as contiguous runs (dense) or
     as arbitrary interleaved subsets (sparse): `locate` finds each row's fragment and the row
     within it, whichever implementation the masks are."""
-    from conch.scan.keymask import DenseMask, PositionsMask, locate
+    from conch.masks import RunsMask
+    from conch.scan.keymask import DenseMask, locate
 
     masks: list = []
     ks_of: list[int] = []
@@ -317,7 +323,7 @@ def test_locate_through_dense_and_sparse_masks(data: st.DataObject) -> None:
                     continue
                 for i, r in enumerate(pos):
                     truth[(ks, int(r))] = (len(masks), i)
-                m = PositionsMask(pos)
+                m = RunsMask.from_rows(pos)
                 assert [r for a, b in m.ranges() for r in range(a, b)] == pos.tolist()
                 masks.append(m)
                 ks_of.append(ks)

@@ -183,7 +183,10 @@ def test_fuzz_no_server_errors(api_schema: Any, mode: str) -> None:
 
 
 def _writer(url: str, token: str, w: int, commits: int, done: Any, first_kill: Any) -> None:
-    t = conch.connect(url, token=token).table("t")
+    # A restart can take longer than the client's default 30 s of retries on a loaded machine;
+    # the test is about what lands, not about how long the server stays down.
+    ms = HttpMetastore(url, token, retry_seconds=600)
+    t = conch.connect(ms.warehouse, metastore=ms).table("t")
     for i in range(commits):
         t.write([{"id": w * 1000 + i, "w": w}])
         done.put((w, i))

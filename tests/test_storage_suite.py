@@ -1,4 +1,5 @@
-"""One behaviour suite for every storage backend: local directory, `memory://`, S3 (moto).
+"""One behaviour suite for every storage backend (local directory by path and by `file://` URI,
+`memory://`, S3 on moto, Azure Blob on Azurite), and the URI-scheme registry.
 
 A new backend adds one branch to the `storage` fixture; every assertion below then runs on it.
 """
@@ -13,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conch.errors import ConditionalWriteUnsupportedError, StorageError, WarehouseError
+from conch.errors import ConditionalWriteUnsupportedError, StorageError, WarehouseError, WarehouseNotFoundError
 from conch.storage import LocalStorage, Storage
-from conch.storage.registry import storage_from_uri
-from services import MotoS3
+from conch.storage.registry import split_uri, storage_from_uri
+from services import Azurite, MotoS3
 
-BACKENDS = ["local", "memory", "s3"]
+BACKENDS = ["local", "file-uri", "memory", "s3", "azure"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -26,8 +27,13 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     kind = request.param
     if kind == "local":
         return storage_from_uri(tmp_path / "root", create=True)
+    if kind == "file-uri":
+        return storage_from_uri(f"file://{tmp_path}/root", create=True)
     if kind == "memory":
         return storage_from_uri(f"memory://{uuid.uuid4().hex}/wh")
+    if kind == "azure":
+        az: Azurite = request.getfixturevalue("azurite")
+        return storage_from_uri(az.uri(), options=az.options)
     s3: MotoS3 = request.getfixturevalue("moto_s3")
     return storage_from_uri(s3.uri(), options=s3.options)
 
@@ -42,11 +48,31 @@ def test_registry_picks_backend_by_scheme(tmp_path: Path) -> None:
         storage_from_uri(tmp_path, options={"endpoint": "http://x"})
 
 
+def test_uri_forms() -> None:
+    assert split_uri("wh") == ("file", "wh")
+    assert split_uri("file:///abs/wh") == ("file", "/abs/wh")
+    assert split_uri("s3://bucket/wh") == ("s3", "s3://bucket/wh")
+
+
+def test_unknown_scheme_file_and_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(WarehouseError, match="file://"):
+        storage_from_uri("gopher://x/y")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(WarehouseError, match="is a file"):
+        storage_from_uri(tmp_path / "f")
+    with pytest.raises(WarehouseNotFoundError, match="create=True"):
+        storage_from_uri(tmp_path / "missing", create=False)
+    storage_from_uri(tmp_path / "lazy")
+    assert not (tmp_path / "lazy").exists(), "create=None makes nothing until the first write"
+    storage_from_uri(tmp_path / "eager", create=True)
+    assert (tmp_path / "eager").is_dir()
+
+
 def test_write_read_overwrite(storage: Storage) -> None:
     storage.write("a/b/c.bin", b"hello")
     assert storage.read("a/b/c.bin") == b"hello"
     assert storage.size("a/b/c.bin") == 5 and storage.exists("a/b/c.bin")
-    storage.write("a/b/c.bin", bytearray(b"bye"))
+    storage.write("a/b/c.bin", bytearray(b"bye"))  # an overwrite
     assert storage.read("a/b/c.bin") == b"bye" and storage.size("a/b/c.bin") == 3
 
 

@@ -103,6 +103,42 @@ def test_samples_collate_in_a_plain_dataloader(table: conch.Table) -> None:
     assert sorted(i for b in batches for i in b["id"].tolist()) == EXPECTED
 
 
+def _by_id(batches: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    rows: dict[int, dict[str, Any]] = {}
+    for b in batches:
+        for j, i in enumerate(b["id"].tolist()):
+            rows[i] = {k: v[j].tolist() if isinstance(v, torch.Tensor) else v[j] for k, v in b.items()}
+    return rows
+
+
+@pytest.mark.parametrize("batch_size", [None, 16])
+def test_workers_deliver_what_the_main_process_reads(tmp_path: Path, batch_size: int | None) -> None:
+    """Batches leave workers packed (small tensors as one buffer, blobs and strings as Arrow
+    buffers, large tensors in shared memory): the values, types and shapes must be the ones read
+    in-process, for batches and for samples collated by the DataLoader."""
+    t = conch.connect(tmp_path / "wh").create_table("w", [("id", pa.int64())])
+    n = 96
+    t.write(
+        {
+            "id": list(range(n)),
+            "x": [i / 4 for i in range(n)],
+            "flag": [i % 3 == 0 for i in range(n)],
+            "name": [f"n{i}" * (i % 4) for i in range(n)],
+            "blob": [bytes([i]) * (i * 37) for i in range(n)],
+            "big": pa.array([[float(i)] * 8192 for i in range(n)], pa.list_(pa.float32(), 8192)),  # 32 KB a row
+        }
+    )
+    ds = ct.dataset(t.scan(), batch_size=batch_size, splits=5, shuffle=True, shuffle_buffer=40)
+    inline = list(DataLoader(ds, batch_size=None if batch_size else 8))
+    shipped = list(DataLoader(ds, batch_size=None if batch_size else 8, num_workers=2))
+    assert set(_by_id(shipped)) == set(range(n))
+    assert _by_id(shipped) == _by_id(inline)
+    for k in ("x", "flag", "big"):
+        assert shipped[0][k].dtype == inline[0][k].dtype and shipped[0][k].shape[1:] == inline[0][k].shape[1:]
+    assert all(type(v) is type(inline[0][k]) for k, v in shipped[0].items())
+    assert _by_id(shipped)[40]["blob"] == bytes([40]) * 40 * 37 and _by_id(shipped)[6]["name"] == "n6n6"
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resume_mid_epoch_yields_exactly_the_remaining_rows(table: conch.Table, workers: int) -> None:
     from torchdata.stateful_dataloader import StatefulDataLoader

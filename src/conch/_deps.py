@@ -20,6 +20,7 @@ _EXTRAS = {
     "fastapi": "server",
     "uvicorn": "server",
     "starlette": "server",
+    "moto": "dev",  # the local S3 server of `conch demo --s3`
 }
 
 

@@ -2,7 +2,8 @@
 
 Reads every byte of every live file against the checksums recorded for it (`conch.integrity`):
 the table's metastore record and WAL entries, every registered snapshot, every live key space
-and fragment file and every value of their blob files. It reports what is damaged instead of
+and fragment file (once, however many masked fragments share it), every value of their blob files,
+and every mask file. It reports what is damaged instead of
 stopping at the first problem, and changes nothing.
 
 Files written before checksums were recorded (checksum "") can only be decoded, not verified:
@@ -17,6 +18,7 @@ from conch.errors import ConchError, CorruptFileError
 from conch.fragments import BLOB_SUFFIX, FileRef, VortexFormat, column_name
 from conch.integrity import open_entry, open_json, read_snapshot
 from conch.manifest import TableState
+from conch.masks import verify_mask
 from conch.metastore.base import Metastore
 from conch.schema import Schema
 from conch.storage import Storage
@@ -100,7 +102,22 @@ def check_table(
         report.problems.append(Problem(name, "the live files are unknown (the WAL is damaged): files not checked"))
         return report
     refs: list[tuple[FileRef, list[str]]] = [(ks, []) for ks in state.key_spaces.values()]
-    refs += [(fr, [column_name(c) for c in fr.blob_columns]) for fr in state.fragments.values()]
+    # masked fragments share data files: each file is checked once (with every blob column any
+    # of its fragments reads), and each fragment's own mask file
+    blob_ids: dict[str, set[int]] = {}
+    for fr in state.fragments.values():
+        if fr.path not in blob_ids:
+            refs.append((fr, []))
+        blob_ids.setdefault(fr.path, set()).update(fr.blob_columns)
+    refs = [(r, [column_name(c) for c in sorted(blob_ids.get(r.path, ()))]) for r, _ in refs]
+    for fr in state.fragments.values():
+        if fr.mask:
+            report.files_checked += 1
+            report.unverified += 0 if fr.mask_checksum else 1
+            try:
+                report.bytes_checked += verify_mask(storage, fr.mask, fr.mask_checksum, fr.rows, fr.start)
+            except CorruptFileError as err:
+                report.problems.append(Problem(fr.mask, str(err)))
     for ref, blobs in refs:
         report.files_checked += 1 + (1 if blobs else 0)
         report.unverified += 0 if ref.checksum else 1 + (1 if blobs else 0)

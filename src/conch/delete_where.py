@@ -13,6 +13,7 @@ a blind `Table.delete(keys)`, which never conflicts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -21,34 +22,50 @@ import pyarrow as pa
 
 from conch.errors import CommitConflictError, ExpressionError, InvalidArgumentError
 from conch.expr import Expr, columns, mask
+from conch.manifest import TableState
 from conch.progress import Progress
+from conch.scan import Scan
 from conch.txn import Commit
 from conch.write import stage_delete
 
 MAX_ATTEMPTS = 20
 
 
-def matching_keys(table: Any, where: Expr, level: str, seq_time: int, progress: bool | None = None) -> pa.Table:
-    """The key columns of every fresh record of `level` that matches `where`, as of `seq_time`."""
-    schema = table.state().schema
-    key_names = schema.key_names(level)
+def matching_scan(table: Any, where: Expr, level: str, seq_time: int) -> tuple[Scan, Expr | None, list[str]]:
+    """What finds the matches of `level` as of `seq_time`: the scan of candidate records, the part
+    of the filter left to evaluate on each of its batches (None: the scan applies all of it), and
+    the key column names. A filter on value columns only is the scan's (pushed down, pruned by
+    statistics); one that names key columns too is evaluated on each batch of fresh records (keys
+    are exact). The Spark delete (`conch.spark.delete`) runs this scan's key-range splits as tasks."""
+    key_names = table.state().schema.key_names(level)
     value_cols = [c for c in dict.fromkeys(columns(where)) if c not in key_names]
-    # A filter on value columns only is the scan's (pushed down, pruned by statistics); one that
-    # names key columns too is evaluated here on each batch of fresh records (keys are exact).
     on_keys = len(value_cols) < len(set(columns(where)))
     scan = table.scan(*value_cols, where=None if on_keys else where, asof=seq_time or None, level=level or None)
+    return scan, where if on_keys else None, key_names
+
+
+def batch_keys(batch: pa.RecordBatch, rest: Expr | None, key_names: list[str]) -> pa.Table:
+    """The key columns of the records of a `matching_scan` batch that match `rest` (all: None)."""
+    part = pa.Table.from_batches([batch])
+    if rest is not None:
+        part = part.filter(pa.array(mask(rest, partial(_column, part))))
+    return part.select(key_names)
+
+
+def no_keys(table: Any, level: str) -> pa.Table:
+    """An empty table of `level`'s key columns."""
+    return pa.schema(table.state().schema.key_fields(level)).empty_table()
+
+
+def matching_keys(table: Any, where: Expr, level: str, seq_time: int, progress: bool | None = None) -> pa.Table:
+    """The key columns of every fresh record of `level` that matches `where`, as of `seq_time`."""
+    scan, rest, key_names = matching_scan(table, where, level, seq_time)
     parts: list[pa.Table] = []
     with Progress("matching", progress=progress) as bar:
         for batch in scan:
-            part = pa.Table.from_batches([batch])
-            if on_keys:
-                part = part.filter(pa.array(mask(where, partial(_column, part))))
-            parts.append(part.select(key_names))
+            parts.append(batch_keys(batch, rest, key_names))
             bar.advance(batch.num_rows, batch.nbytes)
-    fields = schema.key_fields(level)
-    if not parts:
-        return pa.schema(fields).empty_table()
-    return pa.concat_tables(parts)
+    return pa.concat_tables(parts) if parts else no_keys(table, level)
 
 
 def _column(part: pa.Table, path: str) -> pa.Array:
@@ -60,8 +77,8 @@ def _column(part: pa.Table, path: str) -> pa.Array:
     return col
 
 
-def delete_where(table: Any, keys: Any, where: Expr | None, level: str | None, progress: bool | None = None) -> Commit:
-    """Tombstone the keys of `level` whose fresh records match `where`, in one commit."""
+def check_where(keys: Any, where: Any) -> Expr:
+    """`where` as a filter expression, or a typed error saying what to pass instead."""
     if keys is not None and where is not None:
         raise InvalidArgumentError("delete takes keys or where=, not both: use `where=` alone, or list the keys")
     if where is None:
@@ -71,13 +88,24 @@ def delete_where(table: Any, keys: Any, where: Expr | None, level: str | None, p
             f"where= takes a Conch expression such as t['x'] < 1, got {type(where).__name__}; "
             "parse text with conch.filter_syntax.parse"
         )
-    lvl = level or ""
+    return where
+
+
+def delete_where(table: Any, keys: Any, where: Expr | None, level: str | None, progress: bool | None = None) -> Commit:
+    """Tombstone the keys of `level` whose fresh records match `where`, in one commit."""
+    expr, lvl = check_where(keys, where), level or ""
+    return commit_matching(table, expr, lvl, lambda state: matching_keys(table, expr, lvl, state.time, progress))
+
+
+def commit_matching(table: Any, where: Expr, level: str, match: Callable[[TableState], pa.Table]) -> Commit:
+    """Commit the tombstones of `match(state)` (the keys matching `where` in `state`) directly
+    after `state`, re-matching on the new state when another commit landed first (module doc)."""
     for _ in range(MAX_ATTEMPTS):
         state = table.state()
-        matched = matching_keys(table, where, lvl, state.time, progress)
+        matched = match(state)
         with table.log.staging():
-            staged = stage_delete(table.log.files, state, matched, lvl)
-        summary = f"{matched.num_rows} keys at {lvl or 'root'} where {where!r}"
+            staged = stage_delete(table.log.files, state, matched, level)
+        summary = f"{matched.num_rows} keys at {level or 'root'} where {where!r}"
         txn = replace(staged.transaction("delete", summary), serial=True)
         try:
             return table.log.commit(txn)

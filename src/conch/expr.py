@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.errors import ExpressionError
+from conch.schema import type_family
 
 
 class Expr:
@@ -189,13 +190,10 @@ def check_types(e: Expr, type_of: Callable[[Col], pa.DataType | None]) -> None:
 
 
 def _kind(t: pa.DataType) -> str:
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
-        return "number"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if pa.types.is_boolean(t):
-        return "bool"
-    return "other"
+    """Numbers, strings and bools compare only within their family; anything else ("other") is
+    checked by casting the literal."""
+    f = type_family(t)
+    return f if f in ("number", "string", "bool") else "other"
 
 
 _LITERAL_KINDS: dict[str, tuple[type, ...]] = {

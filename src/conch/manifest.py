@@ -44,7 +44,10 @@ class KeySpace:
 
 @dataclass(frozen=True, slots=True)
 class Fragment:
-    """Rows `[start, start + rows)` of one key space for one column group."""
+    """Rows of one key space for one column group: `[start, start + rows)`, file row i = fragment
+    row i (dense); or, with a `mask` file (`conch.masks`), the `rows` key-space rows from `start`
+    that the mask lists (sparse), at the file rows it lists (masked: several fragments may share
+    one data file, each with its own `column_ids` and mask)."""
 
     id: str
     level: str
@@ -65,6 +68,8 @@ class Fragment:
     compacted_at: int | None = None
     blob_columns: tuple[int, ...] = ()  # column ids stored out of line in `<path>.blobs`
     checksum: str = ""  # "" = not recorded (tables written before integrity checks)
+    mask: str = ""  # path of the mask file; "" = dense
+    mask_checksum: str = ""  # digest of the mask file's bytes (`conch.integrity.digest`)
 
 
 R = TypeVar("R", KeySpace, Fragment)

@@ -602,3 +602,29 @@ def schema_from_arrow(key_schema: pa.Schema, value_schema: pa.Schema | Sequence[
 
 def dumps(d: Any) -> str:
     return json.dumps(d, separators=(",", ":"))
+
+
+def type_family(t: pa.DataType) -> str:
+    """The family of an Arrow type (number, string, binary, timestamp, ..., or the type itself):
+    what filters may compare with each other and what a DataFrame column may be written into."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return "list"
+    if pa.types.is_map(t):
+        return "map"
+    if pa.types.is_struct(t):
+        return "struct"
+    if pa.types.is_null(t):
+        return "null"
+    return str(t)

@@ -251,9 +251,9 @@ class Table:
 
         return enrich(self, fn, inputs, into, **options)
 
-    def to_arrow(self) -> pa.Table:
-        """Every fresh record of the root level as one Arrow table."""
-        return self.scan().to_arrow()
+    def to_arrow(self, *, progress: bool | None = None) -> pa.Table:
+        """Every fresh record of the root level as one Arrow table (`progress`: `Scan.to_arrow`)."""
+        return self.scan().to_arrow(progress=progress)
 
     # ----- history and metadata ------------------------------------------------------------
     def history(self) -> list[Commit]:

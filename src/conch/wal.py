@@ -444,7 +444,8 @@ def vacuum_cutoffs(entries: Iterable[Entry]) -> list[int]:
 
 
 def referenced_paths(entry: Entry, blob_suffix: str) -> Iterable[str]:
-    """Every file an entry references (fragments' blob files included)."""
+    """Every file an entry references (fragments' blob and mask files included). Masked fragments
+    share data files: a data file stays referenced while any fragment naming it is."""
     for op in entry.ops:
         if isinstance(op, AddKeySpace):
             yield op.key_space.path
@@ -452,5 +453,7 @@ def referenced_paths(entry: Entry, blob_suffix: str) -> Iterable[str]:
             yield op.fragment.path
             if op.fragment.blob_columns:
                 yield op.fragment.path + blob_suffix
+            if op.fragment.mask:
+                yield op.fragment.mask
         elif isinstance(op, RegisterSnapshot):
             yield op.path

@@ -41,6 +41,7 @@ process, so it is safe under `fork`, `spawn` and `forkserver` start methods.
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -194,19 +195,21 @@ class ConchIterableDataset(_IterableDataset):
                     rows = rows.take(pa.array(rng.permutation(rows.num_rows)))
                 skip = int(start["done"]) if block.index == start["block"] else 0
                 # Convert once per block; batches are then views (tensor slices) of it.
-                piece: Any = rows.slice(skip) if arrow else _Cols.of(rows.slice(skip), self.opts.decode)
+                piece: Any = (
+                    rows.slice(skip) if arrow else _Cols.of(rows.slice(skip), self.opts.decode, self.opts.batch_size)
+                )
                 at = {"epoch": epoch, "block": block.index, "pos": block.pos, "offset": block.offset}
                 for item, n_done in out.push(piece):
                     if self.opts.batch_size is not None or arrow:
                         self._cursor = {**at, "done": skip + n_done}
-                        yield _one_batch(item) if arrow else _compact(item.cols)
+                        yield _one_batch(item) if arrow else _emit(item.cols)
                         continue
                     for j in range(item.num_rows):
                         self._cursor = {**at, "done": skip + n_done - item.num_rows + j + 1}
-                        yield {k: v[j] for k, v in item.cols.items()}
+                        yield _emit({k: v[j] for k, v in item.cols.items()})
             self._cursor = {"epoch": epoch + 1, "block": 0, "pos": 0, "offset": 0, "done": 0}
             for item, _ in out.flush():
-                yield _one_batch(item) if arrow else _compact(item.cols)
+                yield _one_batch(item) if arrow else _emit(item.cols)
         finally:
             blocks.close()
         self.epoch = epoch + 1  # the next pass in this process (a persistent worker, say) is the next epoch
@@ -245,12 +248,78 @@ class ConchIterableDataset(_IterableDataset):
             yield _Block(index, block_pos, block_offset, pa.Table.from_batches(pending))
 
 
+# ----- leaving a DataLoader worker -----------------------------------------------------------
+# Torch pickles every tensor that crosses processes as a shared-memory storage: the worker hands
+# the main process a file descriptor through a side connection (`resource_sharer`), one round
+# trip per storage and message, and the main process maps it. For the batches a loader yields
+# (tens of KB) that costs more than reading them: it is what made 1–2 workers slower than none.
+# Batches whose tensors fit in WIRE_MAX bytes therefore travel as one byte buffer through the
+# worker's pipe (`_Wire`); larger ones keep shared memory, one segment per block (`_compact`).
+WIRE_MAX = 1 << 20
+_ALIGN = 64  # byte offsets of the tensors packed in one buffer: any dtype can view them
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+def _tensor_bytes(cols: Mapping[str, Any]) -> int:
+    return sum(_aligned(v.numel() * v.element_size()) for v in cols.values() if isinstance(v, torch.Tensor))
+
+
+def _in_worker() -> bool:
+    return torch.utils.data.get_worker_info() is not None
+
+
+def _emit(cols: dict[str, Any]) -> dict[str, Any]:
+    """A batch (or sample) as yielded: as is in the main process; from a worker, wrapped to
+    leave it cheaply (above)."""
+    if not _in_worker():
+        return cols
+    return _Wire(cols if _tensor_bytes(cols) <= WIRE_MAX else _compact(cols))
+
+
+class _Wire(dict[str, Any]):
+    """A dict of columns leaving a DataLoader worker: its tensors, when they fit in WIRE_MAX
+    bytes, travel as one byte buffer (larger ones as torch pickles them: shared memory), other
+    values as pickle does. The receiver unpickles a plain dict (`_unwire`)."""
+
+    def __copy__(self) -> _Wire:  # DataLoader's collate copies mappings: keep the wrapper
+        return _Wire(self)
+
+    def __reduce__(self) -> Any:
+        total = _tensor_bytes(self)
+        if not total or total > WIRE_MAX:
+            return (dict, (dict(self),))
+        try:  # numpy views: a few µs per column, where torch ops cost tens
+            arrays = [(k, v.detach().numpy()) for k, v in self.items() if isinstance(v, torch.Tensor)]
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): torch's way
+            return (dict, (dict(self),))
+        buf = bytearray(total)
+        flat = np.frombuffer(buf, np.uint8)
+        layout, off = [], 0
+        for k, a in arrays:
+            a = np.ascontiguousarray(a)
+            flat[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
+            layout.append((k, off, a.dtype.str, a.shape))
+            off += _aligned(a.nbytes)
+        rest = {k: v for k, v in self.items() if not isinstance(v, torch.Tensor)}
+        return (_unwire, (buf, layout, rest, list(self)))
+
+
+def _unwire(buf: bytearray, layout: list[Any], rest: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """A `_Wire` rebuilt in the receiving process: tensors are views of `buf` (no copy)."""
+    out = dict(rest)
+    for k, off, dtype, shape in layout:
+        out[k] = torch.from_numpy(np.frombuffer(buf, np.dtype(dtype), math.prod(shape), off).reshape(shape))
+    return {k: out[k] for k in order}
+
+
 def _compact(cols: dict[str, Any]) -> dict[str, Any]:
-    """In a DataLoader worker, tensors go to the main process through shared memory, one segment
-    per storage (and the receiver reuses a storage it has seen). Pack the tensors of a block (or
-    of a batch straddling blocks) into one shared storage, so a block costs one segment and its
-    batches are views of it; in the main process, nothing to do."""
-    if torch.utils.data.get_worker_info() is None:
+    """Pack the tensors of a block (or of a batch straddling blocks) into one shared storage, so
+    a block costs one shared-memory segment and its batches are views of it (the receiver reuses
+    a storage it has seen); in the main process, nothing to do."""
+    if not _in_worker():
         return cols
     tensors = {k: v for k, v in cols.items() if isinstance(v, torch.Tensor)}
     if not tensors or all(v.is_shared() for v in tensors.values()):
@@ -276,8 +345,12 @@ class _Cols:
         self.num_rows = num_rows
 
     @classmethod
-    def of(cls, table: pa.Table, decode: Mapping[str, Callable[[Any], Any]]) -> _Cols:
-        return cls(_compact(to_tensors(table, decode)), table.num_rows)
+    def of(cls, table: pa.Table, decode: Mapping[str, Callable[[Any], Any]], batch_size: int | None) -> _Cols:
+        """The columns of a block; in a worker whose batches are too large for the pipe, packed
+        in shared memory once for the whole block (see WIRE_MAX)."""
+        cols = to_tensors(table, decode)
+        per_batch = _tensor_bytes(cols) * (batch_size or 1) // max(table.num_rows, 1)
+        return cls(_compact(cols) if per_batch > WIRE_MAX else cols, table.num_rows)
 
     def slice(self, offset: int, length: int) -> _Cols:
         n = max(0, min(length, self.num_rows - offset))
@@ -287,13 +360,14 @@ class _Cols:
     def concat(parts: list[_Cols]) -> _Cols:
         if len(parts) == 1:
             return parts[0]
-        cols = {
-            k: torch.cat([p.cols[k] for p in parts])
-            if isinstance(parts[0].cols[k], torch.Tensor)
-            else [x for p in parts for x in p.cols[k]]
-            for k in parts[0].cols
-        }
+        cols = {k: _concat_values([p.cols[k] for p in parts]) for k in parts[0].cols}
         return _Cols(cols, sum(p.num_rows for p in parts))
+
+
+def _concat_values(parts: list[Any]) -> Any:
+    if isinstance(parts[0], torch.Tensor):
+        return torch.cat(parts)
+    return [x for p in parts for x in p]
 
 
 def _concat(parts: list[Any]) -> Any:

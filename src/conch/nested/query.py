@@ -141,19 +141,20 @@ class NestedScan(ScanResult):
             self._result = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         return self._result
 
-    def to_arrow(self, keys: bool = True) -> pa.Table:
+    # `progress` is accepted for the result protocol; a select is computed in one step, no bar.
+    def to_arrow(self, keys: bool = True, progress: bool | None = None) -> pa.Table:
         t = self._run()
         if not keys:
             return t.drop_columns(t.column_names[: len(t.column_names) - len(self.query.outputs)])
         return t
 
-    def to_pylist(self, keys: bool = True) -> list[dict[str, Any]]:
+    def to_pylist(self, keys: bool = True, progress: bool | None = None) -> list[dict[str, Any]]:
         return self.to_arrow(keys).to_pylist()
 
-    def to_pandas(self, keys: bool = True) -> Any:
+    def to_pandas(self, keys: bool = True, progress: bool | None = None) -> Any:
         return super().to_pandas() if keys else self.to_arrow(keys).to_pandas()
 
-    def to_polars(self, keys: bool = True) -> Any:
+    def to_polars(self, keys: bool = True, progress: bool | None = None) -> Any:
         from conch._deps import optional_import
 
         return optional_import("polars").from_arrow(self.to_arrow(keys))
@@ -228,7 +229,7 @@ class ExplodeScan(ScanResult):
         self.node, self.asof, self.since = node, asof, since
         self._scans: list[Scan] = []
 
-    def to_arrow(self) -> pa.Table:
+    def to_arrow(self, *, progress: bool | None = None) -> pa.Table:  # computed in one step: no bar
         from conch.nested.exec import home
 
         d = home(self.node)

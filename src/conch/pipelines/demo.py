@@ -12,6 +12,12 @@
 6. the manifests; 7. time travel to before the enrichment, in Python and on Spark.
 
 Each step prints what it did and how long it took; Spark jobs and generation show progress.
+
+`s3=True` (`conch demo --s3`) runs the same pipeline with the table on `s3://`: a local
+S3-compatible server (moto, `conch.pipelines.local_s3`) is started on 127.0.0.1 first and stopped
+at the end; the WAL is the object-store metastore (put-if-absent objects, no service), and the
+driver, the Spark executors and the Python scans reach the bucket through the usual `AWS_*`
+environment variables. Only the generated input Parquet stays on local disk (`<warehouse>/_input`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -84,23 +90,53 @@ def _group_files(t: conch.Table) -> dict[str, set[str]]:
 
 
 def run(
-    warehouse: str, rows: int = 20_000, console: Console | None = None, fresh: bool = True, spark: Any = None
+    warehouse: str,
+    rows: int = 20_000,
+    console: Console | None = None,
+    fresh: bool = True,
+    spark: Any = None,
+    s3: bool = False,
 ) -> dict[str, Any]:
     """Run the whole pipeline; returns the numbers it printed (tests check them). A session
-    passed in is used and left running; otherwise one is started and stopped."""
+    passed in is used and left running; otherwise one is started and stopped. `s3=True`: the
+    table lives on a local S3 server started here (see the module doc); a session passed in must
+    then be started inside `conch.pipelines.local_s3.local_s3()`, so its workers see the bucket."""
+    console = console or Console()
+    local = os.path.abspath(warehouse)
+    if fresh:
+        shutil.rmtree(local, ignore_errors=True)
+    timings: list[tuple[str, float]] = []
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        uri = local
+        if s3:
+            from conch.pipelines.local_s3 import local_s3
+
+            with step(console, "Start a local S3 server (moto on 127.0.0.1)", timings) as s:
+                server = stack.enter_context(local_s3())
+                uri = server.uri(os.path.basename(local))
+                s["what"] = f"{server.endpoint}, warehouse {uri} (WAL as put-if-absent objects)"
+        results = _pipeline(uri, os.path.join(local, "_input"), rows, console, spark, timings, started)
+    results["warehouse"] = uri
+    return results
+
+
+def _pipeline(
+    warehouse: str,
+    source: str,
+    rows: int,
+    console: Console,
+    spark: Any,
+    timings: list[tuple[str, float]],
+    started: float,
+) -> dict[str, Any]:
+    """The steps, on the table at `warehouse` (a directory or an `s3://` URI), from Parquet input
+    generated into the local directory `source`."""
     import conch.spark
     from conch.pipelines.enrich import audio_features
     from conch.pipelines.ingest import ingest
 
-    console = console or Console()
-    warehouse = os.path.abspath(warehouse)
-    if fresh:
-        shutil.rmtree(warehouse, ignore_errors=True)
-    source = os.path.join(warehouse, "_input")
-    timings: list[tuple[str, float]] = []
     results: dict[str, Any] = {}
-    started = time.perf_counter()
-
     with step(console, "Start Spark (local[2], conch data source registered)", timings) as s:
         own_session = spark is None
         spark = spark if spark is not None else conch.spark.session("conch-demo")

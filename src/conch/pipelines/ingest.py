@@ -12,7 +12,7 @@ IngestResult(rows=20000, ...)
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,28 +61,30 @@ def ingest(
     mode: str = "append",
     partitions: int | None = None,
     merge_schema: bool = False,
+    options: Mapping[str, str] | None = None,
 ) -> IngestResult:
     """Write `source` (paths, or a DataFrame) into `warehouse`/`table` as one commit.
 
     The table is created from the data's schema when it does not exist. `mode="overwrite"`
-    replaces its contents (older versions stay readable by time travel).
+    replaces its contents (older versions stay readable by time travel). `options` are more
+    data source options, e.g. `metastore`, `token`, `storageOptions` (`conch.spark.common.Location`).
     """
-    import conch
+    from conch.spark.common import Location
     from conch.spark.writer import committed_rows
 
     df: Any = source if hasattr(source, "write") else read_source(spark, source, fmt)
     n = partitions or max(2, spark.sparkContext.defaultParallelism)
     df = df.repartitionByRange(n, *key)
+    where = {**(options or {}), "warehouse": warehouse, "table": table}
     (
         df.write.format("conch")
         .mode(mode)
-        .option("warehouse", warehouse)
-        .option("table", table)
+        .options(**where)
         .option("key", ",".join(key))
         .option("mergeSchema", str(merge_schema).lower())
         .save()
     )
-    t = conch.connect(warehouse).table(table)
+    t = Location.from_options(where).connect().table(table)
     last = t.history()[-1]
     rows = sum(committed_rows(t, last.seq).values())
     return IngestResult(rows=rows, partitions=n, seq=last.seq, time=last.time)

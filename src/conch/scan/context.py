@@ -18,6 +18,7 @@ import pyarrow as pa
 from conch.errors import ConchError
 from conch.fragments import FileRef, VortexFormat, column_name
 from conch.manifest import Fragment
+from conch.scan.keymask import KeyMask, key_mask
 from conch.scan.keyspace import KeyCache
 from conch.scan.metrics import GroupMetrics, ScanMetrics
 from conch.scan.plan import ScanPlan
@@ -109,7 +110,11 @@ class ScanContext:
     def finish(self) -> None:
         self.metrics.fragments_read = sum(g.fragments_read for g in self.metrics.groups.values())
 
-    # ----- counted reads --------------------------------------------------------------------
+    # ----- counted reads (in fragment rows: the key mask maps them to file rows) ---------------
+    def mask(self, fr: Fragment) -> KeyMask:
+        """The key mask of `fr` (dense, or its cached mask file)."""
+        return key_mask(fr, self.format.storage)
+
     def keys(self) -> CountedKeys:
         """The key cache, with the key-space bytes it reads charged to this scan."""
         return CountedKeys(self.key_cache, self.format, self.metrics.add_key_bytes_read)
@@ -121,9 +126,11 @@ class ScanContext:
         schema: pa.Schema,
         rows: np.ndarray | None = None,
     ) -> pa.Table:
-        """Columns `schema` of fragment `fr` (all rows, or the sorted `rows`), counted."""
+        """Columns `schema` of fragment `fr` (all rows, or the sorted fragment `rows`), counted."""
         gm = self.group(group)
         blobs = [column_name(i) for i in fr.blob_columns]
+        if fr.mask:
+            rows = self.mask(fr).to_file_rows(rows)
         with self.format.counted(fr, gm.add_bytes_read):
             t = self.format.read(fr, schema.names, schema, rows, blobs)
         gm.rows_read += t.num_rows
@@ -141,15 +148,29 @@ class ScanContext:
             gm.fragments_filtered += 1
             gm.rows_filtered += fr.rows if rows is None else len(rows)
         blobs = [column_name(i) for i in fr.blob_columns]
+        mask = self.mask(fr) if fr.mask else None
+        if mask is not None:
+            rows = mask.to_file_rows(rows)
         with self.format.counted(fr, gm.add_bytes_read):
             for batch in self.format.stream(fr, schema.names, schema, rows, blobs, expr, ordinal):
                 gm.rows_read += batch.num_rows
                 gm.bytes_decoded += batch.nbytes
+                if mask is not None and ordinal:  # ordinals are file rows: back to fragment rows
+                    i = batch.num_columns - 1
+                    frows = mask.from_file_rows(batch.column(i).to_numpy().astype(np.int64))
+                    batch = batch.set_column(i, batch.schema.field(i), pa.array(frows.astype(np.uint32)))
                 yield batch
 
     def filter_rows(self, group: str, fr: Fragment, expr: Any, rows: np.ndarray) -> np.ndarray:
         """Rows among `rows` of `fr` where the Vortex `expr` holds (run inside the file), counted."""
         gm = self.group(group)
+        if fr.mask:
+            mask = self.mask(fr)
+            with self.format.counted(fr, gm.add_bytes_read):
+                matched = mask.from_file_rows(self.format.filter_rows(fr, expr, mask.to_file_rows(rows)))
+            gm.fragments_filtered += 1
+            gm.rows_filtered += len(rows)
+            return matched
         with self.format.counted(fr, gm.add_bytes_read):
             matched = self.format.filter_rows(fr, expr, None if len(rows) == fr.rows else rows)
         gm.fragments_filtered += 1

@@ -42,9 +42,12 @@ def render(table_name: str, p: ScanPlan, metrics: ScanMetrics | None = None) -> 
         step += 1
     for g in sorted({c.group for c in p.columns}):
         cols = [c.path for c in p.columns if c.group == g]
+        frs = p.fragments.get(g, [])
+        masked = sum(1 for f in frs if f.mask)
         lines.append(
-            f"  {step}. take {join_path(p.level, g) or '<root>'} {cols}: {len(p.fragments.get(g, []))} fragments,"
-            " rows by key mask"
+            f"  {step}. take {join_path(p.level, g) or '<root>'} {cols}: {len(frs)} fragments"
+            + (f" ({masked} sparse or masked: file rows by mask file)" if masked else "")
+            + ", rows by key mask"
         )
         step += 1
     lines.append(

@@ -136,7 +136,10 @@ def may_match_many(
     """Per fragment: False only where its statistics prove no row satisfies `e` (vectorised
     `column(path)` gives (column id, type)."""
     n = len(frs)
-    rows = np.array([f.rows for f in frs], dtype=np.int64)
+    # A masked fragment's statistics may be those of its whole data file (minor compaction does
+    # not re-read data): bounds still hold for its rows, null counts do not; an unreachable row
+    # count makes "all null" and "no non-null" unprovable for it.
+    rows = np.array([f.rows if not f.mask else np.iinfo(np.int64).max for f in frs], dtype=np.int64)
     if isinstance(e, And):
         return may_match_many(e.left, frs, stats, column) & may_match_many(e.right, frs, stats, column)
     if isinstance(e, Or):

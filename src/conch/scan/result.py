@@ -9,6 +9,9 @@ A result is lazy until consumed. `to_record_batches()` is the primitive (a strea
 - `to_arrow()`, `to_pandas()`, `to_polars()`, `to_pylist()`, iteration over record batches;
 - `count()` (subclasses count cheaper where they can: `Scan.count` reads keys only).
 
+The materialising conversions take `progress=`: a rows-and-bytes bar on a terminal
+(`conch.progress`) for scans that run longer than a second, `False` never, `True` at once.
+
 Subclasses give `to_record_batches`, `schema`, `explain` and `metrics`.
 """
 
@@ -20,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from conch._deps import optional_import
+from conch.progress import Progress, scan_delay
 from conch.scan.metrics import ScanMetrics
 
 
@@ -51,23 +55,26 @@ class ScanResult:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return iter(self.to_record_batches())
 
-    def to_arrow(self) -> pa.Table:
-        """The whole result as one Arrow table (materialised; stream with `to_record_batches`)."""
-        return self.to_record_batches().read_all()
+    def to_arrow(self, *, progress: bool | None = None) -> pa.Table:
+        """The whole result as one Arrow table (materialised; stream with `to_record_batches`).
+        `progress`: a bar for long scans (module doc)."""
+        reader = self.to_record_batches()
+        with Progress("scanning", progress=progress, delay=scan_delay()) as bar:
+            return pa.Table.from_batches(list(bar.track(reader)), schema=reader.schema)
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self, *, progress: bool | None = None) -> Any:
         """The result as a pandas DataFrame (needs `conch[pandas]`)."""
         optional_import("pandas")
-        return self.to_arrow().to_pandas()
+        return self.to_arrow(progress=progress).to_pandas()
 
-    def to_polars(self) -> Any:
+    def to_polars(self, *, progress: bool | None = None) -> Any:
         """The result as a Polars DataFrame (needs `conch[polars]`)."""
         pl = optional_import("polars")
-        return pl.from_arrow(self.to_arrow())
+        return pl.from_arrow(self.to_arrow(progress=progress))
 
-    def to_pylist(self) -> list[dict[str, Any]]:
+    def to_pylist(self, *, progress: bool | None = None) -> list[dict[str, Any]]:
         """The result as a list of dicts, one per record."""
-        return self.to_arrow().to_pylist()
+        return self.to_arrow(progress=progress).to_pylist()
 
     def count(self) -> int:
         """The number of records the result holds."""

@@ -114,7 +114,8 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     is the scan, in key order. A scan with a `limit` cannot be split."""
     if n is None:
         rows = sum(ks.rows for ks in plan.key_spaces)
-        nbytes = sum(f.bytes for frs in plan.fragments.values() for f in frs)
+        # masked fragments share data files: each file counts once
+        nbytes = sum({f.path: f.bytes for frs in plan.fragments.values() for f in frs}.values())
         n = min(MAX_SPLITS, max(1, -(-rows // ROWS_PER_SPLIT), -(-nbytes // BYTES_PER_SPLIT)))
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConchError(f"splits(n) takes a positive number of splits, got {n!r}")

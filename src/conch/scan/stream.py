@@ -29,7 +29,7 @@ from conch.keys import KeySet
 from conch.manifest import Fragment
 from conch.scan.assemble import assemble, output_schema
 from conch.scan.context import ScanContext, file_schema
-from conch.scan.keymask import covers, key_mask
+from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_key, selected_rows
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
@@ -169,12 +169,12 @@ def _segment(ctx: ScanContext, members: list[int], patch_members: list[int]) -> 
         if u is None:
             base_frs: list[Fragment] | None = []
             if newest >= 0:
-                base_frs = covers([f for f in frs if in_seg[f.key_space] == newest], n)
+                base_frs = covers([f for f in frs if in_seg[f.key_space] == newest], n, ctx.format.storage)
             if base_frs is None:
                 return None
             u = by_key[key] = _StreamUnit(c.group, [], base_frs, null_base=newest < 0)
             for i in newer:
-                pf = covers([f for f in frs if in_seg[f.key_space] == i], plan.key_spaces[i].rows)
+                pf = covers([f for f in frs if in_seg[f.key_space] == i], plan.key_spaces[i].rows, ctx.format.storage)
                 if pf is None or any(f.blob_columns for f in pf):
                     return None
                 patch_bytes += sum(f.bytes for f in pf)
@@ -226,7 +226,7 @@ class Stream:
                 m = min(s.hi - a, 1 << 16)
                 yield a, pa.RecordBatch.from_arrays([pa.nulls(m, t) for t in schema.types], schema=schema)
         for fr in u.fragments:
-            mask = key_mask(fr)
+            mask = self.ctx.mask(fr)
             a, b = max(s.lo, mask.lo), min(s.hi, mask.hi)
             if a >= b:
                 continue

@@ -39,7 +39,7 @@ def gather(ctx: ScanContext, unit: ReadUnit, positions: np.ndarray) -> dict[int,
         if len(rows) == fr.rows:
             t = ctx.read(unit.group, fr, schema)
         elif f in unit.shared:
-            key = (fr.path, tuple(schema.names))
+            key = (fr.path + fr.mask, tuple(schema.names))  # fragments sharing a file differ by mask
             whole = ctx.decoded.get(key)
             if whole is None:
                 whole = ctx.read(unit.group, fr, schema)

@@ -6,8 +6,10 @@ Importing this package imports PySpark (install with `pip install 'conch[spark]'
 >>> import conch.spark
 >>> spark = conch.spark.session()  # doctest: +SKIP
 >>> df = spark.read.format("conch").load("warehouse/audio")  # doctest: +SKIP
+>>> conch.spark.delete_where(spark, "warehouse/audio", where="silence_ratio > 0.9")  # doctest: +SKIP
 """
 
+from conch.spark.delete import delete_where
 from conch.spark.session import register, session
 
-__all__ = ["register", "session"]
+__all__ = ["delete_where", "register", "session"]

@@ -35,6 +35,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from conch.errors import SchemaError
+from conch.schema import type_family
 
 _INTS: dict[pa.DataType, Any] = {
     pa.int8(): T.ByteType,
@@ -107,34 +108,12 @@ def cast_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
 
 
 # ----- writes: which DataFrame types may be written to which Conch columns ---------------------
-def family(t: pa.DataType) -> str:
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
-        return "number"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return "binary"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    if pa.types.is_date(t):
-        return "date"
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return "list"
-    if pa.types.is_map(t):
-        return "map"
-    if pa.types.is_struct(t):
-        return "struct"
-    if pa.types.is_null(t):
-        return "null"
-    return str(t)
 
 
 def write_type(src: pa.DataType, dst: pa.DataType, path: str) -> pa.DataType:
     """The type a DataFrame column of type `src` is cast to before it is written to a Conch
     column of type `dst`; raises `SchemaError` when no checked cast exists."""
-    fs, fd = family(src), family(dst)
+    fs, fd = type_family(src), type_family(dst)
     if fs == "null":
         return dst
     if fs != fd:

@@ -128,8 +128,7 @@ def level_svg(state: TableState, level: str) -> str:
             x0, w = extent(k)
             fx = x0 + w * f.start / max(k.rows, 1)
             fw = max(w * f.rows / max(k.rows, 1), 3.0)
-            masked = bool(getattr(f, "mask", None))
-            kind = "masked" if masked else "dense" if covered.get(k.id, 0) >= k.rows else "sparse"
+            kind = "masked" if f.mask else "dense" if covered.get(k.id, 0) >= k.rows else "sparse"
             tip = (
                 f"fragment {f.id} ({kind})\nrows {f.start}..{f.start + f.rows} of key space {k.id}\n"
                 f"{human_bytes(f.bytes)} (metadata {human_bytes(len(f.stats))}), L{f.lsm}\n"

@@ -1,0 +1,5 @@
+"""`python -m conch.cli`."""
+
+from conch.cli import main
+
+main()

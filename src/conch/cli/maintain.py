@@ -1,0 +1,62 @@
+"""Maintenance commands: check, flush, vacuum, expire (and compaction's when it lands)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Annotated
+
+import typer
+
+from conch.cli.common import (
+    app,
+    console,
+    open_catalog,
+)
+from conch.progress import human_bytes
+
+command = partial(app.command, rich_help_panel="Maintain tables")  # `conch --help` groups commands by panel
+
+
+@command()
+def vacuum(
+    table: str,
+    older_than: Annotated[float, typer.Option(help="Grace period in seconds for in-flight writes")] = 3600.0,
+    dry_run: Annotated[bool, typer.Option(help="Only count what would be removed")] = False,
+) -> None:
+    """Remove files no commit references and files only expired versions used (see `expire`)."""
+    r = open_catalog().table(table).vacuum(older_than, dry_run)
+    verb = "would remove" if dry_run else "removed"
+    console.print(
+        f"{verb} {r.files_removed} files, {human_bytes(r.bytes_removed)} reclaimed (of which {r.expired_files} "
+        f"files, {human_bytes(r.expired_bytes)} only expired versions used, {r.snapshots_removed} snapshots); "
+        f"kept {r.files_kept}"
+    )
+
+
+@command()
+def expire(
+    table: str,
+    older_than: Annotated[
+        str | None, typer.Option(help="Expire versions older than this: 7d, 12h, 30m, 90s, 2w or an ISO time")
+    ] = None,
+    retain_last: Annotated[int | None, typer.Option(help="Keep the newest N versions readable")] = None,
+) -> None:
+    """Move the time-travel horizon forward; `vacuum` then reclaims files only older versions used."""
+    console.print(str(open_catalog().table(table).expire(older_than, retain_last)))
+
+
+@command()
+def check(table: str) -> None:
+    """Verify every live file of a table against its checksums; exit 1 listing each problem."""
+    report = open_catalog().table(table).check()
+    for p in report.problems:
+        print(f"{p.file}: {p.what}")
+    console.print(str(report).splitlines()[0], highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@command()
+def flush(table: str) -> None:
+    """Fold the WAL into a snapshot now."""
+    console.print(f"snapshot at seq {open_catalog().table(table).flush()}")

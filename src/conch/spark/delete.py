@@ -1,0 +1,94 @@
+"""Delete by filter on Spark: `conch.spark.delete_where(spark, "wh/audio", where="x < 0.1")`.
+
+The same delete as `Table.delete(where=...)` (`conch.delete_where`), with the filter evaluated by
+a Spark job: the driver pins the table's state, cuts the scan of candidate records into the
+core's key-range splits (`Scan.splits`, as the `conch` data source reads), and each Spark task
+reopens the table on its executor (through the same `Location` options: metastore, token,
+storage options), restricts the scan to its split and pinned commit, evaluates the filter on
+fresh records, and returns the matching keys as Arrow IPC. The driver then stages one tombstone
+key space and commits it in one **serial** transaction directly after the pinned state; if
+another commit landed meanwhile, the whole job runs again on the new state (bounded, then
+`CommitConflictError` with nothing deleted). So the keys deleted are exactly those matching in
+the state the delete commits onto, as in Python.
+
+No DataFrame: the filter is Conch's (the `where` syntax of `conch.filter_syntax`, the one the
+Spark `where` read option takes, or an `Expr`), evaluated on fresh records with SQL
+three-valued logic; key and value columns may be mixed. The matching keys travel to the driver
+(they are what the tombstone key space holds), the records never do.
+
+>>> conch.spark.delete_where(spark, "wh/audio", where="silence_ratio > 0.9")  # doctest: +SKIP
+Commit(seq=7, ...)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from conch.delete_where import batch_keys, check_where, commit_matching, matching_scan, no_keys
+from conch.errors import InvalidArgumentError
+from conch.expr import Expr
+from conch.filter_syntax import parse
+from conch.manifest import TableState
+from conch.scan.splits import Split
+from conch.spark.common import Location, open_table
+from conch.txn import Commit
+
+
+def delete_where(
+    spark: Any,
+    path: str | None = None,
+    *,
+    where: str | Expr,
+    level: str | None = None,
+    partitions: int | None = None,
+    **options: str,
+) -> Commit:
+    """Tombstone, in one commit, the keys of `level` whose fresh records match `where`, the
+    filter evaluated as a Spark job over the table's key-range splits (module doc).
+
+    `path` is `<warehouse>/<table>` as in `.load(path)`, or pass `warehouse=` and `table=`;
+    `options` are the data source's connection options (`metastore`, `token`, `storageOptions`);
+    `partitions`: the number of tasks (default: splits sized by rows and bytes)."""
+    loc = Location.from_options({**options, **({"path": path} if path else {})})
+    expr = check_where(None, parse(where) if isinstance(where, str) else where)
+    if partitions is not None and (isinstance(partitions, bool) or partitions < 1):
+        raise InvalidArgumentError(f"partitions must be a positive number of tasks, got {partitions!r}")
+    table = loc.connect().table(loc.table)
+    lvl = level or ""
+
+    def match(state: TableState) -> pa.Table:
+        scan, _, _ = matching_scan(table, expr, lvl, state.time)  # validates columns and level here
+        splits = scan.splits(partitions)
+        if not splits:
+            return no_keys(table, lvl)
+        task = MatchTask(loc, expr, lvl, state.time)
+        blobs = spark.sparkContext.parallelize(splits, len(splits)).map(task).collect()
+        parts = [pa.ipc.open_stream(b).read_all() for b in blobs]
+        return pa.concat_tables(parts) if parts else no_keys(table, lvl)
+
+    return commit_matching(table, expr, lvl, match)
+
+
+@dataclass(frozen=True)
+class MatchTask:
+    """One Spark task: the keys of a split's fresh records that match, as Arrow IPC bytes.
+    Pickled to the executors (plain data: location, filter, level, pinned time)."""
+
+    loc: Location
+    where: Expr
+    level: str
+    time: int
+
+    def __call__(self, split: Split) -> bytes:
+        scan, rest, key_names = matching_scan(open_table(self.loc), self.where, self.level, self.time)
+        scan = split.restrict(scan)  # its key range; refuses if the pinned commit moved
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, pa.schema([scan.schema.field(n) for n in key_names])) as out:
+            for batch in scan:
+                keys = batch_keys(batch, rest, key_names)
+                if keys.num_rows:
+                    out.write_table(keys)
+        return bytes(sink.getvalue())
