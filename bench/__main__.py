@@ -375,8 +375,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
     ap.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,runs,loaders,b",
-        help="workloads to run, e.g. 4,5,loaders (b: backends; runs: issue 11's many-runs rows with peak RSS)",
+        default="1,2,3,4,5,6,7,runs,loaders,compaction,b",
+        help="workloads to run, e.g. 4,5,loaders (b: backends; runs: issue 11's many-runs rows with peak RSS; "
+        "compaction: bench/compaction.py)",
     )
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench"), help="scratch directory for data")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -401,6 +402,10 @@ def main() -> None:
         from bench import loaders
 
         loaders.run(args.work / "loaders", args.scale, args.reps, args.out)
+    if "compaction" in only:  # the LSM tree maintained, vs Lance and Delta: bench/results/compaction.json
+        from bench import compaction
+
+        compaction.run(args.work / "compaction", args.scale, args.reps, args.out)
     if "b" in only:  # backends: metastores' commits, local vs S3 scans (bench/backends.py)
         from bench import backends
 
@@ -408,7 +413,7 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "backends.json").write_text(json.dumps(doc_b, indent=1))
     total = time.perf_counter() - t0
-    if not rec.rows:  # only the loader benchmarks ran: keep scan.json as it is
+    if not rec.rows:  # only the loader or compaction benchmarks ran: keep scan.json as it is
         return
     print()
     print(table(rec.rows))

@@ -89,7 +89,7 @@ def _files(root: Path) -> dict[str, str]:
         "fragment": blob.removesuffix(".blobs"),
         "blobs": blob,
         "key space": one("*/keys/*.vortex"),
-        "snapshot": one("*/meta/*.json"),
+        "snapshot": one("*/meta/*.zst"),
         "metastore": "_catalog.sqlite",
     }
 
@@ -209,9 +209,9 @@ def test_snapshot_edited_to_stay_valid_json(pristine: Built, tmp_path: Path) -> 
     b = _copy(pristine, tmp_path / "c")
     rel = _files(b.root)["snapshot"]
     path = b.root / rel
-    doc = json.loads(path.read_text())
+    doc = json.loads(pa.CompressedInputStream(pa.BufferReader(path.read_bytes()), "zstd").read())
     doc["fragments"][0]["start"] += 1  # the edit of issue 8: every row shifted, still valid JSON
-    path.write_text(json.dumps(doc))
+    path.write_bytes(integrity.pack_snapshot(json.dumps(doc)))  # and still valid zstd
     with pytest.raises(CorruptFileError, match=rel.replace(".", r"\.")):
         conch.connect(b.root).table("t").scan().to_arrow()
     assert any(rel in p for p in _checked(b.root))

@@ -190,6 +190,12 @@ def test_snapshots(metastore: Metastore) -> None:
     assert metastore.latest_snapshot(rec.id) == (7, f"{rec.id}/meta/7-b.json")
     assert metastore.latest_snapshot(rec.id, 6) == (3, f"{rec.id}/meta/3-a.json")
     assert metastore.latest_snapshot(rec.id, 2) is None
+    metastore.add_snapshot(rec.id, 9, f"{rec.id}/meta/9-c.json")
+    metastore.remove_snapshots(rec.id, 7)  # vacuum under an expire horizon: those below 7 go
+    assert metastore.snapshots(rec.id) == [(7, f"{rec.id}/meta/7-b.json"), (9, f"{rec.id}/meta/9-c.json")]
+    assert metastore.latest_snapshot(rec.id, 6) is None
+    metastore.remove_snapshots(rec.id, 7)  # idempotent
+    assert metastore.latest_snapshot(rec.id, 8) == (7, f"{rec.id}/meta/7-b.json")
     assert metastore.check() == []
 
 
@@ -219,9 +225,14 @@ def test_concurrent_appends_lose_nothing(metastore: Metastore) -> None:
 
 
 @settings(deadline=None, max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(st.tuples(st.sampled_from(["append", "stale", "snap", "read"]), st.integers(0, 5)), max_size=15))
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["append", "stale", "snap", "forget", "read"]), st.integers(0, 5)), max_size=15
+    )
+)
 def test_model(metastore: Metastore, ops: list[tuple[str, int]]) -> None:
-    """Random appends (fresh and stale), snapshots and reads agree with a list model."""
+    """Random appends (fresh and stale), snapshots registered and forgotten, and reads agree
+    with a list model."""
     rec = _record(f"m{uuid.uuid4().hex[:6]}")
     metastore.create_table(rec)
     log: list[str] = []
@@ -237,11 +248,15 @@ def test_model(metastore: Metastore, ops: list[tuple[str, int]]) -> None:
             seq = min(n, len(log))
             metastore.add_snapshot(rec.id, seq, f"{rec.id}/meta/{seq}-{len(snaps)}.json")
             snaps.setdefault(seq, f"{rec.id}/meta/{seq}-{len(snaps)}.json")
+        elif op == "forget":
+            metastore.remove_snapshots(rec.id, n)
+            snaps = {s: p for s, p in snaps.items() if s >= n}
         elif op == "read":
             assert [e.entry for e in metastore.read_log(rec.id, min(n, len(log)))] == log[min(n, len(log)) :]
             assert metastore.last_seq(rec.id) == len(log)
             best = max((s for s in snaps if s <= n), default=None)
             assert metastore.latest_snapshot(rec.id, n) == (None if best is None else (best, snaps[best]))
+            assert metastore.snapshots(rec.id) == sorted(snaps.items())
 
 
 # --- whole stack ---------------------------------------------------------------------------
@@ -264,6 +279,24 @@ def test_tables_round_trip(warehouse: Warehouse) -> None:
     cat.drop_table("audio")
     assert warehouse.connect().list_tables() == []
     assert list(cat.warehouse.storage.list(t.id)) == []
+
+
+def test_expire_and_vacuum_reclaim(warehouse: Warehouse) -> None:
+    """Expire, then vacuum: old snapshots forgotten by the metastore and deleted, files only
+    expired versions used deleted, every retained version read as before."""
+    cat = warehouse.connect()
+    t = cat.create_table("t", [("id", pa.int64())])
+    for i in range(4):
+        t.write([{"id": k, "v": i} for k in range(5)])
+        t.flush()
+    reads = {c.seq: t.scan(version=c.seq).to_pylist() for c in t.history()}
+    r = t.expire(retain_last=2)
+    vac = t.vacuum(older_than_seconds=0)
+    ms = cat.warehouse.metastore
+    assert vac.snapshots_removed >= 2 and ms.snapshots(t.id)[0][0] == ms.latest_snapshot(t.id, r.version)[0]
+    again = warehouse.connect().table("t")
+    assert all(again.scan(version=s).to_pylist() == rows for s, rows in reads.items() if s >= r.version)
+    assert again.check().ok
 
 
 def _writer_process(warehouse: Warehouse, w: int, commits: int) -> None:

@@ -16,7 +16,9 @@ little next to decoding. Four uses:
   reads (`check_values`).
 - **Snapshots** (whole small files): `digest(data)` is part of the file's name
   (`with_digest`), which the metastore row registering the snapshot holds; `read_snapshot`
-  verifies it.
+  verifies it. Snapshots are zstd-compressed JSON (`*.zst`, `pack_snapshot`): the per-fragment
+  stats (base64 Arrow IPC) repeat their schema bytes, so a snapshot shrinks ~20× (5.4 MB → 0.25
+  MB after 3,000 commits) and decompressing costs a fifth of parsing; `.json` ones still read.
 - **WAL entries** (metastore rows): `seal_entry` puts the digest of an entry's JSON at its head;
   `open_entry` verifies it and that sequence numbers and commit times follow one another.
 
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 from conch.errors import CorruptFileError
@@ -204,12 +207,25 @@ def read_snapshot(storage: Storage, path: str) -> str:
     checksum = digest_in_name(path)
     verify(data, checksum, f"snapshot {path}")
     try:
+        if path.endswith(SNAPSHOT_SUFFIX):
+            data = pa.CompressedInputStream(pa.BufferReader(data), "zstd").read()
         text = data.decode()
         if not checksum:  # unverified (written before integrity): at least refuse what cannot parse
             json.loads(text)
-    except ValueError as e:
+    except (ValueError, OSError) as e:  # OSError: arrow's zstd refused the bytes
         raise CorruptFileError(f"snapshot {path} is damaged: {e}") from e
     return text
+
+
+SNAPSHOT_SUFFIX = ".zst"
+
+
+def pack_snapshot(text: str) -> bytes:
+    """A snapshot's file content: its JSON, zstd-compressed (see the module doc)."""
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, "zstd") as out:
+        out.write(text.encode())
+    return bytes(sink.getvalue().to_pybytes())
 
 
 # ----- metastore rows (WAL entries, table records) -------------------------------------------

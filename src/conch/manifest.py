@@ -144,6 +144,9 @@ class TableState:
     time: int = 0
     key_spaces: Mapping[str, KeySpace] = field(default_factory=FrozenMap)
     fragments: Mapping[str, Fragment] = field(default_factory=FrozenMap)
+    # The time-travel horizon (µs, a commit time; 0 = none): states as of earlier times are
+    # expired (`Table.expire`, `conch.expire`).
+    horizon: int = 0
 
     # ----- snapshots --------------------------------------------------------------------
     def to_json(self) -> str:
@@ -154,6 +157,7 @@ class TableState:
                 "schema": self.schema.to_json(),
                 "key_spaces": [record_to_dict(k) for k in self.key_spaces.values()],
                 "fragments": [record_to_dict(f) for f in self.fragments.values()],
+                "horizon": self.horizon,
             },
             separators=(",", ":"),
         )
@@ -169,6 +173,7 @@ class TableState:
                 time=int(d["time"]),
                 key_spaces=FrozenMap({k["id"]: record_from_dict(KeySpace, k) for k in d["key_spaces"]}),
                 fragments=FrozenMap({f["id"]: record_from_dict(Fragment, f) for f in d["fragments"]}),
+                horizon=int(d.get("horizon", 0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptFileError(f"snapshot {path} is damaged ({type(e).__name__}: {e})") from e

@@ -21,6 +21,7 @@ from conch.compaction.plan import MaintenancePlan
 from conch.compaction.run import CompactionResult, compact, maintenance_plan
 from conch.delete_where import delete_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
+from conch.expire import ExpireResult, OlderThan, expire_table
 from conch.expr import Col, Expr
 from conch.manifest import TableState
 from conch.nested.api import root_member
@@ -234,6 +235,7 @@ class Table:
             if asof is not None:
                 raise InvalidArgumentError("give asof= or version=, not both")
             asof = self.log.time_of(version)
+            self.log.check_retained(asof, f"version {version}")
         return Scan(
             self.log,
             columns,
@@ -295,8 +297,22 @@ class Table:
         return self.log.flush()
 
     def vacuum(self, older_than_seconds: float = 3600.0, dry_run: bool = False) -> maintenance.VacuumResult:
-        """Remove files no commit references (leftovers of failed writers)."""
+        """Remove files no commit references (leftovers of failed writers) and, once the grace
+        period has passed since an `expire`, the files only expired states referenced; the
+        result reports what was reclaimed (`conch.maintenance`)."""
         return maintenance.vacuum(self.log, older_than_seconds, dry_run)
+
+    def expire(self, older_than: OlderThan | None = None, retain_last: int | None = None) -> ExpireResult:
+        """Expire time travel before a point: `older_than` (seconds, a `timedelta` or a duration
+        such as `"7d"` before now, or a datetime / ISO time) and/or `retain_last=N` (keep the
+        newest N versions readable). The horizon moves forward only and never past the newest
+        commit; `asof`/`version` before it raise `TimeTravelError`. A later `vacuum` reclaims
+        the files only expired states referenced (`conch.expire`).
+
+        >>> t.expire(older_than="7d")  # doctest: +SKIP
+        >>> t.vacuum()  # doctest: +SKIP
+        """
+        return expire_table(self.log, older_than, retain_last)
 
     def check(self) -> CheckReport:
         """Verify every live file and metastore row against its recorded checksum (`conch check`)."""

@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Iterator
 
-from conch.errors import CommitConflictError, TableNotFoundError, TimeTravelError
+from conch.errors import CommitConflictError, CorruptFileError, TableNotFoundError, TimeTravelError
 from conch.fragments import VortexFormat
-from conch.integrity import open_json, read_snapshot, with_digest
+from conch.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, read_snapshot, with_digest
 from conch.manifest import TableState
 from conch.metastore.base import TableRecord
 from conch.scan.keyspace import KeyCache
@@ -98,8 +98,10 @@ class TableLog:
         props = open_json(self.record.props, f"the metastore record of table {self.name!r}")
         return TableState(Schema.from_json(props["schema"]))
 
-    def _load(self, seq: int | None = None) -> TableState:
-        """The state at `seq` (default: the newest): nearest snapshot, then the WAL after it."""
+    def load(self, seq: int | None = None) -> TableState:
+        """The state at `seq` (default: the newest): nearest snapshot, then the WAL after it.
+        No horizon check (maintenance reads the state at the horizon itself); readers use
+        `state_at`."""
         ms = self.warehouse.metastore
         snap = ms.latest_snapshot(self.id, seq)
         if snap is not None:
@@ -113,7 +115,7 @@ class TableLog:
         Raises `TableNotFoundError` if the table was dropped."""
         with self._lock:
             if self._state is None:
-                self._state = self._load()
+                self._state = self.load()
             new = self.warehouse.metastore.read_log(self.id, self._state.seq)
             if new:
                 self._state = replay(self._state, new)
@@ -140,12 +142,12 @@ class TableLog:
 
     def state_at(self, asof: object = None, version: int | None = None, since: int | None = None) -> TableState:
         """The state as of a commit time (`asof`, see `conch.timeparse`) or a version: the files
-        live then. Raises `TimeTravelError` for a time before the table's first commit. `since`
-        (µs): a scan's lower time bound; compactions whose window straddles it are undone, so
-        the scan reads their retained originals (`conch.sinceview`)."""
+        live then. Raises `TimeTravelError` for a time before the table's first commit or before
+        its time-travel horizon (`Table.expire`). `since` (µs): a scan's lower time bound;
+        compactions whose window straddles it are undone, so the scan reads their retained
+        originals (`conch.sinceview`), which the horizon also bounds."""
         state = self._state_at(asof, version)
-        # TODO(c3): pass the expire horizon (`state.horizon`) once TableState has it.
-        return since_view(state, since, self._provenance, horizon=0)
+        return since_view(state, since, self._provenance, horizon=self.horizon())
 
     def _provenance(self, seq: int) -> tuple[TableState, set[str], set[str], int]:
         """The state before commit `seq`, the key spaces and fragments it removed, its time."""
@@ -154,26 +156,38 @@ class TableLog:
         fr = {op.id for op in entry.ops if isinstance(op, RemoveFragment)}
         return self._past_state(seq - 1), ks, fr, t
 
-    def _past_state(self, seq: int) -> TableState:
+    def _past_state(self, seq: int, t: int | None = None, what: str = "asof") -> TableState:
+        """The state at `seq` (cached); `t`: its time, checked against the horizon when its
+        snapshot is gone (an expire and a vacuum with grace 0 may remove it meanwhile)."""
         with self._lock:
             state = self._past.get(seq)
-            if state is None:
-                state = self._past[seq] = self._load(seq)
+        if state is None:
+            try:
+                state = self.load(seq)
+            except CorruptFileError:
+                if t is not None:
+                    self.check_retained(t, what)
+                raise
+            with self._lock:
+                self._past[seq] = state
                 if len(self._past) > PAST_STATES:
                     self._past.pop(next(iter(self._past)))
-            return state
+        return state
 
     def _state_at(self, asof: object = None, version: int | None = None) -> TableState:
         if asof is not None and version is not None:
             raise TimeTravelError("give asof= or version=, not both")
         latest = self.state()
         if version is not None:
-            self.time_of(version)  # validates
+            t = self.time_of(version)  # validates
+            self.check_retained(t, f"version {version}")
             seq = version
         else:
-            t = to_time(asof, "asof")
-            if t is None or t >= latest.time:
+            at = to_time(asof, "asof")
+            if at is None or at >= latest.time:
                 return latest
+            t = at
+            self.check_retained(t, "asof")
             first = self.first_commit_time()
             if first is None or t < first:
                 raise TimeTravelError(
@@ -183,7 +197,25 @@ class TableLog:
             seq = self.warehouse.metastore.seq_at_time(self.id, t)
         if seq == latest.seq:
             return latest
-        return self._past_state(seq)
+        return self._past_state(seq, t, "asof" if version is None else f"version {version}")
+
+    # ----- the time-travel horizon ------------------------------------------------------
+    def horizon(self) -> int:
+        """The time-travel horizon: the commit time (µs) of the oldest state still readable
+        (0: nothing expired). `Table.expire` moves it forward; a since-view that needs
+        originals of a compaction older than it raises `TimeTravelError` (`check_retained`)."""
+        return self.state().horizon
+
+    def check_retained(self, t: int, what: str = "asof") -> None:
+        """Raise `TimeTravelError` naming the horizon (time and version) if time `t` (what the
+        caller was asked: "asof", "since", "version 3") is before it."""
+        h = self.horizon()
+        if t < h:
+            v = self.warehouse.metastore.seq_at_time(self.id, h)
+            raise TimeTravelError(
+                f"{what} {format_time(t)} is before the time-travel horizon of table {self.name!r}: version {v} at "
+                f"{format_time(h)} (time {h}); older history was expired (`Table.expire`): read at or after it"
+            )
 
     def entries(self, after_seq: int = 0, upto_seq: int | None = None) -> Iterator[tuple[int, int, Entry]]:
         """Decoded log entries `(seq, time, entry)` in (after_seq, upto_seq]."""
@@ -265,8 +297,8 @@ class TableLog:
         storage = self.warehouse.storage
         for _ in range(FLUSH_ATTEMPTS):
             state = self.state()
-            data = state.to_json().encode()
-            path = with_digest(self.files.snapshot_path(state.seq), data)  # verified on read
+            data = pack_snapshot(state.to_json())
+            path = with_digest(self.files.snapshot_path(state.seq) + SNAPSHOT_SUFFIX, data)  # verified on read
             started_us = time.time_ns() // 1000
             txn = Transaction(
                 "flush",

@@ -112,6 +112,15 @@ class AddDisplacementMap:
     runs: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class SetHorizon:
+    """Expire time travel before `horizon_us` (a commit time): states as of earlier times are no
+    longer readable and vacuum may reclaim the files only they referenced. Replay keeps the
+    maximum, so the horizon never moves back and concurrent expires commute."""
+
+    horizon_us: int
+
+
 Op = (
     AddKeySpace
     | RemoveKeySpace
@@ -124,6 +133,7 @@ Op = (
     | VacuumCutoff
     | RegisterSnapshot
     | AddDisplacementMap
+    | SetHorizon
 )
 
 _NAMES: dict[type, str] = {
@@ -138,6 +148,7 @@ _NAMES: dict[type, str] = {
     VacuumCutoff: "vacuum_cutoff",
     RegisterSnapshot: "register_snapshot",
     AddDisplacementMap: "add_displacement_map",
+    SetHorizon: "set_horizon",
 }
 _TYPES = {name: t for t, name in _NAMES.items()}
 
@@ -246,6 +257,7 @@ class _Replay:
         self.seq, self.time = state.seq, state.time
         self.key_spaces = dict(state.key_spaces)
         self.fragments = dict(state.fragments)
+        self.horizon = state.horizon
 
     def apply(self, entry: Entry, seq: int, time: int) -> _Replay:
         for op in entry.ops:
@@ -264,11 +276,15 @@ class _Replay:
                 self.fragments.clear()
             elif isinstance(op, SetSchema | RenameColumn | DropColumns):
                 self.schema = apply_schema_op(self.schema, op)
+            elif isinstance(op, SetHorizon):
+                self.horizon = max(self.horizon, op.horizon_us)
         self.seq, self.time = seq, time
         return self
 
     def state(self) -> TableState:
-        return TableState(self.schema, self.seq, self.time, FrozenMap(self.key_spaces), FrozenMap(self.fragments))
+        return TableState(
+            self.schema, self.seq, self.time, FrozenMap(self.key_spaces), FrozenMap(self.fragments), self.horizon
+        )
 
 
 def apply_schema_op(schema: Schema, op: SetSchema | RenameColumn | DropColumns) -> Schema:
@@ -322,7 +338,7 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
       or levels) rebase; a real clash (the same path with another type or id, a column against
       a group or level, a renamed or dropped column) conflicts.
     """
-    changed = [e for e in newer if e.kind not in ("flush", "vacuum")]
+    changed = [e for e in newer if e.kind not in ("flush", "vacuum", "expire")]
     if txn.serial and changed:
         return f"it was derived from the table as of version {txn.base_seq}, and a {changed[0].kind} committed since"
     if txn.files:

@@ -3,6 +3,7 @@
 conch --warehouse W tables | schema T | history T | manifests T | scan T ... | get T KEY | check T
 conch --warehouse W create T --key id:uint64 | write T FILES | ingest FILES -t T --key id
 conch --warehouse W delete T KEYS | delete T --where EXPR | drop T --yes | vacuum T | flush T
+conch --warehouse W expire T --older-than 7d | --retain-last N
 
 One module per kind of command: `look` (reading), `edit` (changing), `maintain`, `serve`;
 `common` holds the app, the global options and how values are shown.

@@ -1,4 +1,4 @@
-"""Maintenance commands: compact, maintenance (the plan), check, flush, vacuum."""
+"""Maintenance commands: compact, maintenance (the plan), expire, vacuum, check, flush."""
 
 from __future__ import annotations
 
@@ -49,10 +49,26 @@ def vacuum(
     older_than: Annotated[float, typer.Option(help="Grace period in seconds for in-flight writes")] = 3600.0,
     dry_run: Annotated[bool, typer.Option(help="Only count what would be removed")] = False,
 ) -> None:
-    """Remove files that no commit references (leftovers of failed writers)."""
+    """Remove files no commit references and files only expired versions used (see `expire`)."""
     r = open_catalog().table(table).vacuum(older_than, dry_run)
     verb = "would remove" if dry_run else "removed"
-    console.print(f"{verb} {r.files_removed} files ({human_bytes(r.bytes_removed)}); kept {r.files_kept}")
+    console.print(
+        f"{verb} {r.files_removed} files, {human_bytes(r.bytes_removed)} reclaimed (of which {r.expired_files} "
+        f"files, {human_bytes(r.expired_bytes)} only expired versions used, {r.snapshots_removed} snapshots); "
+        f"kept {r.files_kept}"
+    )
+
+
+@command()
+def expire(
+    table: str,
+    older_than: Annotated[
+        str | None, typer.Option(help="Expire versions older than this: 7d, 12h, 30m, 90s, 2w or an ISO time")
+    ] = None,
+    retain_last: Annotated[int | None, typer.Option(help="Keep the newest N versions readable")] = None,
+) -> None:
+    """Move the time-travel horizon forward; `vacuum` then reclaims files only older versions used."""
+    console.print(str(open_catalog().table(table).expire(older_than, retain_last)))
 
 
 @command()

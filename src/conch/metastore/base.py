@@ -70,6 +70,10 @@ class Metastore(Protocol):
         """Index a snapshot already registered in the log (`RegisterSnapshot`); the first
         registration of a sequence number wins."""
 
+    def remove_snapshots(self, table_id: str, before_seq: int) -> None:
+        """Forget every snapshot registered at a sequence number below `before_seq` (vacuum,
+        once the expire horizon is past them; their files are deleted afterwards)."""
+
     def check(self) -> list[str]:
         """Damage the backend finds in its own storage (`Table.check()`); [] if none."""
 

@@ -199,6 +199,10 @@ class HttpMetastore:
     def add_snapshot(self, table_id: str, seq: int, path: str) -> None:
         self._call("POST", f"/v1/logs/{check_name(table_id, 'table id')}/snapshots", json={"seq": seq, "path": path})
 
+    def remove_snapshots(self, table_id: str, before_seq: int) -> None:
+        path = f"/v1/logs/{check_name(table_id, 'table id')}/snapshots"
+        self._call("DELETE", path, params={"before": max(before_seq, 0)})
+
     def check(self) -> list[str]:
         """Damage the server's metastore finds in its own storage."""
         return [str(p) for p in self._call("GET", "/v1/check")["problems"]]

@@ -321,8 +321,8 @@ class ObjectStoreMetastore:
     def latest_snapshot(self, table_id: str, at_or_before_seq: int | None = None) -> tuple[int, str] | None:
         bound = at_or_before_seq if at_or_before_seq is not None else 2**62
         for seq in reversed(self._snapshot_seqs(table_id)):
-            if seq <= bound:
-                return self._snapshot(table_id, seq)
+            if seq <= bound and (got := self._snapshot(table_id, seq)) is not None:  # None: removed meanwhile
+                return got
         return None
 
     def snapshots(self, table_id: str) -> list[tuple[int, str]]:
@@ -332,6 +332,11 @@ class ObjectStoreMetastore:
     def add_snapshot(self, table_id: str, seq: int, path: str) -> None:
         doc = json.dumps({"seq": seq, "path": path}).encode()
         self.storage.create(f"{check_name(table_id, 'table id')}/_snapshots/{seq:020d}.json", doc)
+
+    def remove_snapshots(self, table_id: str, before_seq: int) -> None:
+        for seq in self._snapshot_seqs(table_id):
+            if seq < before_seq:
+                self.storage.delete(f"{table_id}/_snapshots/{seq:020d}.json")
 
     def check(self) -> list[str]:
         """Table records that cannot be read back (damaged JSON); log entries and snapshot

@@ -200,6 +200,10 @@ class PostgresMetastore:
                 (table_id, seq, path),
             )
 
+    def remove_snapshots(self, table_id: str, before_seq: int) -> None:
+        with self._conn() as conn:
+            conn.execute("DELETE FROM conch_snapshots WHERE table_id = %s AND seq < %s", (table_id, before_seq))
+
     def check(self) -> list[str]:
         """Logs with gaps or commit times that do not increase (the CAS rules out both)."""
         with self._conn() as conn:

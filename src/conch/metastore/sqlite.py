@@ -211,6 +211,9 @@ class SqliteMetastore:
             "INSERT OR IGNORE INTO snapshots (table_id, seq, path) VALUES (?, ?, ?)", (table_id, seq, path)
         )
 
+    def remove_snapshots(self, table_id: str, before_seq: int) -> None:
+        self._writer().execute("DELETE FROM snapshots WHERE table_id = ? AND seq < ?", (table_id, before_seq))
+
     def check(self) -> list[str]:
         """Damage SQLite finds in the database file (`PRAGMA integrity_check`); [] if none."""
         c = self._reader()

@@ -381,6 +381,13 @@ def create_app(
         table_exists(table_id)
         metastore.add_snapshot(table_id, body.seq, body.path)
 
+    @app.delete("/v1/logs/{table_id}/snapshots", status_code=204, tags=["snapshots"])
+    def remove_snapshots(table_id: TableId, before: Seq, _: Annotated[str, need("write")]) -> None:
+        """Forget the snapshots registered below sequence number `before` (vacuum under the
+        expire horizon; the client deletes their files afterwards)."""
+        table_exists(table_id)
+        metastore.remove_snapshots(table_id, before)
+
     return _BodyLimit(app, max_request_bytes)
 
 

@@ -3,7 +3,7 @@
 | scope | may |
 |---|---|
 | read | list and read tables, logs, snapshots, the server's configuration |
-| write | also create tables, append to logs (commit), register snapshots |
+| write | also create tables, append to logs (commit), register and forget snapshots |
 | admin | also drop tables |
 
 Tokens are configured as `token=scope` pairs (`conch serve --tokens`, or the environment
