@@ -55,7 +55,7 @@ def test_local_cluster_on_s3_through_http_and_postgres(moto_s3: MotoS3, postgres
         via_http = conch.connect(server.url, token="writer-token-1", storage_options=moto_s3.options).table("events")
         via_pg = conch.connect(pg_wh, metastore=pg_dsn, storage_options=moto_s3.options).table("events")
         for t in (via_http, via_pg):
-            assert [c.kind for c in t.history()] == ["write", "write"]
+            assert [c.kind for c in t.history() if c.kind != "compact"] == ["write", "write"]
             assert t.scan(keys=[100]).to_arrow().column("bucket").to_pylist() == [-1]
     finally:
         server.stop()

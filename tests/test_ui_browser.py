@@ -50,7 +50,8 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     wh = str(tmp_path_factory.mktemp("ui") / "w")
-    cat = conch.connect(wh)
+    # The pages are checked run by run and commit by commit: no automatic compaction commits.
+    cat = conch.connect(wh, maintenance=conch.Policy(auto=False))
     make_media(cat)
     make_recordings(cat)
     port = free_port()
