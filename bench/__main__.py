@@ -406,6 +406,10 @@ def main() -> None:
         from bench import compaction
 
         compaction.run(args.work / "compaction", args.scale, args.reps, args.out)
+        from bench import minor_compaction  # minor vs major compaction as data bytes grow
+
+        for payload in (100, 2_000, 20_000):
+            print(minor_compaction.measure(max(int(20_000 * args.scale), 2_000), payload))
     if "b" in only:  # backends: metastores' commits, local vs S3 scans (bench/backends.py)
         from bench import backends
 

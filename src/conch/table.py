@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from conch import maintenance
 from conch.check import CheckReport, check_table
+from conch.compaction.minor import MinorResult, minor_compact
 from conch.compaction.plan import MaintenancePlan
 from conch.compaction.run import CompactionResult, compact, maintenance_plan
 from conch.delete_where import delete_where
@@ -286,6 +287,13 @@ class Table:
         >>> t.compact()  # doctest: +SKIP
         """
         return compact(self.log, policy or self.log.warehouse.maintenance, force=force, progress=progress)
+
+    def compact_minor(self, level: str = "", runs: int | None = None) -> MinorResult | None:
+        """Minor compaction: merge the newest `runs` key spaces of `level` (default all) into one
+        and re-align every fragment to it through masks, rewriting no data file (cost: keys, not
+        data bytes; `conch.compaction.minor`). None when it may not run (tombstones on the level,
+        fragments already masked, fewer than two runs): `compact()` then."""
+        return minor_compact(self.log, level, runs)
 
     def maintenance_plan(self, policy: Policy | None = None) -> MaintenancePlan:
         """What compaction would do now and why: LSM levels, runs, and tasks with their reasons

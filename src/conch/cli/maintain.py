@@ -24,10 +24,26 @@ def compact(
         bool, typer.Option("--policy", help="Only what the policy asks for (see `conch maintenance`)")
     ] = False,
     progress: Annotated[bool | None, typer.Option(help="Show a progress bar (default: on a terminal)")] = None,
+    minor: Annotated[
+        bool, typer.Option("--minor", help="Re-align fragments to one merged key space (no data rewritten)")
+    ] = False,
+    level: Annotated[str, typer.Option(help="With --minor: the level (default the root)")] = "",
 ) -> None:
     """Compact the LSM tree now: by default a major compaction of every key range with L0 runs
-    (one sorted L1 run per range). Concurrent writes and deletes are never lost."""
+    (one sorted L1 run per range); --minor re-aligns instead. Concurrent writes and deletes are
+    never lost."""
     t = open_catalog().table(table)
+    if minor:
+        m = t.compact_minor(level)
+        if m is None:
+            console.print("nothing to re-align (tombstones, masked fragments or one run: use a major compaction)")
+        else:
+            console.print(
+                f"minor compaction: {m.runs_in} runs → 1 ({m.rows_out:,} keys); {m.fragments_in} fragments → "
+                f"{m.fragments_out} masked; wrote {human_bytes(m.mask_bytes + m.map_bytes)} of masks and map",
+                highlight=False,
+            )
+        return
     r = t.compact(force=not policy_only, progress=progress)
     console.print(
         f"{r.tasks} compaction(s): {r.runs_in} runs → {r.runs_out}; read {human_bytes(r.bytes_in)}, wrote "
