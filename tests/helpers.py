@@ -49,10 +49,8 @@ def realign(table: Any, level: str = "", split_seed: int | None = None, runs: in
     Commits one entry of kind "compact" and returns its `Commit`. Vectorised (benchmarks use it).
     """
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from conch.keys import encode_keys
+    from conch.compaction.minor import fresh_cells, merge_keys
     from conch.manifest import Fragment, KeySpace
     from conch.masks import MASK_SUFFIX, write_mask
     from conch.storage import new_id
@@ -63,22 +61,12 @@ def realign(table: Any, level: str = "", split_seed: int | None = None, runs: in
     files = log.files
     fmt, storage = files.format, files.storage
     fields = state.schema.key_fields(level)
-    names = [f"k{i}" for i in range(len(fields))]
-    kschema = pa.schema([(n, f.type) for n, f in zip(names, fields, strict=True)])
     kss = sorted((k for k in state.key_spaces.values() if k.level == level), key=lambda k: (k.time, k.seq))
     assert all(k.kind == "data" for k in kss), "realign: the level must have no tombstones"
     kss = kss[-runs:] if runs else kss
     if not kss:
         return None
-    key_tables = [fmt.read(k, names, kschema) for k in kss]
-    encs = [encode_keys(t.columns) for t in key_tables]
-    allenc = pa.chunked_array(encs).combine_chunks()
-    order = np.asarray(pc.sort_indices(allenc))
-    sorted_enc = allenc.take(pa.array(order))
-    firsts = np.ones(len(order), dtype=bool)
-    firsts[1:] = np.asarray(pc.not_equal(sorted_enc.slice(1), sorted_enc.slice(0, len(order) - 1)))
-    merged = sorted_enc.filter(pa.array(firsts))
-    keys = pa.concat_tables(key_tables).take(pa.array(order[firsts]))
+    keys, merged, encs = merge_keys(fmt, kss, fields)
     ks_id = new_id()
     path = files.key_space_path(ks_id)
     written = fmt.write(keys, path)
@@ -90,33 +78,12 @@ def realign(table: Any, level: str = "", split_seed: int | None = None, runs: in
     ids = {k.id for k in kss}
     frs = sorted((f for f in state.fragments.values() if f.key_space in ids), key=lambda f: f.id)
     assert all(not f.mask for f in frs), "realign: sources must be dense"
-    owner: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # column id → (fragment index, its row) per merged row
-    for k, enc in zip(kss, encs, strict=True):
-        pos = np.asarray(pc.index_in(enc, value_set=merged), dtype=np.int64)
-        for j, f in enumerate(frs):
-            if f.key_space != k.id:
-                continue
-            for c in f.column_ids:
-                fi, fr_ = owner.setdefault(c, (np.full(len(merged), -1), np.zeros(len(merged), dtype=np.int64)))
-                p = pos[f.start : f.start + f.rows]
-                fi[p] = j
-                fr_[p] = np.arange(f.rows)
-    # per source fragment, its columns grouped by the merged rows they are fresh at
-    by: dict[tuple[int, bytes], list[int]] = {}
-    rows_of: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = {}
-    for c, (fi, fr_) in sorted(owner.items()):
-        for j in np.unique(fi[fi >= 0]).tolist():
-            p = np.flatnonzero(fi == j)
-            key = (j, p.tobytes())
-            by.setdefault(key, []).append(c)
-            rows_of[key] = (p, fr_[p])
     rng = np.random.default_rng(split_seed)
     ops: list[Any] = [RemoveKeySpace(k.id) for k in kss] + [RemoveFragment(f.id) for f in frs]
     ops.append(AddKeySpace(new_ks))
     written_files = [path]
-    for key, cols in sorted(by.items()):
-        src = frs[key[0]]
-        positions, file_rows = rows_of[key]
+    for j, cols, positions, file_rows in fresh_cells(kss, encs, merged, frs):
+        src = frs[j]
         parts = [np.ones(len(positions), dtype=bool)]
         if split_seed is not None and len(positions) > 1:
             pick = rng.random(len(positions)) < 0.5

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.compaction.displacement import map_runs, write_map
+from conch.fragments import VortexFormat
 from conch.keys import encode_keys
 from conch.manifest import Fragment, KeySpace, TableState
 from conch.masks import MASK_SUFFIX, write_mask
@@ -76,18 +77,7 @@ def minor_compact(log: TableLog, level: str = "", runs: int | None = None) -> Mi
     files = log.files
     fmt, storage = files.format, files.storage
     fields = state.schema.key_fields(level)
-    names = [f"k{i}" for i in range(len(fields))]
-    kschema = pa.schema([(n, f.type) for n, f in zip(names, fields, strict=True)])
-    key_tables = [fmt.read(k, names, kschema) for k in kss]
-    encs = [encode_keys(t.columns) for t in key_tables]
-    allenc = pa.chunked_array(encs).combine_chunks()
-    order = np.asarray(pc.sort_indices(allenc))
-    sorted_enc = allenc.take(pa.array(order))
-    firsts = np.ones(len(order), dtype=bool)
-    if len(order) > 1:
-        firsts[1:] = np.asarray(pc.not_equal(sorted_enc.slice(1), sorted_enc.slice(0, len(order) - 1)))
-    merged = sorted_enc.filter(pa.array(firsts))
-    keys = pa.concat_tables(key_tables).take(pa.array(order[firsts]))
+    keys, merged, encs = merge_keys(fmt, kss, fields)
     started_us = time.time_ns() // 1000
     ks_id = new_id()
     path = files.key_space_path(ks_id)
@@ -101,37 +91,15 @@ def minor_compact(log: TableLog, level: str = "", runs: int | None = None) -> Mi
     )  # fmt: skip
     dmap = write_map(storage, log.id, [map_runs(k.id, e, [ks_id], [merged]) for k, e in zip(kss, encs, strict=True)])
     written_files.append(dmap.path)
-    # The fresh cell of every (column, merged row): the newest run's fragment holding it (runs
-    # are oldest first, so later assignments win).
     ids = {k.id for k in kss}
     frs = sorted((f for f in state.fragments.values() if f.key_space in ids), key=lambda f: f.id)
-    owner: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # column id → (fragment index, file row) per merged row
-    for k, enc in zip(kss, encs, strict=True):
-        pos = np.asarray(pc.index_in(enc, value_set=merged), dtype=np.int64)
-        for j, f in enumerate(frs):
-            if f.key_space != k.id:
-                continue
-            for c in f.column_ids:
-                fi, frow = owner.setdefault(c, (np.full(len(merged), -1), np.zeros(len(merged), dtype=np.int64)))
-                p = pos[f.start : f.start + f.rows]
-                fi[p] = j
-                frow[p] = np.arange(f.rows)
-    # Per source fragment, its columns grouped by the merged rows at which they are fresh.
-    groups: dict[tuple[int, bytes], list[int]] = {}
-    rows_of: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = {}
-    for c, (fi, frow) in sorted(owner.items()):
-        for j in np.unique(fi[fi >= 0]).tolist():
-            p = np.flatnonzero(fi == j)
-            key = (j, p.tobytes())
-            groups.setdefault(key, []).append(c)
-            rows_of[key] = (p, frow[p])
+    cells = fresh_cells(kss, encs, merged, frs)
     ops: list[Op] = [RemoveKeySpace(k.id) for k in kss]
     ops += [RemoveFragment(f.id) for f in frs]
     ops += [AddKeySpace(new_ks), AddDisplacementMap(dmap.path, dmap.bytes, dmap.checksum, dmap.runs)]
     mask_bytes = 0
-    for (j, _), cols in sorted(groups.items()):
+    for j, cols, positions, file_rows in cells:
         src = frs[j]
-        positions, file_rows = rows_of[(j, _)]
         mask_path = f"{log.id}/masks/{new_id()}{MASK_SUFFIX}"
         m = write_mask(storage, mask_path, positions, file_rows)
         written_files.append(mask_path)
@@ -154,3 +122,53 @@ def minor_compact(log: TableLog, level: str = "", runs: int | None = None) -> Mi
     commit = log.commit(txn)
     n_out = sum(1 for op in ops if isinstance(op, AddFragment))
     return MinorResult(commit, len(kss), len(merged), len(frs), n_out, mask_bytes, dmap.bytes)
+
+
+def merge_keys(
+    fmt: VortexFormat, kss: list[KeySpace], fields: list[pa.Field]
+) -> tuple[pa.Table, pa.Array, list[pa.Array]]:
+    """The distinct keys of runs `kss` in key order (as a key table and encoded), and each run's
+    encoded keys in its row order."""
+    names = [f"k{i}" for i in range(len(fields))]
+    kschema = pa.schema([(n, f.type) for n, f in zip(names, fields, strict=True)])
+    key_tables = [fmt.read(k, names, kschema) for k in kss]
+    encs = [encode_keys(t.columns) for t in key_tables]
+    allenc = pa.chunked_array(encs).combine_chunks()
+    order = np.asarray(pc.sort_indices(allenc))
+    sorted_enc = allenc.take(pa.array(order))
+    firsts = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        firsts[1:] = np.asarray(pc.not_equal(sorted_enc.slice(1), sorted_enc.slice(0, len(order) - 1)))
+    merged = sorted_enc.filter(pa.array(firsts))
+    keys = pa.concat_tables(key_tables).take(pa.array(order[firsts]))
+    return keys, merged, encs
+
+
+def fresh_cells(
+    kss: list[KeySpace], encs: list[pa.Array], merged: pa.Array, frs: list[Fragment]
+) -> list[tuple[int, list[int], np.ndarray, np.ndarray]]:
+    """Where every (column, merged row)'s fresh cell is: per source fragment `frs[j]`, its column
+    ids grouped by the merged rows (positions) at which they are fresh, with the file rows
+    holding them: `(j, column ids, positions, file rows)`. Runs are oldest first, so a newer
+    run's fragment overrides an older one's cell."""
+    owner: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # column id → (fragment index, file row) per merged row
+    for k, enc in zip(kss, encs, strict=True):
+        pos = np.asarray(pc.index_in(enc, value_set=merged), dtype=np.int64)
+        for j, f in enumerate(frs):
+            if f.key_space != k.id:
+                continue
+            for c in f.column_ids:
+                fi, frow = owner.setdefault(c, (np.full(len(merged), -1), np.zeros(len(merged), dtype=np.int64)))
+                p = pos[f.start : f.start + f.rows]
+                fi[p] = j
+                frow[p] = np.arange(f.rows)
+    # Per source fragment, its columns grouped by the merged rows at which they are fresh.
+    groups: dict[tuple[int, bytes], list[int]] = {}
+    rows_of: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = {}
+    for c, (fi, frow) in sorted(owner.items()):
+        for j in np.unique(fi[fi >= 0]).tolist():
+            p = np.flatnonzero(fi == j)
+            key = (j, p.tobytes())
+            groups.setdefault(key, []).append(c)
+            rows_of[key] = (p, frow[p])
+    return [(j, cols, *rows_of[(j, b)]) for (j, b), cols in sorted(groups.items())]
