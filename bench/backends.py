@@ -124,10 +124,19 @@ def _batch(rng: np.random.Generator, rows: int) -> pa.Table:
     return pa.table({"id": rng.choice(10_000_000, rows, replace=False), "v": rng.random(rows)})
 
 
+def _connect(target: dict[str, Any]) -> conch.Catalog:
+    """The target warehouse, without automatic compaction: this measures the metastores' commits."""
+    return conch.connect(
+        target["uri"],
+        metastore=target.get("metastore"),
+        token=target.get("token"),
+        storage_options=target.get("so"),
+        maintenance=conch.Policy(auto=False),
+    )
+
+
 def _commit_loop(target: dict[str, Any], commits: int, seed: int) -> list[float]:
-    t = conch.connect(
-        target["uri"], metastore=target.get("metastore"), token=target.get("token"), storage_options=target.get("so")
-    ).table("t")
+    t = _connect(target).table("t")
     rng = np.random.default_rng(seed)
     lat = []
     for _ in range(commits):
@@ -139,18 +148,14 @@ def _commit_loop(target: dict[str, Any], commits: int, seed: int) -> list[float]
 
 
 def _writer(target: dict[str, Any], commits: int, seed: int, ready: Any, go: Any, out: Any) -> None:
-    conch.connect(
-        target["uri"], metastore=target.get("metastore"), token=target.get("token"), storage_options=target.get("so")
-    )  # imports and connections before the clock starts
+    _connect(target)  # imports and connections before the clock starts
     ready.put(seed)
     go.wait()
     out.put(_commit_loop(target, commits, seed))
 
 
 def bench_commits(target: dict[str, Any], commits: int, writers: int) -> dict[str, Any]:
-    cat = conch.connect(
-        target["uri"], metastore=target.get("metastore"), token=target.get("token"), storage_options=target.get("so")
-    )
+    cat = _connect(target)
     with contextlib.suppress(conch.TableNotFoundError):
         cat.drop_table("t")
     cat.create_table("t", [("id", pa.int64())], pa.schema([("v", pa.float64())]))
