@@ -202,6 +202,17 @@ _cache_lock = threading.Lock()
 _CACHE_ENTRIES = 4096  # masks are O(runs) small; the bound is for pathological tables
 
 
+def _read_verified(storage: Storage, path: str, checksum: str, hint: str = "") -> tuple[RunsMask, int]:
+    """The mask at `path` verified against `checksum`, and its size in bytes; a missing or
+    damaged file is a `CorruptFileError` naming it (`hint` ends the missing-file message)."""
+    try:
+        data = storage.read(path)
+    except FileNotFoundError as e:
+        raise CorruptFileError(f"mask file {path} is missing: the table references it{hint}") from e
+    verify(data, checksum, f"mask file {path}")
+    return decode_mask(data, path), len(data)
+
+
 def read_mask(storage: Storage, path: str, checksum: str) -> RunsMask:
     """The (cached) mask at `path`, verified against `checksum` on first read. A missing or
     damaged file is a `CorruptFileError` naming it."""
@@ -211,12 +222,7 @@ def read_mask(storage: Storage, path: str, checksum: str) -> RunsMask:
         if m is not None:
             _cache.move_to_end(key)
             return m
-    try:
-        data = storage.read(path)
-    except FileNotFoundError as e:
-        raise CorruptFileError(f"mask file {path} is missing: the table references it; restore it from a backup") from e
-    verify(data, checksum, f"mask file {path}")
-    m = decode_mask(data, path)
+    m, _ = _read_verified(storage, path, checksum, "; restore it from a backup")
     with _cache_lock:
         _cache[key] = m
         while len(_cache) > _CACHE_ENTRIES:
@@ -227,14 +233,9 @@ def read_mask(storage: Storage, path: str, checksum: str) -> RunsMask:
 def verify_mask(storage: Storage, path: str, checksum: str, rows: int, start: int) -> int:
     """Read and verify a mask file, bypassing the cache (for `Table.check()`), and that it holds
     the `rows` rows from key-space row `start` its fragment record says; returns its size."""
-    try:
-        data = storage.read(path)
-    except FileNotFoundError as e:
-        raise CorruptFileError(f"mask file {path} is missing: the table references it") from e
-    verify(data, checksum, f"mask file {path}")
-    m = decode_mask(data, path)
+    m, size = _read_verified(storage, path, checksum)
     if m.rows != rows or (rows and m.lo != start):
         raise CorruptFileError(
             f"mask file {path} holds {m.rows} rows from key-space row {m.lo}, its fragment says {rows} from {start}"
         )
-    return len(data)
+    return size

@@ -83,11 +83,10 @@ def minor_compact(log: TableLog, level: str = "", runs: int | None = None) -> Mi
     path = files.key_space_path(ks_id)
     written_files = [path]
     written = fmt.write(keys, path)
-    now = started_us
     new_ks = KeySpace(
         id=ks_id, level=level, path=path, rows=len(merged), min_key=merged[0].as_py().hex(),
         max_key=merged[-1].as_py().hex(), time=kss[-1].time, min_time=min(k.min_time or k.time for k in kss),
-        lsm=1, compacted_at=now, bytes=written.bytes, checksum=written.checksum,
+        lsm=1, compacted_at=started_us, bytes=written.bytes, checksum=written.checksum,
     )  # fmt: skip
     dmap = write_map(storage, log.id, [map_runs(k.id, e, [ks_id], [merged]) for k, e in zip(kss, encs, strict=True)])
     written_files.append(dmap.path)
@@ -107,7 +106,7 @@ def minor_compact(log: TableLog, level: str = "", runs: int | None = None) -> Mi
         fr = Fragment(
             id=new_id(), level=level, group=src.group, key_space=ks_id, start=int(positions[0]),
             rows=len(positions), path=src.path, column_ids=tuple(cols), stats=src.stats, bytes=src.bytes,
-            time=kss[-1].time, lsm=1, compacted_at=now, checksum=src.checksum, blob_columns=src.blob_columns,
+            time=kss[-1].time, lsm=1, compacted_at=started_us, checksum=src.checksum, blob_columns=src.blob_columns,
             mask=mask_path, mask_checksum=m.checksum,
         )  # fmt: skip
         ops.append(AddFragment(fr))
