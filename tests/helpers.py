@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -102,3 +104,15 @@ def realign(table: Any, level: str = "", split_seed: int | None = None, runs: in
             ops.append(AddFragment(fr))
     txn = Transaction("compact", tuple(ops), summary="realign (test)", base_seq=state.seq, files=tuple(written_files))
     return log.commit(txn)
+
+
+def run_cli(warehouse: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`conch --warehouse W ARGS...` in a subprocess, with a wide, minimal environment (tables
+    render at 200 columns; nothing from the caller's environment leaks in)."""
+    return subprocess.run(
+        [sys.executable, "-m", "conch.cli", "--warehouse", str(warehouse), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import conch
+from helpers import run_cli
 
 
 @pytest.fixture
@@ -23,23 +24,13 @@ def warehouse(tmp_path: Path) -> str:
     return w
 
 
-def cli(warehouse: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "conch.cli", "--warehouse", warehouse, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-    )
-
-
 def test_tables_schema_history_manifests(warehouse: str) -> None:
-    out = cli(warehouse, "tables").stdout
+    out = run_cli(warehouse, "tables").stdout
     assert "audio" in out and "id: uint64" in out
-    assert "└── audio: struct" in cli(warehouse, "schema", "audio").stdout
-    hist = cli(warehouse, "history", "audio").stdout
+    assert "└── audio: struct" in run_cli(warehouse, "schema", "audio").stdout
+    hist = run_cli(warehouse, "history", "audio").stdout
     assert "write" in hist and "delete" in hist
-    man = cli(warehouse, "manifests", "audio").stdout
+    man = run_cli(warehouse, "manifests", "audio").stdout
     for header in (
         "Key Space manifest",
         "Column Group manifest for audio.audio.meta",
@@ -51,27 +42,27 @@ def test_tables_schema_history_manifests(warehouse: str) -> None:
 
 
 def test_scan_table_and_files(warehouse: str, tmp_path: Path) -> None:
-    out = cli(warehouse, "scan", "audio", "--where", "silence_ratio < 0.25", "--columns", "silence_ratio").stdout
+    out = run_cli(warehouse, "scan", "audio", "--where", "silence_ratio < 0.25", "--columns", "silence_ratio").stdout
     assert "0.1" in out and "0.3" not in out
-    res = cli(warehouse, "scan", "audio", "--format", "json", "--where", "audio.meta.size >= 2")
+    res = run_cli(warehouse, "scan", "audio", "--format", "json", "--where", "audio.meta.size >= 2")
     assert [json.loads(line)["id"] for line in res.stdout.splitlines()] == [2, 3]
     pq_path = tmp_path / "out.parquet"
-    cli(warehouse, "scan", "audio", "--format", "parquet", "--output", str(pq_path))
+    run_cli(warehouse, "scan", "audio", "--format", "parquet", "--output", str(pq_path))
     assert pq.read_table(pq_path).num_rows == 4
-    csv = cli(warehouse, "scan", "audio", "--format", "csv", "--columns", "silence_ratio").stdout.splitlines()
+    csv = run_cli(warehouse, "scan", "audio", "--format", "csv", "--columns", "silence_ratio").stdout.splitlines()
     assert csv[0].replace('"', "") == "id,silence_ratio" and len(csv) == 5
 
 
 def test_errors_are_readable_and_exit_nonzero(warehouse: str) -> None:
-    res = cli(warehouse, "scan", "nope")
+    res = run_cli(warehouse, "scan", "nope")
     assert res.returncode == 2 and "no table 'nope'" in res.stderr
-    res = cli(warehouse, "scan", "audio", "--where", "silence_ratio <")
+    res = run_cli(warehouse, "scan", "audio", "--where", "silence_ratio <")
     assert res.returncode == 2 and "cannot parse filter" in res.stderr
 
 
 def test_vacuum_and_flush(warehouse: str) -> None:
-    assert "removed 0 files" in cli(warehouse, "vacuum", "audio", "--older-than", "0").stdout
-    out = cli(warehouse, "flush", "audio").stdout
+    assert "removed 0 files" in run_cli(warehouse, "vacuum", "audio", "--older-than", "0").stdout
+    out = run_cli(warehouse, "flush", "audio").stdout
     # the snapshot is of the newest version (the vacuum's own entry included); the flush then
     # registers it in one more entry
     history = conch.connect(warehouse).table("audio").history()
@@ -79,10 +70,10 @@ def test_vacuum_and_flush(warehouse: str) -> None:
 
 
 def test_negative_limit_is_a_usage_error(warehouse: str) -> None:
-    out = cli(warehouse, "scan", "audio", "--limit", "-5")
+    out = run_cli(warehouse, "scan", "audio", "--limit", "-5")
     assert out.returncode == 2 and "--limit" in out.stderr and "greater than or equal to 0" in out.stderr
     assert out.stderr.startswith("error:") and len(out.stderr.strip().splitlines()) == 1
-    assert cli(warehouse, "scan", "audio", "--limit", "0").returncode == 0
+    assert run_cli(warehouse, "scan", "audio", "--limit", "0").returncode == 0
 
 
 # ----- issue 14: a complete CLI ------------------------------------------------------------------
@@ -92,7 +83,7 @@ DATA = Path(__file__).parent / "data"
 def test_ingest_msft_csv_as_a_new_user_would(tmp_path: Path) -> None:
     """The CSV that failed with tracebacks: `Adj. Close*` (a dot) and a date key."""
     w = str(tmp_path / "w")
-    res = cli(w, "ingest", str(DATA / "msft.csv"), "--table", "msft", "--key", "Date")
+    res = run_cli(w, "ingest", str(DATA / "msft.csv"), "--table", "msft", "--key", "Date")
     assert res.returncode == 0, res.stderr
     assert "wrote 60 rows" in res.stdout
     assert (
@@ -102,10 +93,10 @@ def test_ingest_msft_csv_as_a_new_user_would(tmp_path: Path) -> None:
     t = conch.connect(w).table("msft")
     assert t.key_schema.field("Date").type == pa.timestamp("us") and t.scan().count() == 60
     assert "adj_close" in t.schema.columns
-    got = cli(w, "get", "msft", "2003-03-26")
+    got = run_cli(w, "get", "msft", "2003-03-26")
     assert got.returncode == 0 and "26.38" in got.stdout and "78640415" in got.stdout
     # renames and casts chosen by the user; the same file again is an upsert of the same keys
-    res = cli(
+    res = run_cli(
         w, "write", "msft", str(DATA / "msft.csv"), "--rename", "Adj. Close*=adj_close", "--cast", "Volume=float64"
     )
     assert res.returncode == 0, res.stderr
@@ -114,28 +105,28 @@ def test_ingest_msft_csv_as_a_new_user_would(tmp_path: Path) -> None:
 
 def test_create_write_get_delete_drop(tmp_path: Path) -> None:
     w = str(tmp_path / "w")
-    assert "created t (id: u64" in cli(w, "create", "t", "--key", "id:uint64").stdout
+    assert "created t (id: u64" in run_cli(w, "create", "t", "--key", "id:uint64").stdout
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"id": i, "x": i * 1.5, "name": f"n{i}"}) + "\n" for i in range(10)))
-    assert cli(w, "write", "t", str(rows)).returncode == 0
+    assert run_cli(w, "write", "t", str(rows)).returncode == 0
     pq.write_table(pa.table({"id": pa.array([10, 11], pa.uint64()), "x": [0.0, 99.0]}), tmp_path / "more.parquet")
-    assert "wrote 2 rows" in cli(w, "write", "t", str(tmp_path / "more.parquet")).stdout
-    assert "would delete 5 keys" in cli(w, "delete", "t", "--where", "x between 3 and 9", "--dry-run").stdout
-    res = cli(w, "delete", "t", "--where", "x between 3 and 9 or name like 'n9%'")
+    assert "wrote 2 rows" in run_cli(w, "write", "t", str(tmp_path / "more.parquet")).stdout
+    assert "would delete 5 keys" in run_cli(w, "delete", "t", "--where", "x between 3 and 9", "--dry-run").stdout
+    res = run_cli(w, "delete", "t", "--where", "x between 3 and 9 or name like 'n9%'")
     assert res.returncode == 0 and "deleted 6 keys" in res.stdout, res.stderr
-    assert "deleted 2 keys" in cli(w, "delete", "t", "0", "11").stdout
+    assert "deleted 2 keys" in run_cli(w, "delete", "t", "0", "11").stdout
     t = conch.connect(w).table("t")
     assert sorted(r["id"] for r in t.scan().to_pylist()) == [1, 7, 8, 10]
-    miss = cli(w, "get", "t", "0", "7")
+    miss = run_cli(w, "get", "t", "0", "7")
     assert miss.returncode == 1 and "0: no such key" in miss.stdout and "n7" in miss.stdout
-    no = cli(w, "drop", "t")
+    no = run_cli(w, "drop", "t")
     assert no.returncode == 2 and "pass --yes" in no.stderr
-    assert cli(w, "drop", "t", "--yes").returncode == 0 and conch.connect(w).list_tables() == []
+    assert run_cli(w, "drop", "t", "--yes").returncode == 0 and conch.connect(w).list_tables() == []
 
 
 def test_every_error_is_one_line_with_the_fix(tmp_path: Path) -> None:
     w = str(tmp_path / "w")
-    cli(w, "create", "t", "--key", "id:uint64")
+    run_cli(w, "create", "t", "--key", "id:uint64")
     bad = tmp_path / "bad.csv"
     bad.write_text("id,x,name\n1,2,abc\n")
     cases = [
@@ -154,12 +145,12 @@ def test_every_error_is_one_line_with_the_fix(tmp_path: Path) -> None:
         (("frobnicate",), "No such command"),
     ]
     for args, message in cases:
-        res = cli(w, *args)
+        res = run_cli(w, *args)
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), (args, res.stderr)
         assert message in lines[0], (args, lines[0])
         assert "Traceback" not in res.stdout + res.stderr
-    debug = cli(w, "--debug", "get", "t", "abc")
+    debug = run_cli(w, "--debug", "get", "t", "abc")
     assert "Traceback" in debug.stderr and "InvalidArgumentError" in debug.stderr
 
 
@@ -188,7 +179,7 @@ def test_manifests_fit_the_terminal_and_blobs_are_previewed(tmp_path: Path) -> N
         assert res.returncode == 0 and "Key Space manifest" in res.stdout
         assert max(len(line) for line in res.stdout.splitlines()) <= int(width)
         assert "1..1" in res.stdout.replace(" ", "").replace("\n", "") or "1..1" in res.stdout
-    out = cli(w, "scan", "m").stdout
+    out = run_cli(w, "scan", "m").stdout
     assert "PNG 64×48" in out and "WAV 1.50s 16000Hz mono" in out and "binary 19.8KB" in out
     assert "bytes>" not in out
 
@@ -221,15 +212,15 @@ def test_ui_command_serves_the_inspector(tmp_path: Path) -> None:
 
 def test_compact_and_maintenance(tmp_path: Path) -> None:
     w = str(tmp_path / "w")
-    assert cli(w, "create", "ev", "--key", "day:int32,id:uint64", "--partition-by", "day").returncode == 0
+    assert run_cli(w, "create", "ev", "--key", "day:int32,id:uint64", "--partition-by", "day").returncode == 0
     t = conch.connect(w, maintenance=conch.Policy(auto=False)).table("ev")
     for i in range(3):
         t.write({"day": [1, 2], "id": [i, i], "x": [float(i)] * 2})
-    plan = cli(w, "maintenance", "ev").stdout
+    plan = run_cli(w, "maintenance", "ev").stdout
     assert "LSM: 6 L0 runs, 0 L1 runs" in plan and "major" in plan  # one run per partition and write
-    out = cli(w, "compact", "ev").stdout
+    out = run_cli(w, "compact", "ev").stdout
     assert "1 compaction(s): 6 runs → 2" in out  # one range to start with, cut at the partition change
     assert "LSM: 0 L0 runs, 2 L1 runs over 2 key range(s)" in out
-    man = cli(w, "manifests", "ev").stdout
+    man = run_cli(w, "manifests", "ev").stdout
     assert "Compacted At" in man and "L1" in man
-    assert "nothing to compact" in cli(w, "maintenance", "ev").stdout
+    assert "nothing to compact" in run_cli(w, "maintenance", "ev").stdout

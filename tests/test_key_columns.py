@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import operator
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 
 import conch
 from conch.expr import Col
+from helpers import run_cli
 
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
 
@@ -103,13 +103,7 @@ def test_cli_keys_where_and_columns(tmp_path: Path) -> None:
     t.write({"id": list(range(10)), "x": [float(i) for i in range(10)]})
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "conch.cli", "--warehouse", w, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-        )
+        return run_cli(w, *args)
 
     out = cli("scan", "t", "--keys", "3,7,42", "--format", "json", "--output", str(tmp_path / "k.json"))
     assert out.returncode == 0, out.stderr

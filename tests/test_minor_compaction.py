@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import conch
 from conch.compaction.minor import minor_compact
+from helpers import run_cli
 
 
 def _table(tmp_path: Path) -> conch.Table:
@@ -108,14 +109,12 @@ def test_model_random_runs(tmp_path_factory: pytest.TempPathFactory, writes: lis
 
 
 def test_cli_minor(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     t = _table(tmp_path)
     t.write({"id": [1, 2, 3], "v": [1, 1, 1]})
     t.write({"id": [2, 5], "v": [2, 2]})
     before = _rows(t.scan())
-    cmd = [sys.executable, "-m", "conch.cli", "--warehouse", str(tmp_path / "wh"), "compact", "t", "--minor"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    res = run_cli(tmp_path / "wh", "compact", "t", "--minor")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
     assert "minor compaction: 2 runs → 1 (4 keys)" in out
     assert _rows(t.scan()) == before and len([k for k in t.state().key_spaces.values()]) == 1
