@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conch.dedup import RunCheck
 from conch.errors import SchemaError
 from conch.fragments import BLOB_SUFFIX, VortexFormat, blob_storable, column_name, column_stats, encode_stats
 from conch.inputs import read_input, split_levels, value_fields
@@ -154,7 +155,7 @@ def stage_write(
             "fix the names, or add them with write(..., evolve=True) (or connect(..., evolve=True))"
         )
     staged = StagedWrite(schema, base, added, base_seq=state.seq)
-    runs: dict[str, list[pa.Table]] = {}
+    runs: dict[str, RunCheck] = {}  # duplicates across chunks, checked in bounded memory (dedup.py)
     streamed = isinstance(data, pa.RecordBatchReader | Iterator)
     batches = track(batches, "writing", progress if streamed else False)
     for chunk in chunks(batches, opts):
@@ -162,18 +163,20 @@ def stage_write(
         for lvl, flat in per_level.items():
             if flat.num_rows == 0:
                 continue
-            keys = write_run(files, schema, lvl, flat, staged, opts)
-            runs.setdefault(lvl, []).append(keys)
+            before = len(staged.ops)
+            write_run(files, schema, lvl, flat, staged, opts)
+            check = runs.setdefault(lvl, RunCheck(files.format, schema.key_fields(lvl)))
+            for op in staged.ops[before:]:
+                if isinstance(op, AddKeySpace) and op.key_space.level == lvl:
+                    check.add(op.key_space)
         for anc in schema.ancestry(level)[:-1]:
             if not schema.key_names(anc.path):
                 continue
             prefix = _distinct_sorted(chunk.select(schema.key_names(anc.path)), schema, anc.path)
             for lo, hi in partitions(prefix, min(files.partition_keys, prefix.num_columns)):
                 write_key_space(files, schema, anc.path, prefix.slice(lo, hi - lo), staged)
-    for key_tables in runs.values():
-        if len(key_tables) > 1:  # duplicates across chunks of one write
-            all_keys = pa.concat_tables(key_tables)
-            check_unique_sorted(all_keys.take(sort_indices(all_keys)))
+    for check in runs.values():
+        check.check()
     return staged
 
 
