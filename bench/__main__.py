@@ -377,8 +377,9 @@ def main() -> None:
         "--only",
         default="1,2,3,4,5,6,7,runs,loaders,compaction,b",
         help="workloads to run, e.g. 4,5,loaders (b: backends; runs: issue 11's many-runs rows with peak RSS; "
-        "compaction: bench/compaction.py)",
+        "compaction: bench/compaction.py; memory: peak RSS vs Lance, bench/memory.py, not in the default set)",
     )
+    ap.add_argument("--memory-rows", default="10M,50M,100M", help="row counts of `--only memory` (times --scale)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench"), help="scratch directory for data")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -398,6 +399,11 @@ def main() -> None:
 
         runs.run(args.work / "runs", args.scale, args.reps, args.out)
         shutil.rmtree(args.work / "runs", ignore_errors=True)
+    if "memory" in only:  # peak RSS of write/scan/take vs Lance as keys grow: bench/results/memory.json
+        from bench import memory
+
+        rows = [max(10_000, int(n * args.scale)) for n in memory.parse_rows(args.memory_rows)]
+        memory.run(args.work / "memory", rows, args.out)
     if "loaders" in only:  # data loaders, Polars/DuckDB pushdown: bench/results/loaders.json
         from bench import loaders
 

@@ -346,3 +346,43 @@ def test_locate_through_dense_and_sparse_masks(data: st.DataObject) -> None:
     rows_q = np.array([q[1] for q in queries], dtype=np.int64)
     which, frow = locate(masks, ks_of, ks_q, rows_q)
     assert list(zip(which.tolist(), frow.tolist(), strict=True)) == [truth[q] for q in queries]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.data(),
+    chunk_rows=st.integers(3, 40),
+    runs=st.lists(st.lists(st.integers(-40, 260), min_size=1, max_size=40, unique=True), min_size=1, max_size=4),
+)
+def test_small_runs_spanning_many_base_runs(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject, chunk_rows: int, runs: list[list[int]]
+) -> None:
+    """One write cut into many disjoint base runs (a streamed write's chunks), then small runs whose
+    keys fall anywhere: inside several bases, in the gaps between them, before the first and after
+    the last. The streamed path cuts each small run among the bases' segments; its result must be
+    the general path's for random projections, key ranges and limits."""
+    cat = conch.connect(
+        tmp_path_factory.mktemp("w"),
+        write_options=conch.WriteOptions(chunk_rows=chunk_rows),
+        maintenance=conch.Policy(auto=False),
+    )
+    t = cat.create_table("t", [("id", pa.int64())])
+    ids = list(range(0, 220, 2))  # odd keys and keys outside [0, 220) are inserts
+    t.write(pa.table({"id": ids, "a": [float(i) for i in ids], "b": [i % 7 for i in ids]}))
+    for k, sub in enumerate(runs):
+        sub = sorted(sub)
+        if k % 2:
+            t.write({"id": sub, "b": [-k] * len(sub)})  # partial: only b
+        else:
+            t.write({"id": sub, "a": [-float(k)] * len(sub), "b": [k] * len(sub)})
+    for _ in range(4):
+        cols = data.draw(st.sampled_from([(), ("a",), ("b",)]))
+        keys = None
+        if data.draw(st.booleans()):
+            lo = data.draw(st.integers(-50, 270))
+            keys = conch.KeyRange((lo,), (lo + data.draw(st.integers(0, 120)),))
+        limit = data.draw(st.sampled_from([None, None, 1, 23]))
+        fast, slow, m = _both(t.scan(*cols, keys=keys, limit=limit))
+        assert fast.to_pylist() == slow.to_pylist(), (cols, keys, limit)
+        if keys is None:
+            assert m.merge == "zip (streamed)"

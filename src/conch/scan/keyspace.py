@@ -38,55 +38,65 @@ from conch.keys import (
     sort_indices,
 )
 
+KEY_CACHE_BYTES = 128 << 20  # default budget of a warehouse's key cache (all key spaces, all forms)
+
 
 class KeyCache:
-    """Key spaces are immutable: cache their key tables (and encodings) by file path."""
+    """Key spaces are immutable: cache their key tables (and encodings) by file path, LRU, within
+    one byte budget over every form held (a table's numpy view is counted again though it may
+    share the table's buffer). The budget, not the table's key count, bounds what scans keep:
+    a key space larger than it is read, used and dropped."""
 
-    def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = 512 << 20) -> None:
+    def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = KEY_CACHE_BYTES) -> None:
         self.format = fmt
-        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
-        self._encoded: OrderedDict[str, pa.BinaryArray] = OrderedDict()
-        self._numpy: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._max = max_entries  # per kind; an un-compacted table has hundreds of key spaces
-        self._max_bytes = max_bytes  # per kind
-        self._bytes: dict[int, int] = {}
+        self._lru: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._max = max_entries  # an un-compacted table has hundreds of key spaces
+        self.max_bytes = max_bytes
+        self._used = 0
 
     def keys(self, ks: FileRef, fields: list[pa.Field]) -> pa.Table:
         """The key space's keys as a table named like `fields`."""
-        t = self._tables.get(ks.path)
+        t = self._get("table", ks.path)
         if t is None:
             schema = pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(fields)])
             t = self.format.read(ks, schema.names, schema).rename_columns([f.name for f in fields])
             t = t.combine_chunks()
-            self._put(self._tables, ks.path, t)
+            self._put("table", ks.path, t)
         return t
 
     def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray:
         """The key space's keys in the order-preserving byte encoding."""
-        e = self._encoded.get(ks.path)
+        e = self._get("encoded", ks.path)
         if e is None:
             e = encode_keys(self.keys(ks, fields).columns)
-            self._put(self._encoded, ks.path, e)
+            self._put("encoded", ks.path, e)
         return e
 
     def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray:
         """The single numeric key column as numpy (timestamps as int64)."""
-        a = self._numpy.get(ks.path)
+        a = self._get("numeric", ks.path)
         if a is None:
             col = self.keys(ks, fields).column(0)
             if pa.types.is_timestamp(col.type):
                 col = col.cast(pa.int64())
             a = col.to_numpy()
-            self._put(self._numpy, ks.path, a)
+            self._put("numeric", ks.path, a)
         return a
 
-    def _put(self, d: OrderedDict[str, Any], k: str, v: Any) -> None:
-        d[k] = v
-        used = self._bytes.get(id(d), 0) + v.nbytes
-        while len(d) > 1 and (len(d) > self._max or used > self._max_bytes):
-            _, old = d.popitem(last=False)
-            used -= old.nbytes
-        self._bytes[id(d)] = used
+    def _get(self, kind: str, path: str) -> Any:
+        v = self._lru.get((kind, path))
+        if v is not None:
+            self._lru.move_to_end((kind, path))
+        return v
+
+    def _put(self, kind: str, path: str, v: Any) -> None:
+        if v.nbytes > self.max_bytes:
+            return  # larger than the whole budget: the caller uses it once
+        self._lru[(kind, path)] = v
+        self._used += v.nbytes
+        while len(self._lru) > self._max or self._used > self.max_bytes:
+            _, old = self._lru.popitem(last=False)
+            self._used -= old.nbytes
 
 
 def numeric_key(fields: Sequence[pa.Field]) -> bool:
@@ -149,8 +159,8 @@ def selected_rows(
         return rows
     if numeric_key(fields):
         keys = cache.numeric(ks, fields)
-        lo = 0 if within.lo is None else int(np.searchsorted(keys, _numeric_bound(within.lo, fields), "left"))
-        hi = len(keys) if within.hi is None else int(np.searchsorted(keys, _numeric_bound(within.hi, fields), "left"))
+        lo = 0 if within.lo is None else int(np.searchsorted(keys, numeric_bound(within.lo, fields), "left"))
+        hi = len(keys) if within.hi is None else int(np.searchsorted(keys, numeric_bound(within.hi, fields), "left"))
     else:
         enc = cache.encoded(ks, fields)
         lo = 0 if within.lo is None else bisect.bisect_left(_Bytes(enc), within.lo)
@@ -182,7 +192,7 @@ def _decoded_set(pred: KeySet, fields: list[pa.Field]) -> np.ndarray:
     return want
 
 
-def _numeric_bound(encoded: bytes, fields: list[pa.Field]) -> Any:
+def numeric_bound(encoded: bytes, fields: list[pa.Field]) -> Any:
     """A full one-column numeric key's encoding as the value numpy compares (timestamps: int64)."""
     arr = pa.array([decode_key(encoded, fields)[0]], fields[0].type)
     if pa.types.is_timestamp(arr.type):

@@ -19,6 +19,7 @@ runs: merge → locate → row mask → take → assemble).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,11 +30,11 @@ import pyarrow as pa
 from conch.expr import mask as filter_mask
 from conch.fragments import ORDINAL
 from conch.keys import KeySet
-from conch.manifest import Fragment
+from conch.manifest import Fragment, KeySpace
 from conch.scan.assemble import assemble, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
-from conch.scan.keyspace import numeric_key, selected_rows
+from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
 from conch.scan.overlay import OverlayKeys, Window, overlay_keys, overlay_values
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
@@ -61,9 +62,11 @@ class _StreamUnit:
 
 @dataclass
 class _Segment:
-    """Key-space rows [lo, hi) of one segment, and where their cells are."""
+    """Key-space rows [lo, hi) of one segment, and where their cells are. Its base's keys are
+    read when the segment streams (`Stream._keys`), not at planning: a scan holds one segment's
+    keys at a time (and what the warehouse's bounded key cache keeps), not every segment's."""
 
-    keys: pa.Table
+    key_space: KeySpace
     lo: int
     hi: int
     units: list[_StreamUnit]
@@ -79,24 +82,9 @@ def streamed(ctx: ScanContext) -> Stream | None:
     groups: dict[tuple[str, str, int], list[int]] = {}
     for i, ks in enumerate(plan.key_spaces):
         groups.setdefault((ks.min_key, ks.max_key, ks.rows), []).append(i)
-    # segments in key order: clusters of groups whose key ranges overlap; in each, the group with
-    # the most keys is the base and the others are small runs overlaid on it (numeric keys)
-    order = sorted(groups, key=lambda g: (g[0], -g[2]))
-    clusters: list[list[tuple[str, str, int]]] = []
-    end = ""
-    for g in order:
-        if clusters and g[0] <= end:
-            clusters[-1].append(g)
-            end = max(end, g[1])
-            continue
-        clusters.append([g])
-        end = g[1]
-    segs: list[tuple[list[int], list[int]]] = []
-    for cl in clusters:
-        if len(cl) > 1 and not numeric_key(plan.key_fields):
-            return None  # overlapping runs of non-numeric keys: the general merge
-        big = max(cl, key=lambda g: g[2])
-        segs.append((groups[big], sorted(i for g in cl if g != big for i in groups[g])))
+    segs = _segments(ctx, groups)
+    if segs is None:
+        return None
     expr = None
     if plan.filter is not None:
         expr = vortex_expr(ctx, plan.filter, plan.fragments.get(plan.filter_columns[0].group, []))
@@ -109,8 +97,8 @@ def streamed(ctx: ScanContext) -> Stream | None:
         for f in frs:
             by_ks.setdefault((grp, f.key_space), []).append(f)
     segments = []
-    for base, small in segs:
-        seg = _segment(ctx, base, small, by_ks)
+    for base, small, ranges in segs:
+        seg = _segment(ctx, base, small, ranges, by_ks)
         if seg is None:
             return None
         if seg.hi > seg.lo:
@@ -123,24 +111,74 @@ def streamed(ctx: ScanContext) -> Stream | None:
     return Stream(ctx, segments, expr)
 
 
+def _segments(
+    ctx: ScanContext, groups: dict[tuple[str, str, int], list[int]]
+) -> list[tuple[list[int], list[int], dict[int, tuple[int, int]]]] | None:
+    """(base key spaces, small runs, small-run row ranges) per segment, in key order; None when
+    small runs exist but the keys are not numeric (the general merge).
+
+    Bases are the largest key sets whose spans do not overlap one another (greedy, largest
+    first); every other key space is a small run. Segment j covers the keys from its base's first
+    key to the next base's first key (the first and last segments are open-ended), so a small run
+    spanning several bases (an upsert of keys all over a table written in many chunks) is cut by
+    row ranges among them: each segment overlays only its slice, and no segment ever holds more
+    than its base's keys plus its slice of the small runs.
+    """
+    plan = ctx.plan
+    mins: list[str] = []  # chosen bases' spans, sorted and disjoint
+    maxes: list[str] = []
+    bases: list[tuple[str, str, int]] = []
+    small: list[int] = []
+    for g in sorted(groups, key=lambda g: (-g[2], g[0])):
+        i = bisect.bisect_right(mins, g[1])
+        if i > 0 and maxes[i - 1] >= g[0]:
+            small.extend(groups[g])
+            continue
+        mins.insert(i, g[0])
+        maxes.insert(i, g[1])
+        bases.append(g)
+    bases.sort()
+    if not small:
+        return [(groups[b], [], {}) for b in bases]
+    fields = plan.key_fields
+    if not numeric_key(fields):
+        return None
+    keys_of = ctx.keys()
+    cuts = np.array([numeric_bound(bytes.fromhex(b[0]), fields) for b in bases[1:]])
+    per_seg: list[tuple[list[int], dict[int, tuple[int, int]]]] = [([], {}) for _ in bases]
+    for i in sorted(small):
+        num = keys_of.numeric(plan.key_spaces[i], fields)
+        edges = np.r_[0, np.searchsorted(num, cuts, "left"), len(num)] if len(cuts) else np.array([0, len(num)])
+        for j in range(len(bases)):
+            a, b = int(edges[j]), int(edges[j + 1])
+            if b > a:
+                per_seg[j][0].append(i)
+                per_seg[j][1][i] = (a, b)
+    return [(groups[b], runs, ranges) for b, (runs, ranges) in zip(bases, per_seg, strict=True)]
+
+
 def _segment(
-    ctx: ScanContext, members: list[int], small: list[int], by_ks: dict[tuple[str, str], list[Fragment]]
+    ctx: ScanContext,
+    members: list[int],
+    small: list[int],
+    ranges: dict[int, tuple[int, int]],
+    by_ks: dict[tuple[str, str], list[Fragment]],
 ) -> _Segment | None:
     """One segment (key spaces `members` of the plan, with identical key sets: the base; and
-    `small`, runs overlaid on it, numeric keys), or None. `by_ks`: the plan's fragments by
-    (group, key space id)."""
+    `small`, runs overlaid on it, numeric keys, each at its rows `ranges[i]`, all rows if absent),
+    or None. `by_ks`: the plan's fragments by (group, key space id)."""
     plan = ctx.plan
     fields = plan.key_fields
     keys_of = ctx.keys()
     kss = [plan.key_spaces[i] for i in members]
     n = kss[0].rows
-    keys = keys_of.keys(kss[-1], fields)
     if len(kss) > 1:
         if numeric_key(fields):
             a = keys_of.numeric(kss[-1], fields)
             same = all(np.array_equal(a, keys_of.numeric(p, fields)) for p in kss[:-1])
         else:
-            same = all(keys_of.keys(p, fields).equals(keys) for p in kss[:-1])
+            newest = keys_of.keys(kss[-1], fields)
+            same = all(keys_of.keys(p, fields).equals(newest) for p in kss[:-1])
         if not same:
             if not numeric_key(fields):
                 return None
@@ -161,14 +199,15 @@ def _segment(
         for i in small:
             num = keys_of.numeric(plan.key_spaces[i], fields)
             r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
-            r = np.arange(len(num), dtype=np.int64) if r is None else r
+            r0, r1 = ranges.get(i, (0, len(num)))
+            r = np.arange(r0, r1, dtype=np.int64) if r is None else r[(r >= r0) & (r < r1)]
             nums.append(num[r])
             sel.append(r)
         ov = overlay_keys(
             keys_of.numeric(kss[-1], fields),
             nums,
             sel,
-            lambda u: pa.Table.from_arrays([pa.array(u).cast(keys.schema.field(0).type)], schema=keys.schema),
+            lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)}),
         )
         if hi <= lo and ov.inserted:
             return None  # only inserted keys in the range: the general path
@@ -235,7 +274,7 @@ def _segment(
         if not may.all():
             ctx.pruned(u.group, int((~may).sum()))
             u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
-    return _Segment(keys, lo, hi, list(by_key.values()), missing, ov)
+    return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov)
 
 
 def _inserted(s: _Segment) -> int:
@@ -258,6 +297,7 @@ class Stream:
         self.left = limit if limit is not None else sum(s.hi - s.lo + _inserted(s) for s in segments)
         plan = ctx.plan
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
+        self._seg_keys: tuple[_Segment, pa.Table] | None = None
 
     def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(key-space row of the fragment's first row, batch) of `u`'s columns over [lo, hi)."""
@@ -317,7 +357,7 @@ class Stream:
             if len(rows) > self.left:
                 rows, batch = rows[: self.left], batch.slice(0, self.left)
             cols = {c.id: batch.column(i) for i, c in enumerate(u.columns)}
-            yield self._emit(s, take_rows(s.keys, rows), cols)
+            yield self._emit(s, take_rows(self._keys(s), rows), cols)
         if ov is not None and done < len(ov_rows) and self.left > 0:
             schema = file_schema(u.columns).append(pa.field(ORDINAL, pa.uint32()))
             yield from self._merged(s, u, np.zeros(0, dtype=np.int64), schema.empty_table(), ov_rows[done:])
@@ -331,7 +371,7 @@ class Stream:
         assert ov is not None and u.values is not None
         order = np.argsort(np.concatenate([rows * 2 + 1, ov.ins[js] * 2]), kind="stable")
         idx = pa.array(order[: self.left])
-        keys = pa.concat_tables([take_rows(s.keys, rows), ov.keys.take(pa.array(js))]).take(idx)
+        keys = pa.concat_tables([take_rows(self._keys(s), rows), ov.keys.take(pa.array(js))]).take(idx)
         cols = {}
         for j, c in enumerate(u.columns):
             extra = u.values.column(j).take(pa.array(js))
@@ -362,7 +402,7 @@ class Stream:
                 if win is not None:
                     cols.update(self._overlaid(s, u, win, here))
                 pending[i] = p.slice(n)
-            key_part = s.keys.slice(pos, n)
+            key_part = self._keys(s).slice(pos, n)
             if win is not None and win.new.any():
                 assert s.overlay is not None
                 src = win.source(n, np.zeros(len(win.new), dtype=bool))
@@ -402,6 +442,12 @@ class Stream:
 
             u.values, u.wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
         return u.values, u.wins
+
+    def _keys(self, s: _Segment) -> pa.Table:
+        """The keys of the segment streaming now (read once per segment, dropped after it)."""
+        if self._seg_keys is None or self._seg_keys[0] is not s:
+            self._seg_keys = (s, self.ctx.keys().keys(s.key_space, self.ctx.plan.key_fields))
+        return self._seg_keys[1]
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         emitted = False
