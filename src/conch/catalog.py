@@ -29,7 +29,7 @@ from conch.schema import parse_key_schema, schema_from_arrow
 from conch.storage.base import new_id
 from conch.table import Table, TableColumn
 from conch.tablelog import TableLog
-from conch.warehouse import Warehouse
+from conch.warehouse import MEMORY_BUDGET, Warehouse, budget_split
 from conch.write import WriteOptions
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
@@ -45,6 +45,7 @@ def connect(
     token: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     maintenance: Policy | None = None,
+    memory_budget: int = MEMORY_BUDGET,
 ) -> Catalog:
     """Open a warehouse. A path (or `file:///path`) is the embedded default: files under it and
     an SQLite metastore in `<path>/_catalog.sqlite`. Zero set-up.
@@ -69,12 +70,18 @@ def connect(
     delete, the writing process runs a bounded compaction when the policy asks for one);
     `conch.Policy(auto=False)` turns the automatic part off (`Table.compact()` still works).
 
+    `memory_budget`: bytes this process may hold for the warehouse's caches and buffers (default
+    1 GiB; at least 64 MiB): the key-space, file-segment and decoded-fragment caches, a scan's
+    output batch and a write's input chunk are sized from it (`Warehouse`), so memory stays flat
+    however many keys a table holds. `Scan.with_options` still tunes one scan.
+
     >>> with conch.connect("/tmp/wh") as cat:  # doctest: +SKIP
     ...     cat.list_tables()
     >>> cat = conch.connect("s3://bucket/wh", storage_options={"region": "eu-west-1"})  # doctest: +SKIP
     """
+    budget_split(memory_budget)  # a bad budget is refused before anything is opened
     storage, ms = open_warehouse(uri, create=create, metastore=metastore, token=token, storage_options=storage_options)
-    wh = Warehouse(storage, ms, write_options, evolve=evolve, maintenance=maintenance)
+    wh = Warehouse(storage, ms, write_options, evolve=evolve, maintenance=maintenance, memory_budget=memory_budget)
     wh.after_commit = auto_compact
     return Catalog(wh)
 

@@ -24,6 +24,7 @@ from conch.fragments import VortexFormat
 from conch.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, read_snapshot, with_digest
 from conch.manifest import TableState
 from conch.metastore.base import TableRecord
+from conch.scan.context import ScanOptions
 from conch.scan.keyspace import KeyCache
 from conch.schema import Schema
 from conch.sinceview import since_view
@@ -92,6 +93,11 @@ class TableLog:
     @property
     def key_cache(self) -> KeyCache:
         return self.warehouse.key_cache
+
+    @property
+    def scan_options(self) -> ScanOptions:
+        """Scans' default options, sized from the warehouse's memory budget."""
+        return self.warehouse.scan_options
 
     # ----- state ------------------------------------------------------------------------
     def initial_state(self) -> TableState:

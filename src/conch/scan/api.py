@@ -27,7 +27,7 @@ from conch.scan.splits import Split, plan_splits
 
 class ScanSource(Protocol):
     """What a scan reads from: a table's state by time and the warehouse's handles (its URI,
-    fragment format and key-space cache). `conch.tablelog.TableLog` is one."""
+    fragment format, key-space cache and default scan options). `conch.tablelog.TableLog` is one."""
 
     @property
     def name(self) -> str: ...
@@ -40,6 +40,9 @@ class ScanSource(Protocol):
 
     @property
     def key_cache(self) -> KeyCache: ...
+
+    @property
+    def scan_options(self) -> ScanOptions: ...
 
     def state_at(self, asof: Any = None, version: int | None = None, since: int | None = None) -> TableState: ...
 
@@ -68,7 +71,7 @@ class Scan(ScanResult):
         self._plan = plan_scan(
             self._state, columns, where=where, keys=keys, asof=asof, since=since, level=level, limit=limit
         )
-        self._options = ScanOptions()
+        self._options = source.scan_options
         self._metrics: ScanMetrics | None = None
 
     @property
