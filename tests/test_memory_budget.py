@@ -12,7 +12,7 @@ import conch
 from conch.errors import InvalidArgumentError
 
 
-@pytest.mark.parametrize("bad", [0, 1 << 20, -5, 1.5e9, True, "1G"])
+@pytest.mark.parametrize("bad", [0, 8 << 20, -5, 1.5e9, True, "1G"])
 def test_bad_budget_is_refused_before_anything_is_opened(tmp_path: Path, bad: object) -> None:
     with pytest.raises(InvalidArgumentError, match="memory_budget"):
         conch.connect(tmp_path / "w", memory_budget=bad)  # type: ignore[arg-type]

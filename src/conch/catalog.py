@@ -71,7 +71,7 @@ def connect(
     `conch.Policy(auto=False)` turns the automatic part off (`Table.compact()` still works).
 
     `memory_budget`: bytes this process may hold for the warehouse's caches and buffers (default
-    1 GiB; at least 64 MiB): the key-space, file-segment and decoded-fragment caches, a scan's
+    1 GiB; at least 16 MiB): the key-space, file-segment and decoded-fragment caches, a scan's
     output batch and a write's input chunk are sized from it (`Warehouse`), so memory stays flat
     however many keys a table holds. `Scan.with_options` still tunes one scan.
 

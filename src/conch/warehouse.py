@@ -22,7 +22,7 @@ from conch.write import WriteOptions
 
 FLUSH_EVERY = 64  # WAL entries between automatic snapshot flushes
 MEMORY_BUDGET = 1 << 30  # default `connect(memory_budget=)`: the caches' and buffers' sizes before it existed
-MIN_MEMORY_BUDGET = 64 << 20
+MIN_MEMORY_BUDGET = 16 << 20
 
 
 class Warehouse:

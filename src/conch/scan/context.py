@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from conch.errors import ConchError
 from conch.fragments import FileRef, VortexFormat, column_name
-from conch.manifest import Fragment
+from conch.manifest import Fragment, KeySpace
 from conch.scan.keymask import KeyMask, key_mask
-from conch.scan.keyspace import KeyCache
+from conch.scan.keyspace import KeyCache, KeyIndex
 from conch.scan.metrics import GroupMetrics, ScanMetrics
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache
@@ -188,14 +188,28 @@ class CountedKeys:
     def __init__(self, cache: KeyCache, fmt: VortexFormat, on_bytes: Any) -> None:
         self.cache, self.format, self.on_bytes = cache, fmt, on_bytes
 
-    def keys(self, ks: FileRef, fields: list[pa.Field]) -> pa.Table:
+    def keys(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.Table:
         with self.format.counted(ks, self.on_bytes):
-            return self.cache.keys(ks, fields)
+            return self.cache.keys(ks, fields, keep)
 
     def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray:
         with self.format.counted(ks, self.on_bytes):
             return self.cache.encoded(ks, fields)
 
-    def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray:
+    def numeric(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> np.ndarray:
         with self.format.counted(ks, self.on_bytes):
-            return self.cache.numeric(ks, fields)
+            return self.cache.numeric(ks, fields, keep)
+
+    def fits(self, key_spaces: Sequence[KeySpace], fields: list[pa.Field]) -> bool:
+        return self.cache.fits(key_spaces, fields)
+
+    def cached(self, ks: FileRef) -> bool:
+        return self.cache.cached(ks)
+
+    def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
+        with self.format.counted(ks, self.on_bytes):
+            return self.cache.index(ks, fields)
+
+    def numeric_at(self, ks: FileRef, fields: list[pa.Field], rows: np.ndarray) -> np.ndarray:
+        with self.format.counted(ks, self.on_bytes):
+            return self.cache.numeric_at(ks, fields, rows)

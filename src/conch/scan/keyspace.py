@@ -37,6 +37,7 @@ from conch.keys import (
     predicate_mask,
     sort_indices,
 )
+from conch.manifest import KeySpace
 
 KEY_CACHE_BYTES = 128 << 20  # default budget of a warehouse's key cache (all key spaces, all forms)
 
@@ -54,14 +55,16 @@ class KeyCache:
         self.max_bytes = max_bytes
         self._used = 0
 
-    def keys(self, ks: FileRef, fields: list[pa.Field]) -> pa.Table:
-        """The key space's keys as a table named like `fields`."""
+    def keys(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.Table:
+        """The key space's keys as a table named like `fields`. `keep=False`: not cached (a scan
+        of more keys than the cache holds would only evict what other scans use)."""
         t = self._get("table", ks.path)
         if t is None:
             schema = pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(fields)])
             t = self.format.read(ks, schema.names, schema).rename_columns([f.name for f in fields])
             t = t.combine_chunks()
-            self._put("table", ks.path, t)
+            if keep:
+                self._put("table", ks.path, t)
         return t
 
     def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray:
@@ -72,16 +75,46 @@ class KeyCache:
             self._put("encoded", ks.path, e)
         return e
 
-    def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray:
-        """The single numeric key column as numpy (timestamps as int64)."""
+    def numeric(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> np.ndarray:
+        """The single numeric key column as numpy (timestamps as int64); `keep` as in `keys`."""
         a = self._get("numeric", ks.path)
         if a is None:
-            col = self.keys(ks, fields).column(0)
+            col = self.keys(ks, fields, keep).column(0)
             if pa.types.is_timestamp(col.type):
                 col = col.cast(pa.int64())
             a = col.to_numpy()
-            self._put("numeric", ks.path, a)
+            if keep:
+                self._put("numeric", ks.path, a)
         return a
+
+    def fits(self, key_spaces: Sequence[KeySpace], fields: list[pa.Field]) -> bool:
+        """Whether these key spaces' keys fill at most half the cache: then scans keep them
+        (repeated scans and takes search memory); beyond, keeping them would only evict."""
+        width = sum(max(1, f.type.bit_width // 8) if pa.types.is_primitive(f.type) else 16 for f in fields)
+        return 2 * width * sum(ks.rows for ks in key_spaces) <= self.max_bytes
+
+    def cached(self, ks: FileRef) -> bool:
+        """Whether the key space's keys are in memory (a lookup then needs no file read)."""
+        return ("numeric", ks.path) in self._lru or ("table", ks.path) in self._lru
+
+    def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
+        """The sparse index of a numeric key space (`KeyIndex`), built by one streamed pass over
+        its keys (one Vortex batch in memory) and cached by path: key spaces are immutable."""
+        idx = self._get("index", ks.path)
+        if idx is None:
+            firsts, offset = [], 0
+            for b in self.format.stream(ks, ["k0"], pa.schema([pa.field("k0", fields[0].type)])):
+                v = _as_numpy(b.column(0))
+                firsts.append(v[(-offset) % INDEX_STEP :: INDEX_STEP])
+                offset += len(v)
+            idx = KeyIndex(np.concatenate(firsts) if firsts else np.zeros(0), offset)
+            self._put("index", ks.path, idx)
+        return idx
+
+    def numeric_at(self, ks: FileRef, fields: list[pa.Field], rows: np.ndarray) -> np.ndarray:
+        """The numeric keys at sorted `rows` (Vortex reads only the chunks holding them)."""
+        t = self.format.read(ks, ["k0"], pa.schema([pa.field("k0", fields[0].type)]), rows)
+        return _as_numpy(t.column(0))
 
     def _get(self, kind: str, path: str) -> Any:
         v = self._lru.get((kind, path))
@@ -97,6 +130,56 @@ class KeyCache:
         while len(self._lru) > self._max or self._used > self.max_bytes:
             _, old = self._lru.popitem(last=False)
             self._used -= old.nbytes
+
+
+INDEX_STEP = 1024  # keys per block of a sparse key index
+
+
+@dataclass
+class KeyIndex:
+    """A numeric key space's sparse index: the key at every `INDEX_STEP`-th row (8 B per 1,024
+    keys). A key set finds its rows by reading only the blocks its keys fall in."""
+
+    firsts: np.ndarray
+    rows: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.firsts.nbytes)
+
+
+def _as_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A numeric key column as numpy (timestamps as their int64 value)."""
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.int64())
+    return np.asarray(col.to_numpy(zero_copy_only=False) if isinstance(col, pa.Array) else col.to_numpy())
+
+
+class IndexLookup(Protocol):
+    """What `find_keys` needs of a key cache (`KeyCache`, or a scan's counted view of it)."""
+
+    def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex: ...
+
+    def numeric_at(self, ks: FileRef, fields: list[pa.Field], rows: np.ndarray) -> np.ndarray: ...
+
+
+def find_keys(cache: IndexLookup, ks: FileRef, fields: list[pa.Field], pred: KeySet) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, keys) of a numeric key space holding keys of the key set `pred`, through the key
+    space's sparse index: only the blocks some wanted key falls in are read, never the whole
+    key table (a take of 50 keys from 100M keys reads at most 50 blocks per key space)."""
+    idx = cache.index(ks, fields)
+    want = _decoded_set(pred, fields).astype(idx.firsts.dtype)
+    blocks = np.searchsorted(idx.firsts, want, "right") - 1
+    blocks = np.unique(blocks[blocks >= 0])
+    if not len(blocks):
+        z = np.zeros(0, dtype=np.int64)
+        return z, z.astype(idx.firsts.dtype)
+    starts = blocks * INDEX_STEP
+    ends = np.minimum(starts + INDEX_STEP, idx.rows)
+    rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts, ends, strict=True)])
+    vals = cache.numeric_at(ks, fields, rows)
+    hit = np.unique(_exact(vals, want))
+    return rows[hit], vals[hit]
 
 
 def numeric_key(fields: Sequence[pa.Field]) -> bool:
@@ -168,6 +251,16 @@ def selected_rows(
     if rows is None:
         return np.arange(lo, max(lo, hi), dtype=np.int64)
     return rows[(rows >= lo) & (rows < hi)]
+
+
+def within_numeric(vals: np.ndarray, within: EncodedRange, fields: list[pa.Field]) -> np.ndarray:
+    """Which numeric keys `vals` fall inside a split's range `within` (full-key encodings)."""
+    ok = np.ones(len(vals), dtype=bool)
+    if within.lo is not None:
+        ok &= vals >= numeric_bound(within.lo, fields)
+    if within.hi is not None:
+        ok &= vals < numeric_bound(within.hi, fields)
+    return ok
 
 
 _DECODED: OrderedDict[int, tuple[KeySet, np.ndarray]] = OrderedDict()

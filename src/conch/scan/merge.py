@@ -1,7 +1,9 @@
 """Step 1 of the general path: merge the considered key spaces into distinct live keys.
 
 Reads keys only (through the scan's counted key cache): every considered key space's keys (or
-the rows the key predicate admits, by binary search), merged by `keyspace.merge_key_spaces`;
+the rows the key predicate admits, by binary search; a key set over a large numeric key space
+reads only the blocks its sparse index names, `keyspace.find_keys`), merged by
+`keyspace.merge_key_spaces`;
 then, per key, its newest tombstone (own level or an ancestor's prefix) decides whether it is
 alive and which of its rows are newer than the tombstone.
 """
@@ -13,9 +15,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.expr import computable
-from conch.keys import encode_keys
+from conch.keys import KeySet, encode_keys
 from conch.scan.context import ScanContext
-from conch.scan.keyspace import MergedKeys, merge_key_spaces, numeric_key, selected_rows
+from conch.scan.keyspace import (
+    MergedKeys,
+    find_keys,
+    merge_key_spaces,
+    numeric_key,
+    selected_rows,
+    within_numeric,
+)
 
 
 def merge(ctx: ScanContext) -> MergedKeys:
@@ -24,8 +33,27 @@ def merge(ctx: ScanContext) -> MergedKeys:
     fields = plan.key_fields
     numeric = numeric_key(fields)
     keys_of = ctx.keys()
-    parts, rows_l, nums = [], [], []
+    parts: list[pa.Table] = []
+    rows_l: list[np.ndarray] = []
+    nums: list[np.ndarray | None] = []
+    pred = plan.key_predicate
+    # a key set whose considered key tables would fill more than half the key cache finds its
+    # keys through each key space's sparse index instead (memory flat in the table's keys);
+    # smaller tables are cached whole, so repeated takes are binary searches in memory. The
+    # general path (`fast_paths=False`) always reads whole tables: the equivalence tests.
+    indexed = (
+        ctx.options.fast_paths and numeric and isinstance(pred, KeySet) and not keys_of.fits(plan.key_spaces, fields)
+    )
     for ks in plan.key_spaces:
+        if indexed and isinstance(pred, KeySet) and not keys_of.cached(ks):
+            at, found = find_keys(keys_of, ks, fields, pred)
+            if plan.within is not None:
+                ok = within_numeric(found, plan.within, fields)
+                at, found = at[ok], found[ok]
+            parts.append(pa.table({fields[0].name: pa.array(found).cast(fields[0].type)}))
+            rows_l.append(at)
+            nums.append(found)
+            continue
         kt = keys_of.keys(ks, fields)
         num = keys_of.numeric(ks, fields) if numeric else None
         rows = selected_rows(keys_of, ks, fields, plan.key_predicate, plan.within)
