@@ -72,16 +72,19 @@ class Warehouse:
 
 
 def budget_split(memory_budget: int) -> dict[str, int]:
-    """How a warehouse's memory budget is shared (bytes): the Vortex segment cache (1/4), the
+    """How a warehouse's memory budget is shared (bytes): the Vortex segment cache (1/8), the
     key-space cache (1/8), each scan's decoded-fragment cache (1/4; the streamed overlay decodes
     small runs within a quarter of it), a scan's output batch (1/16) and a write's input chunk
-    (1/4). The default 1 GiB gives the sizes these had before the budget existed."""
+    (1/4). The default 1 GiB gives the sizes these had before the budget existed, except the
+    segment cache (256 → 128 MB: a full scan of a large table filled it, measured in
+    `bench/memory.py`; the OS page cache still holds local files) and the key cache (512 MB per
+    form → 128 MB in all)."""
     if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < MIN_MEMORY_BUDGET:
         raise InvalidArgumentError(
             f"memory_budget must be a number of bytes >= {MIN_MEMORY_BUDGET >> 20} MiB, got {memory_budget!r}"
         )
     return {
-        "segment_cache": memory_budget // 4,
+        "segment_cache": memory_budget // 8,
         "key_cache": memory_budget // 8,
         "scan_cache": memory_budget // 4,
         "batch": memory_budget // 16,
