@@ -19,7 +19,8 @@ Before that, the **streamed zip path** (`stream.py`) is tried: for the shapes it
 overlapping runs, no tombstones), Vortex batches go straight to output. Every read is counted in
 the scan's own context (`context.py`).
 
-Memory: the keys of the considered key spaces, one output batch, and the bounded caches.
+Memory: the keys of the considered key spaces (a key set over large ones: only the blocks their
+sparse indexes name), one output batch, and the caches `connect(memory_budget=)` bounds.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The streamed zip path: Vortex batches straight to output, no per-key location arrays.
 
 It applies when no tombstone is considered. The considered key spaces are cut into *segments*
-in key order: clusters of key spaces whose key ranges overlap. A segment's *base* is its largest
-key set (one key space, or several holding identical key sets: a table written group by group,
-or rewritten whole); its other key spaces are *small runs* overlaid on the base (numeric keys;
-`overlay.py`): partial upserts and inserts of an un-compacted LSM tree, merged per batch by two
-binary searches and one take, never by sorting every key. Non-overlapping segments are one large
-write cut into several key spaces, or time-ordered appends. A key predicate must select a
+in key order. The *bases* are the largest key sets whose spans do not overlap one another (one
+key space, or several holding identical key sets: a table written group by group, or rewritten
+whole; disjoint bases are one large write cut into chunks, or time-ordered appends); every other
+key space is a *small run*, cut by row ranges among the segments it spans and overlaid on their
+bases (numeric keys; `overlay.py`): partial upserts and inserts of an un-compacted LSM tree,
+merged per batch by two binary searches and one take, never by sorting every key. A segment's
+keys are read when it streams, so a scan holds one segment's keys at a time. A key predicate must select a
 contiguous range of the base's rows (a `KeyRange`/`KeyPrefix`). Within a segment, every
 projected column's base cells sit in the dense fragments of one key space (the newest holding
 the column). A filter is allowed when there are no small runs and it pushes whole into the
