@@ -19,6 +19,7 @@ recorded) have neither and are read unverified.
 from __future__ import annotations
 
 import base64
+import errno
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -165,7 +166,14 @@ class VortexFormat:
             # small writes per file through its async runtime (futex storms), 2.5-4 ms for a
             # one-row file against ~1 ms here; large files write at the same speed either way
             # (docs/performance.md, "Commit latency").
-            vx.io.write(table, local, store=self._scratch_store())
+            try:
+                vx.io.write(table, local, store=self._scratch_store())
+            except RuntimeError as e:
+                if "os error 2" not in str(e):
+                    raise
+                # its scratch file vanished (a vacuum with grace 0 ran meanwhile): the same
+                # error as any other staged file that vanished (`TableLog.staging`)
+                raise FileNotFoundError(errno.ENOENT, f"the scratch file vanished while written ({e})", local) from e
             checksum = seal_file(local, total)
         return WrittenFile(total + self.storage.size(path), checksum)
 
