@@ -1,7 +1,8 @@
 """`python -m bench [--scale S] [--reps R] [--only 1,4,b]`: Conch vs Parquet (pyarrow, default
 and tuned), Lance, Delta and DuckDB-over-Parquet on the workloads of issue 5, in one process on
 the same generated data; `b` adds the backends (bench/backends.py: metastores, S3 vs local);
-`runs` adds issue 11's tables before compaction vs Lance, with peak RSS (bench/runs.py). Prints a table of medians and ratios to Conch, writes
+`runs` adds issue 11's tables before compaction vs Lance, with peak RSS (bench/runs.py); `commit`
+the one-row commit latency vs Lance and Delta appends (bench/commit_latency.py). Prints a table of medians and ratios to Conch, writes
 bench/results/scan.json and bench/results/scan.png."""
 
 from __future__ import annotations
@@ -375,8 +376,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
     ap.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,runs,loaders,compaction,b",
-        help="workloads to run, e.g. 4,5,loaders (b: backends; runs: issue 11's many-runs rows with peak RSS; "
+        default="1,2,3,4,5,6,7,commit,runs,loaders,compaction,b",
+        help="workloads to run, e.g. 4,5,loaders (b: backends; commit: one-row commit latency vs Lance and Delta; "
+        "runs: issue 11's many-runs rows with peak RSS; "
         "compaction: bench/compaction.py; memory: peak RSS vs Lance, bench/memory.py, not in the default set)",
     )
     ap.add_argument("--memory-rows", default="10M,50M,100M", help="row counts of `--only memory` (times --scale)")
@@ -394,6 +396,13 @@ def main() -> None:
         if wl in only:
             fn(args.work, args.scale, args.reps, rec)
             shutil.rmtree(args.work / f"w{wl}", ignore_errors=True)
+    if "commit" in only:  # the fixed cost of a commit: one-row appends vs Lance and Delta
+        from bench import commit_latency
+
+        commits = max(20, int(200 * args.scale))
+        for system, r in commit_latency.one_row(args.work / "commit", commits).items():
+            rec.add("8", "one-row commit (median)", system, r["median"], p90_ms=round(r["p90"] * 1e3, 2))
+        shutil.rmtree(args.work / "commit", ignore_errors=True)
     if "runs" in only:  # tables before compaction vs Lance, peak RSS per subprocess: bench/results/runs.json
         from bench import runs
 

@@ -1,17 +1,78 @@
-"""Latency of small commits: 200 upserts of 2,000 random keys each into one table.
+"""Latency of small commits.
 
-.venv/bin/python bench/commit_latency.py
+- `one_row`: the fixed cost of a commit. One-row appends, one commit each, into Conch (an upsert
+  of a new key, default maintenance policy), Lance (`write_dataset(mode="append")`) and Delta
+  (`write_deltalake(mode="append")`); median and p90 wall time per commit, and CPU time per
+  commit (process-wide: it includes Lance's and Delta's own threads; on a shared machine it is
+  the steadier number). `python -m bench
+  --only commit` runs it as the "one-row commit" row.
+- `main`: 200 upserts of 2,000 random keys each into one table.
+
+.venv/bin/python bench/commit_latency.py [commits]
 """
 
 from __future__ import annotations
 
+import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 import conch
+
+
+def _row(k: int) -> pa.Table:
+    return pa.table({"id": pa.array([k], pa.int64()), "x": [k * 0.5], "s": [f"value {k}"]})
+
+
+def _timed(commit: Callable[[int], object], commits: int, warmup: int = 5) -> tuple[list[float], float]:
+    """Wall seconds of each commit after `warmup` untimed ones, and CPU seconds per commit."""
+    for k in range(warmup):
+        commit(k)
+    walls = []
+    cpu = time.process_time()
+    for k in range(warmup, warmup + commits):
+        t = time.perf_counter()
+        commit(k)
+        walls.append(time.perf_counter() - t)
+    return walls, (time.process_time() - cpu) / commits
+
+
+def one_row(work: Path, commits: int = 200) -> dict[str, dict[str, float]]:
+    """Per system: median and p90 wall seconds and CPU seconds of a one-row commit."""
+    import lance
+    from deltalake import write_deltalake
+
+    work.mkdir(parents=True, exist_ok=True)
+    table = conch.connect(tempfile.mkdtemp(prefix="conch-", dir=work)).create_table("t", [("id", pa.int64())])
+    lance_uri = tempfile.mkdtemp(prefix="lance-", dir=work) + "/ds"
+    delta_uri = tempfile.mkdtemp(prefix="delta-", dir=work)
+
+    def conch_upsert(k: int) -> None:
+        table.write(_row(k))
+
+    def lance_append(k: int) -> None:
+        lance.write_dataset(_row(k), lance_uri, mode="append" if k else "create")
+
+    def delta_append(k: int) -> None:
+        write_deltalake(delta_uri, _row(k), mode="append")
+
+    out: dict[str, dict[str, float]] = {}
+    for name, fn in (("conch", conch_upsert), ("lance", lance_append), ("delta", delta_append)):
+        walls, cpu = _timed(fn, commits)
+        walls.sort()
+        out[name] = {"median": statistics.median(walls), "p90": walls[int(len(walls) * 0.9)], "cpu": cpu}
+        print(
+            f"  one-row commit  {name:<6} median {out[name]['median'] * 1e3:6.2f} ms  "
+            f"p90 {out[name]['p90'] * 1e3:6.2f} ms  cpu {cpu * 1e3:6.2f} ms  ({commits} commits)",
+            flush=True,
+        )
+    return out
 
 
 def main(commits: int = 200, rows: int = 2000) -> float:
@@ -27,4 +88,6 @@ def main(commits: int = 200, rows: int = 2000) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    one_row(Path(tempfile.mkdtemp(prefix="commit-latency-")), n)
+    main(n)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import logging
 import os
 import shutil
 import signal
@@ -27,13 +26,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conch.pipelines.local_s3 import atomic_conditional_puts
+from conch.pipelines.local_s3 import LocalS3, s3_server
 
 
 def free_port() -> int:
@@ -55,63 +54,20 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 # --- S3 (moto) ---------------------------------------------------------------------------
 
 
-@dataclass
-class MotoS3:
-    """A running moto S3 server and one bucket on it."""
-
-    endpoint: str
-    bucket: str = "conch-tests"
-    options: dict[str, Any] = field(default_factory=dict)
+@dataclass(frozen=True)
+class MotoS3(LocalS3):
+    """A running moto S3 server (`conch.pipelines.local_s3.s3_server`) and one bucket on it."""
 
     def uri(self, prefix: str | None = None) -> str:
         """A fresh warehouse URI in the bucket (a new random prefix unless one is given)."""
         return f"s3://{self.bucket}/{prefix or uuid.uuid4().hex[:12]}"
 
-    @property
-    def env(self) -> dict[str, str]:
-        """Environment variables that point an S3 client (obstore, Spark executors) here."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-            "AWS_ALLOW_HTTP": "true",
-        }
-
 
 @contextlib.contextmanager
 def moto_server() -> Iterator[MotoS3]:
     """A moto S3 server on a free loopback port with one bucket, stopped on exit."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    atomic_conditional_puts()
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        s3 = MotoS3(endpoint)
-        s3.options = {
-            "endpoint": endpoint,
-            "access_key_id": "testing",
-            "secret_access_key": "testing",
-            "region": "us-east-1",
-            "allow_http": True,
-        }
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket=s3.bucket)
-        yield s3
-    finally:
-        server.stop()
+    with s3_server("conch-tests", key="testing") as s3:
+        yield MotoS3(s3.endpoint, s3.bucket, s3.key)
 
 
 @pytest.fixture(scope="session")

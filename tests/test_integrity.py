@@ -231,6 +231,32 @@ def test_wal_entry_edited_in_the_metastore(pristine: Built, tmp_path: Path) -> N
     assert any("WAL entry 4" in p for p in problems) and any("WAL entry 2" in p for p in problems), problems
 
 
+def test_newest_wal_entry_hidden_from_the_metastore_is_an_error_not_an_older_table(
+    pristine: Built, tmp_path: Path
+) -> None:
+    """SQLite has no page checksums: a damaged `wal` index can hide rows from an indexed read.
+    Hiding the newest entry (here: deleting its row) must not make the table read as of the
+    entry before it; the head kept beside the log tells."""
+    b = _copy(pristine, tmp_path / "c")
+    with sqlite3.connect(str(b.root / "_catalog.sqlite")) as c:
+        (newest,) = c.execute("SELECT MAX(seq) FROM wal").fetchone()
+        c.execute("DELETE FROM wal WHERE seq = ?", (newest,))
+    with pytest.raises(CorruptFileError, match=rf"_catalog\.sqlite.*entries \[{newest}\]"):
+        conch.connect(b.root).table("t").to_arrow()
+
+
+def test_a_metastore_written_before_heads_were_kept_reads_and_commits(pristine: Built, tmp_path: Path) -> None:
+    b = _copy(pristine, tmp_path / "c")
+    with sqlite3.connect(str(b.root / "_catalog.sqlite")) as c:
+        c.execute("DROP TABLE heads")  # the file as an older Conch left it
+    t = conch.connect(b.root).table("t")
+    assert t.to_arrow().combine_chunks().equals(b.expected)
+    t.write({"id": np.array([0], dtype=np.uint64), "y": np.array([7], dtype=np.int64)})
+    with sqlite3.connect(str(b.root / "_catalog.sqlite")) as c:
+        assert c.execute("SELECT seq FROM heads").fetchall() == c.execute("SELECT MAX(seq) FROM wal").fetchall()
+    assert conch.connect(b.root).table("t").scan(keys=[0]).to_arrow()["y"].to_pylist() == [7]
+
+
 def test_check_on_a_sound_table_and_the_cli(pristine: Built, tmp_path: Path) -> None:
     b = _copy(pristine, tmp_path / "c")
     report = conch.connect(b.root).table("t").check()

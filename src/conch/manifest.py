@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -76,6 +76,7 @@ class Fragment:
 
 
 R = TypeVar("R", KeySpace, Fragment)
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (KeySpace, Fragment)}
 
 
 def record_from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
@@ -90,7 +91,9 @@ def record_from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
 
 
 def record_to_dict(record: KeySpace | Fragment) -> dict[str, Any]:
-    return asdict(record)
+    """A record's fields by name. Records are flat (numbers, strings, tuples of ints), so this is
+    a shallow read: `dataclasses.asdict` deep-copies every value, which cost a commit ~0.3 ms."""
+    return {name: getattr(record, name) for name in _FIELDS[type(record)]}
 
 
 class FrozenMap(Mapping[str, Any]):

@@ -235,11 +235,13 @@ class TableLog:
     # ----- commits ----------------------------------------------------------------------
     @contextlib.contextmanager
     def staging(self) -> Iterator[None]:
-        """Around writing a transaction's files: a file that vanishes while being written (a
-        vacuum with a shorter grace period than the write took) is a `CommitConflictError`,
-        and a dropped table a `TableNotFoundError`."""
+        """Around writing a transaction's files, which are durable when it exits (one
+        `Storage.batch`): a file that vanishes while being written (a vacuum with a shorter
+        grace period than the write took) is a `CommitConflictError`, and a dropped table a
+        `TableNotFoundError`."""
         try:
-            yield
+            with self.warehouse.storage.batch():  # the files become durable together, at the end
+                yield
         except FileNotFoundError as e:
             self._check_exists()
             raise CommitConflictError(

@@ -255,8 +255,9 @@ class _Replay:
     def __init__(self, state: TableState) -> None:
         self.schema = state.schema
         self.seq, self.time = state.seq, state.time
-        self.key_spaces = dict(state.key_spaces)
-        self.fragments = dict(state.fragments)
+        # from `items()`: `dict(mapping)` would call the read-only view's `__getitem__` per key
+        self.key_spaces = dict(state.key_spaces.items())
+        self.fragments = dict(state.fragments.items())
         self.horizon = state.horizon
 
     def apply(self, entry: Entry, seq: int, time: int) -> _Replay:

@@ -4,6 +4,12 @@ SQLite serialises writers with `BEGIN IMMEDIATE`, so the CAS of `append` is a re
 sequence number and an insert inside one write transaction. WAL journal mode lets readers run
 while a writer commits.
 
+The `heads` table keeps each table's last sequence number and time beside the log, written in
+the same transaction as the entry. SQLite has no page checksums, so damage to the `wal` table's
+primary-key index can hide rows from an indexed read; the head is what lets `read_log` tell a
+short log from a hidden entry (a `CorruptFileError`, never a silently older table). Files written
+before the table existed get their heads on their next commit (until then: `MAX(seq)`).
+
 The file is created by the first `create_table` (or `create=True`), never by a read: looking
 into a mistyped warehouse must not leave one behind. Connections are per thread and per process:
 a child created by `fork()` (a data-loader worker) opens its own instead of sharing its parent's
@@ -19,7 +25,13 @@ import threading
 import time
 from pathlib import Path
 
-from conch.errors import CommitConflictError, CommitStateUnknownError, TableExistsError, TableNotFoundError
+from conch.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    CorruptFileError,
+    TableExistsError,
+    TableNotFoundError,
+)
 from conch.integrity import sqlite_damage_named
 from conch.metastore.base import LogEntry, TableRecord
 
@@ -29,6 +41,8 @@ CREATE TABLE IF NOT EXISTS tables (
 CREATE TABLE IF NOT EXISTS wal (
     table_id TEXT NOT NULL, seq INTEGER NOT NULL, time_us INTEGER NOT NULL, entry TEXT NOT NULL,
     PRIMARY KEY (table_id, seq));
+CREATE TABLE IF NOT EXISTS heads (
+    table_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, time_us INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS snapshots (
     table_id TEXT NOT NULL, seq INTEGER NOT NULL, path TEXT NOT NULL, PRIMARY KEY (table_id, seq));
 """
@@ -125,6 +139,7 @@ class SqliteMetastore:
         try:
             c.execute("DELETE FROM tables WHERE name = ?", (name,))
             c.execute("DELETE FROM wal WHERE table_id = ?", (rec.id,))
+            c.execute("DELETE FROM heads WHERE table_id = ?", (rec.id,))
             c.execute("DELETE FROM snapshots WHERE table_id = ?", (rec.id,))
             c.execute("COMMIT")
         except BaseException:
@@ -146,10 +161,7 @@ class SqliteMetastore:
             if c.execute("SELECT 1 FROM tables WHERE id = ?", (table_id,)).fetchone() is None:
                 c.execute("ROLLBACK")
                 raise TableNotFoundError(f"table {table_id} was dropped in {self.path}; nothing was committed")
-            last_seq, last_time = c.execute(
-                "SELECT COALESCE(MAX(seq), 0), COALESCE(MAX(time_us), 0) FROM wal WHERE table_id = ?",
-                (table_id,),
-            ).fetchone()
+            last_seq, last_time = self._head(c, table_id)
             if last_seq != expected_seq:
                 c.execute("ROLLBACK")
                 raise CommitConflictError(f"log of table {table_id} is at {last_seq}, expected {expected_seq}")
@@ -157,6 +169,11 @@ class SqliteMetastore:
             c.execute(
                 "INSERT INTO wal (table_id, seq, time_us, entry) VALUES (?, ?, ?, ?)",
                 (table_id, expected_seq + 1, t, entry),
+            )
+            c.execute(
+                "INSERT INTO heads (table_id, seq, time_us) VALUES (?, ?, ?) "
+                "ON CONFLICT (table_id) DO UPDATE SET seq = excluded.seq, time_us = excluded.time_us",
+                (table_id, expected_seq + 1, t),
             )
             c.execute("COMMIT")
         except (CommitConflictError, TableNotFoundError):
@@ -170,16 +187,38 @@ class SqliteMetastore:
     def read_log(self, table_id: str, after_seq: int = 0, upto_seq: int | None = None) -> list[LogEntry]:
         c = self._check_table(self._reader(), table_id)
         upto = upto_seq if upto_seq is not None else 2**62
+        # one statement, so the head and the rows come from one snapshot of the file
         rows = c.execute(
-            "SELECT seq, time_us, entry FROM wal WHERE table_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
-            (table_id, after_seq, upto),
-        )
-        return [LogEntry(*r) for r in rows]
+            "SELECT 0, seq, time_us, entry FROM wal WHERE table_id = ? AND seq > ? AND seq <= ? "
+            "UNION ALL SELECT 1, seq, time_us, NULL FROM heads WHERE table_id = ? ORDER BY 1, 2",
+            (table_id, after_seq, upto, table_id),
+        ).fetchall()
+        head = rows.pop()[1:] if rows and rows[-1][0] == 1 else None
+        entries = [LogEntry(*r[1:]) for r in rows]
+        last = min(upto, int(head[0])) if head is not None else (entries[-1].seq if entries else after_seq)
+        if [e.seq for e in entries] != list(range(after_seq + 1, last + 1)):
+            found = {e.seq for e in entries}
+            missing = [s for s in range(after_seq + 1, last + 1) if s not in found]
+            raise CorruptFileError(
+                f"the metastore {self.path} is damaged: the log of table {table_id} ends at entry {last} but "
+                f"entries {missing[:5]}{' ...' if len(missing) > 5 else ''} cannot be read (a damaged index or "
+                "row); `conch check` reports it; restore the file from a backup"
+            )
+        return entries
 
     def last_seq(self, table_id: str) -> int:
-        c = self._check_table(self._reader(), table_id)
-        row = c.execute("SELECT COALESCE(MAX(seq), 0) FROM wal WHERE table_id = ?", (table_id,)).fetchone()
-        return int(row[0])
+        return self._head(self._check_table(self._reader(), table_id), table_id)[0]
+
+    @staticmethod
+    def _head(c: sqlite3.Connection, table_id: str) -> tuple[int, int]:
+        """(last seq, last time) of a table's log: its head row, or the log's maximum for files
+        written before heads were kept."""
+        row = c.execute("SELECT seq, time_us FROM heads WHERE table_id = ?", (table_id,)).fetchone()
+        if row is None:
+            row = c.execute(
+                "SELECT COALESCE(MAX(seq), 0), COALESCE(MAX(time_us), 0) FROM wal WHERE table_id = ?", (table_id,)
+            ).fetchone()
+        return int(row[0]), int(row[1])
 
     def seq_at_time(self, table_id: str, time_us: int) -> int:
         c = self._check_table(self._reader(), table_id)

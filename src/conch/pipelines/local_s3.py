@@ -38,6 +38,7 @@ class LocalS3:
 
     endpoint: str
     bucket: str
+    key: str = "conch-demo"  # access key id and secret (moto checks neither)
 
     def uri(self, prefix: str) -> str:
         """`s3://<bucket>/<prefix>`: a warehouse URI on this server."""
@@ -48,10 +49,21 @@ class LocalS3:
         """The environment variables that point S3 clients (obstore, Spark workers) here."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": "conch-demo",
-            "AWS_SECRET_ACCESS_KEY": "conch-demo",
+            "AWS_ACCESS_KEY_ID": self.key,
+            "AWS_SECRET_ACCESS_KEY": self.key,
             "AWS_REGION": "us-east-1",
             "AWS_ALLOW_HTTP": "true",
+        }
+
+    @property
+    def options(self) -> dict[str, object]:
+        """The same as `storage_options=` of `conch.connect`, for clients that take no environment."""
+        return {
+            "endpoint": self.endpoint,
+            "access_key_id": self.key,
+            "secret_access_key": self.key,
+            "region": "us-east-1",
+            "allow_http": True,
         }
 
 
@@ -84,26 +96,36 @@ def atomic_conditional_puts() -> None:
 
 
 @contextmanager
-def local_s3(bucket: str = BUCKET) -> Iterator[LocalS3]:
-    """Start moto on a free port of 127.0.0.1, create `bucket`, point the environment at it;
-    stop the server and restore the environment on exit."""
+def s3_server(bucket: str = BUCKET, key: str = "conch-demo") -> Iterator[LocalS3]:
+    """Start moto on a free port of 127.0.0.1 with one empty `bucket`; stop it on exit. The
+    environment is left alone (`local_s3` points it here)."""
     server_mod = optional_import("moto.server")
     atomic_conditional_puts()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
     port = _free_port()
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    s3 = LocalS3(f"http://127.0.0.1:{port}", bucket)
-    saved = {k: os.environ.get(k) for k in s3.env}
     try:
+        s3 = LocalS3(f"http://127.0.0.1:{port}", bucket, key)
         # moto does not check signatures: a plain PUT creates the bucket (no boto3 needed).
         urllib.request.urlopen(urllib.request.Request(f"{s3.endpoint}/{bucket}", method="PUT"), timeout=30).close()
-        os.environ.update(s3.env)
         yield s3
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         server.stop()
+
+
+@contextmanager
+def local_s3(bucket: str = BUCKET) -> Iterator[LocalS3]:
+    """`s3_server`, with the environment pointed at it for the life of the context (restored on
+    exit)."""
+    with s3_server(bucket) as s3:
+        saved = {k: os.environ.get(k) for k in s3.env}
+        try:
+            os.environ.update(s3.env)
+            yield s3
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

@@ -92,6 +92,16 @@ class Storage(Protocol):
         file: never keep it."""
         ...
 
+    def batch(self) -> AbstractContextManager[None]:
+        """Around writing one transaction's new files (`TableLog.staging`): the files this
+        thread writes inside (`write`, `staged`) become durable together when the block exits
+        cleanly, not each before its call returns, so a backend that syncs per file can sync
+        them at once (a local directory issues the fsyncs concurrently: the file system's
+        journal commits them as one). On an exception they may never become durable: they are
+        unreferenced, and vacuum removes them. Only for new files (fresh ids): an overwrite
+        inside a batch could lose both versions in a crash. Batches nest (the outermost syncs)."""
+        ...
+
     def exists(self, path: str) -> bool:
         """Whether a file exists at `path`."""
         ...
