@@ -439,9 +439,9 @@ class _CountingReader:
         self._count(self._path, length)
         return self._reader.read_at(offset, length)
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        self._count(self._path, sum(n for _, n in ranges))
-        return self._reader.read_ranges(ranges)
+    def read_into(self, offsets: Sequence[int], lengths: Sequence[int], out: memoryview) -> int:
+        self._count(self._path, sum(lengths))
+        return self._reader.read_into(offsets, lengths, out)
 
     def close(self) -> None:
         self._reader.close()
@@ -540,53 +540,60 @@ def _blob_index(t: pa.Table | pa.RecordBatch, c: str) -> _BlobIndex:
     return _BlobIndex(o, n, valid, h)
 
 
-def coalesce(o: np.ndarray, n: np.ndarray) -> list[tuple[int, int]]:
-    """`(offset, length)` reads covering the values at offsets `o` with lengths `n` in order,
-    adjacent values merged into one read; empty values need no read."""
-    ranges: list[tuple[int, int]] = []
-    i = 0
-    while i < len(o):
-        j = i
-        end = o[i] + n[i]
-        while j + 1 < len(o) and o[j + 1] == end:  # coalesce contiguous values
-            j += 1
-            end += n[j]
-        if end > o[i]:
-            ranges.append((int(o[i]), int(end - o[i])))
-        i = j + 1
-    return ranges
+def coalesce(o: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, lengths) of the reads covering the values at offsets `o` with lengths `n`, in
+    order, adjacent values merged into one read (vectorised: a take of thousands of values costs
+    no Python per value); empty values need no read."""
+    keep = n > 0
+    o, n = o[keep], n[keep]
+    if len(o) == 0:
+        return o, n
+    end = o + n
+    first = np.flatnonzero(np.r_[True, o[1:] != end[:-1]])
+    last = np.r_[first[1:], len(o)] - 1
+    return o[first], end[last] - o[first]
 
 
 def _read_ranges(bf: RangeReader, idx: _BlobIndex, t: pa.DataType, name: str) -> tuple[pa.Array, int]:
-    """Read exactly the values of `idx` from blob file `name` (adjacent ones in one read), verify
-    them against their recorded hashes, and build an Arrow array of type `t`."""
+    """Read exactly the values of `idx` from blob file `name` (adjacent ones in one read)
+    straight into the Arrow array's data buffer, verify them against their recorded hashes,
+    and build an Arrow array of type `t`."""
     o, n, valid = idx.offsets, idx.lengths, idx.valid
-    parts = bf.read_ranges(coalesce(o, n))
-    out = b"".join(parts)
-    if len(out) != int(n.sum()):
-        raise CorruptFileError(
-            f"{name} is damaged: shorter than its index says ({len(out)} of {int(n.sum())} bytes read)"
-        )
+    total = int(n.sum())
+    data = np.empty(total, dtype=np.uint8)
+    starts, lengths = coalesce(o, n)
+    got = bf.read_into(starts.tolist(), lengths.tolist(), data.data) if total else 0
+    if got != total:
+        raise CorruptFileError(f"{name} is damaged: shorter than its index says ({got} of {total} bytes read)")
     if idx.hashes is not None:
-        check_values(out, n, valid, idx.hashes, name)
-    validity = pa.array(valid).buffers()[1] if not valid.all() else None
+        check_values(data.data, n, valid, idx.hashes, name)
     storage_t = t.storage_type if isinstance(t, pa.ExtensionType) else t
     if pa.types.is_fixed_size_list(storage_t):
         vt = storage_t.value_type
         width = vt.bit_width // 8 * storage_t.list_size
-        data = np.zeros((len(o), width), dtype=np.uint8)
-        data[valid] = np.frombuffer(out, dtype=np.uint8).reshape(-1, width)
-        values = pa.Array.from_buffers(vt, len(o) * storage_t.list_size, [None, pa.py_buffer(data)])
-        arr: pa.Array = pa.FixedSizeListArray.from_arrays(values, storage_t.list_size, mask=pa.array(~valid))
+        if valid.all():
+            flat = data
+        else:
+            flat = np.zeros((len(o), width), dtype=np.uint8)
+            flat[valid] = data.reshape(-1, width)
+        values = pa.Array.from_buffers(vt, len(o) * storage_t.list_size, [None, pa.py_buffer(flat)])
+        mask = None if valid.all() else pa.array(~valid)
+        arr: pa.Array = pa.FixedSizeListArray.from_arrays(values, storage_t.list_size, mask=mask)
     else:
-        offsets = np.zeros(len(o) + 1, dtype=np.int64)
+        validity = None if valid.all() else pa.array(valid).buffers()[1]
+        large = pa.types.is_large_binary(storage_t) or pa.types.is_large_string(storage_t)
+        # 32-bit offsets where the type has them and the values fit: no cast (a copy) afterwards
+        small = not large and total < 1 << 31
+        offsets = np.zeros(len(o) + 1, dtype=np.int32 if small else np.int64)
         np.cumsum(n, out=offsets[1:])
-        big_t = pa.large_binary() if pa.types.is_binary(storage_t) else pa.large_string()
-        arr = pa.Array.from_buffers(big_t, len(o), [validity, pa.py_buffer(offsets), pa.py_buffer(out)])
-        arr = arr.cast(storage_t)
+        binary = pa.types.is_binary(storage_t) or pa.types.is_large_binary(storage_t)
+        arr_t = storage_t if small else pa.large_binary() if binary else pa.large_string()
+        arr = pa.Array.from_buffers(arr_t, len(o), [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+        if arr.type != storage_t:
+            arr = arr.cast(storage_t)
     if isinstance(t, pa.ExtensionType):
         arr = pa.ExtensionArray.from_storage(t, arr)
-    return arr, len(out)
+    return arr, total
 
 
 def column_stats(col: pa.ChunkedArray | pa.Array) -> tuple[Any, Any, int]:
