@@ -29,6 +29,21 @@ def timed(fn: Callable[[], Any], reps: int, warmup: bool = True) -> tuple[float,
     return median(times), out
 
 
+def interleaved(a: Callable[[], Any], b: Callable[[], Any], reps: int) -> tuple[float, float, Any, Any]:
+    """Median wall times of `a` and `b`, run alternately (a, b, a, b, ...) after one warm-up
+    each, so a burst of load on a shared machine hits both; and their last outputs."""
+    out_a, out_b = a(), b()
+    ta, tb = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out_a = a()
+        ta.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        out_b = b()
+        tb.append(time.perf_counter() - t0)
+    return median(ta), median(tb), out_a, out_b
+
+
 def rchar() -> int:
     """Bytes this process has read through read syscalls (page cache included)."""
     with open("/proc/self/io") as f:

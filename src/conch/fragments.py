@@ -237,40 +237,98 @@ class VortexFormat:
         blob_columns: Sequence[str] = (),
     ) -> pa.Table:
         """Read `columns` (all rows, or the sorted row `indices`) cast to `schema`."""
-        if indices is not None and len(indices) == 0:
+        return self.read_many([(ref, indices)], columns, schema, blob_columns)
+
+    def read_many(
+        self,
+        parts: Sequence[tuple[FileRef, np.ndarray | None]],
+        columns: Sequence[str],
+        schema: pa.Schema,
+        blob_columns: Sequence[str] = (),
+    ) -> pa.Table:
+        """Read `columns` cast to `schema` from several files with the same blob columns (all
+        rows, or the sorted row indices, of each), concatenated in order. A take over many
+        fragments costs one Arrow array per column, not one per fragment: the blob values of
+        every file are read straight into one buffer and checked in one pass."""
+        parts = [(ref, idx) for ref, idx in parts if idx is None or len(idx)]
+        if not parts:
             return schema.empty_table()
-        path = ref.path
         inline = [c for c in columns if c not in blob_columns]
         blobs = [c for c in columns if c in blob_columns]
+        tables, indexes = [], []
+        for ref, indices in parts:
+            t, idx = self._locate(ref, inline, blobs, schema, indices)
+            tables.append(t)
+            indexes.append(idx)
+        got: dict[str, Any] = {}
+        if inline:
+            t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            got = {c: t.column(c) for c in inline}
+        for c in blobs:
+            got[c] = self._read_values(
+                [(ref, idx[c]) for (ref, _), idx in zip(parts, indexes, strict=True)], schema.field(c).type
+            )
+        return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
+
+    def _locate(
+        self, ref: FileRef, inline: list[str], blobs: list[str], schema: pa.Schema, indices: np.ndarray | None
+    ) -> tuple[pa.Table, dict[str, _BlobIndex]]:
+        """The inline columns of one file and where its blob values are (rows `indices` or all).
+        A file taken from more than once keeps its blob index in memory (17 B/row), so a repeated
+        random take reads only the values; the first take reads only the index rows it needs."""
+        path = ref.path
+        cached = False
         if blobs and indices is not None:
-            # a repeated take: the blob index comes from memory, the values by pread
             if len(self._takes) > 65536:
                 self._takes.clear()
             self._takes[path] = self._takes.get(path, 0) + 1
-            if self._takes[path] > 1 or all((path, c) in self._blob_idx for c in blobs):
-                return self._take_cached(ref, columns, schema, indices, inline, blobs)
-        file_fields = [schema.field(c) for c in inline]
-        for c in blobs:
-            file_fields += _index_fields(c, ref)
-        file_schema = pa.schema(file_fields)
+            cached = self._takes[path] > 1 or all((path, c) in self._blob_idx for c in blobs)
+        fields = [schema.field(c) for c in inline]
+        if not cached:
+            for c in blobs:
+                fields += _index_fields(c, ref)
+        table = self._vortex_read(ref, pa.schema(fields), indices, inline + blobs)
+        if cached:
+            assert indices is not None
+            return table, {c: self._index(ref, c).take(indices) for c in blobs}
+        return table.select(inline), {c: _blob_index(table, c) for c in blobs}
+
+    def _vortex_read(
+        self, ref: FileRef, file_schema: pa.Schema, indices: np.ndarray | None, what: list[str]
+    ) -> pa.Table:
+        if not file_schema.names:
+            return file_schema.empty_table()
         f = self._file(ref)
         try:
             idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
-            table = f.to_arrow(file_schema.names, indices=idx, schema=file_schema).read_all()
+            return f.to_arrow(file_schema.names, indices=idx, schema=file_schema).read_all()
         except Exception as e:
-            raise self._damage(ref, f"cannot read {list(columns)} from {path}", e) from e
-        if not blobs:
-            return table
-        out = []
-        bf = self._blob_reader(path)
-        for c in columns:
-            if c in blob_columns:
-                arr, n = _read_ranges(bf, _blob_index(table, c), schema.field(c).type, path + BLOB_SUFFIX)
-                self._count(path, n)
-                out.append(arr)
-            else:
-                out.append(table.column(c))
-        return pa.Table.from_arrays(out, schema=schema)
+            raise self._damage(ref, f"cannot read {what} from {ref.path}", e) from e
+
+    def _read_values(self, parts: list[tuple[FileRef, _BlobIndex]], t: pa.DataType) -> pa.Array:
+        """The blob values `parts` point at, file after file, as one Arrow array of type `t`:
+        each file's (coalesced) ranges are read straight into one shared buffer and verified."""
+        sizes = [int(idx.lengths.sum()) for _, idx in parts]
+        data = np.empty(sum(sizes), dtype=np.uint8)
+        pos = 0
+        for (ref, idx), size in zip(parts, sizes, strict=True):
+            if size:
+                name = ref.path + BLOB_SUFFIX
+                view = data.data[pos : pos + size]
+                starts, lengths = coalesce(idx.offsets, idx.lengths)
+                got = self._blob_reader(ref.path).read_into(starts.tolist(), lengths.tolist(), view)
+                self._count(ref.path, got)
+                if got != size:
+                    raise CorruptFileError(
+                        f"{name} is damaged: shorter than its index says ({got} of {size} bytes read)"
+                    )
+                if idx.hashes is not None:
+                    check_values(view, idx.lengths, idx.valid, idx.hashes, name)
+            pos += size
+        if len(parts) == 1:
+            return _blob_array(data, parts[0][1].lengths, parts[0][1].valid, t)
+        lengths = np.concatenate([idx.lengths for _, idx in parts])
+        return _blob_array(data, lengths, np.concatenate([idx.valid for _, idx in parts]), t)
 
     def stream(
         self,
@@ -318,34 +376,10 @@ class VortexFormat:
             arrays = []
             for c in out_schema.names:
                 if c in blob_columns:
-                    arr, n = _read_ranges(bf, _blob_index(batch, c), schema.field(c).type, ref.path + BLOB_SUFFIX)
-                    self._count(ref.path, n)
-                    arrays.append(arr)
+                    arrays.append(self._read_values([(ref, _blob_index(batch, c))], schema.field(c).type))
                 else:
                     arrays.append(batch.column(c))
             yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
-
-    def _take_cached(
-        self,
-        ref: FileRef,
-        columns: Sequence[str],
-        schema: pa.Schema,
-        indices: np.ndarray,
-        inline: list[str],
-        blobs: list[str],
-    ) -> pa.Table:
-        got: dict[str, Any] = {}
-        if inline:
-            t = self.read(ref, inline, pa.schema([schema.field(c) for c in inline]), indices)
-            got.update({c: t.column(c) for c in inline})
-        bf = self._blob_reader(ref.path)
-        for c in blobs:
-            arr, nbytes = _read_ranges(
-                bf, self._index(ref, c).take(indices), schema.field(c).type, ref.path + BLOB_SUFFIX
-            )
-            self._count(ref.path, nbytes)
-            got[c] = arr
-        return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
 
     def _index(self, ref: FileRef, c: str) -> _BlobIndex:
         key = (ref.path, c)
@@ -402,7 +436,6 @@ class VortexFormat:
             raise CorruptFileError(f"{name} is missing: the table references it") from e
         if size != verified.blob_bytes:
             raise CorruptFileError(f"{name} is damaged: it is {size} bytes, its fragment says {verified.blob_bytes}")
-        bf = self._blob_reader(ref.path)
         for c in blob_columns:
             idx = self._index(ref, c)
             ends = np.cumsum(idx.lengths)
@@ -411,7 +444,7 @@ class VortexFormat:
                 base = ends[start - 1] if start else 0
                 stop = max(start + 1, int(np.searchsorted(ends, base + (8 << 20), side="right")))
                 rows = np.arange(start, stop)
-                _read_ranges(bf, idx.take(rows), pa.binary(), name)
+                self._read_values([(ref, idx.take(rows))], pa.binary())
                 start = stop
         return size
 
@@ -458,9 +491,9 @@ class _CountingReader:
         self._count(self._path, length)
         return self._reader.read_at(offset, length)
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        self._count(self._path, sum(n for _, n in ranges))
-        return self._reader.read_ranges(ranges)
+    def read_into(self, offsets: Sequence[int], lengths: Sequence[int], out: memoryview) -> int:
+        self._count(self._path, sum(lengths))
+        return self._reader.read_into(offsets, lengths, out)
 
     def close(self) -> None:
         self._reader.close()
@@ -559,53 +592,54 @@ def _blob_index(t: pa.Table | pa.RecordBatch, c: str) -> _BlobIndex:
     return _BlobIndex(o, n, valid, h)
 
 
-def coalesce(o: np.ndarray, n: np.ndarray) -> list[tuple[int, int]]:
-    """`(offset, length)` reads covering the values at offsets `o` with lengths `n` in order,
-    adjacent values merged into one read; empty values need no read."""
-    ranges: list[tuple[int, int]] = []
-    i = 0
-    while i < len(o):
-        j = i
-        end = o[i] + n[i]
-        while j + 1 < len(o) and o[j + 1] == end:  # coalesce contiguous values
-            j += 1
-            end += n[j]
-        if end > o[i]:
-            ranges.append((int(o[i]), int(end - o[i])))
-        i = j + 1
-    return ranges
+def coalesce(o: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, lengths) of the reads covering the values at offsets `o` with lengths `n`, in
+    order, adjacent values merged into one read (vectorised: a take of thousands of values costs
+    no Python per value); empty values need no read."""
+    keep = n > 0
+    o, n = o[keep], n[keep]
+    if len(o) == 0:
+        return o, n
+    end = o + n
+    starts = np.ones(len(o), dtype=bool)
+    np.not_equal(o[1:], end[:-1], out=starts[1:])
+    first = np.flatnonzero(starts)
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = len(o) - 1
+    return o[first], end[last] - o[first]
 
 
-def _read_ranges(bf: RangeReader, idx: _BlobIndex, t: pa.DataType, name: str) -> tuple[pa.Array, int]:
-    """Read exactly the values of `idx` from blob file `name` (adjacent ones in one read), verify
-    them against their recorded hashes, and build an Arrow array of type `t`."""
-    o, n, valid = idx.offsets, idx.lengths, idx.valid
-    parts = bf.read_ranges(coalesce(o, n))
-    out = b"".join(parts)
-    if len(out) != int(n.sum()):
-        raise CorruptFileError(
-            f"{name} is damaged: shorter than its index says ({len(out)} of {int(n.sum())} bytes read)"
-        )
-    if idx.hashes is not None:
-        check_values(out, n, valid, idx.hashes, name)
-    validity = pa.array(valid).buffers()[1] if not valid.all() else None
+def _blob_array(data: np.ndarray, n: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
+    """An Arrow array of type `t` over `data`, the values laid end to end (lengths `n`, nulls
+    of length 0), without copying the values."""
     storage_t = t.storage_type if isinstance(t, pa.ExtensionType) else t
+    all_valid = bool(valid.all())
     if pa.types.is_fixed_size_list(storage_t):
         vt = storage_t.value_type
         width = vt.bit_width // 8 * storage_t.list_size
-        data = np.zeros((len(o), width), dtype=np.uint8)
-        data[valid] = np.frombuffer(out, dtype=np.uint8).reshape(-1, width)
-        values = pa.Array.from_buffers(vt, len(o) * storage_t.list_size, [None, pa.py_buffer(data)])
-        arr: pa.Array = pa.FixedSizeListArray.from_arrays(values, storage_t.list_size, mask=pa.array(~valid))
+        flat = data
+        if not all_valid:
+            flat = np.zeros((len(n), width), dtype=np.uint8)
+            flat[valid] = data.reshape(-1, width)
+        values = pa.Array.from_buffers(vt, len(n) * storage_t.list_size, [None, pa.py_buffer(flat)])
+        mask = None if all_valid else pa.array(~valid)
+        arr: pa.Array = pa.FixedSizeListArray.from_arrays(values, storage_t.list_size, mask=mask)
     else:
-        offsets = np.zeros(len(o) + 1, dtype=np.int64)
+        validity = None if all_valid else pa.array(valid).buffers()[1]
+        large = pa.types.is_large_binary(storage_t) or pa.types.is_large_string(storage_t)
+        # 32-bit offsets where the type has them and the values fit: no cast (a copy) afterwards
+        small = not large and len(data) < 1 << 31
+        offsets = np.zeros(len(n) + 1, dtype=np.int32 if small else np.int64)
         np.cumsum(n, out=offsets[1:])
-        big_t = pa.large_binary() if pa.types.is_binary(storage_t) else pa.large_string()
-        arr = pa.Array.from_buffers(big_t, len(o), [validity, pa.py_buffer(offsets), pa.py_buffer(out)])
-        arr = arr.cast(storage_t)
+        binary = pa.types.is_binary(storage_t) or pa.types.is_large_binary(storage_t)
+        arr_t = storage_t if small else pa.large_binary() if binary else pa.large_string()
+        arr = pa.Array.from_buffers(arr_t, len(n), [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+        if arr.type != storage_t:
+            arr = arr.cast(storage_t)
     if isinstance(t, pa.ExtensionType):
         arr = pa.ExtensionArray.from_storage(t, arr)
-    return arr, len(out)
+    return arr
 
 
 def column_stats(col: pa.ChunkedArray | pa.Array) -> tuple[Any, Any, int]:

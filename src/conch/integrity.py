@@ -84,7 +84,9 @@ def value_hashes(data: memoryview, starts: np.ndarray, lengths: np.ndarray) -> n
     return out
 
 
-def check_values(data: bytes, lengths: np.ndarray, valid: np.ndarray, hashes: np.ndarray, name: str) -> None:
+def check_values(
+    data: bytes | memoryview, lengths: np.ndarray, valid: np.ndarray, hashes: np.ndarray, name: str
+) -> None:
     """Verify values laid end to end in `data` (null ones have length 0) against their recorded
     hashes; raise `CorruptFileError` naming `name` and the first bad value."""
     mv = memoryview(data)
@@ -165,8 +167,15 @@ class VerifiedReader:
             raise
         return data if (start, stop) == (offset, end) else memoryview(data)[offset - start : end - start]
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
-        return [self.read_at(o, n) for o, n in ranges]
+    def read_into(self, offsets: Sequence[int], lengths: Sequence[int], out: memoryview) -> int:
+        pos = 0
+        for o, n in zip(offsets, lengths, strict=True):
+            data = self.read_at(o, n)
+            out[pos : pos + len(data)] = data
+            pos += len(data)
+            if len(data) < n:
+                break
+        return pos
 
     def close(self) -> None:
         self._inner.close()

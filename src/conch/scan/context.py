@@ -7,8 +7,10 @@ own `ScanMetrics` (the one place metrics are counted). Bytes are counted per sca
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +138,25 @@ class ScanContext:
         gm.rows_read += t.num_rows
         gm.bytes_decoded += t.nbytes
         gm.fragments_read += 1
+        return t
+
+    def read_many(self, group: str, parts: Sequence[tuple[Fragment, np.ndarray]], schema: pa.Schema) -> pa.Table:
+        """Columns `schema` at the sorted fragment rows of several fragments, concatenated in
+        order, counted: a take over many fragments builds one Arrow array per column
+        (`VortexFormat.read_many`), not one per fragment plus a concatenation."""
+        gm = self.group(group)
+        tables = []
+        for blob_ids, run in itertools.groupby(parts, key=lambda p: p[0].blob_columns):
+            frs = [(fr, self.mask(fr).to_file_rows(rows) if fr.mask else rows) for fr, rows in run]
+            with ExitStack() as counting:
+                for fr in {fr.path: fr for fr, _ in frs}.values():  # a file shared by fragments: once
+                    counting.enter_context(self.format.counted(fr, gm.add_bytes_read))
+                blobs = [column_name(i) for i in blob_ids]
+                tables.append(self.format.read_many(frs, schema.names, schema, blobs))
+        t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        gm.rows_read += t.num_rows
+        gm.bytes_decoded += t.nbytes
+        gm.fragments_read += len(parts)
         return t
 
     def stream(

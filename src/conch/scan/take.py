@@ -9,12 +9,14 @@ instead of once per batch, and a unit of many small runs that every batch needs 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from conch.fragments import column_name
+from conch.manifest import Fragment
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.locate import ReadUnit
 
@@ -29,6 +31,8 @@ def gather(ctx: ScanContext, unit: ReadUnit, positions: np.ndarray) -> dict[int,
         return {c.id: got.column(column_name(c.id)).combine_chunks() for c in unit.columns}
     pieces: list[pa.Table] = []
     where: list[np.ndarray] = []
+    takes: list[tuple[Fragment, np.ndarray]] = []  # partial takes: read together, one array per column
+    take_sel: list[np.ndarray] = []
     for f, sel in split_by(fk):
         if f < 0:
             pieces.append(pa.table({n: pa.nulls(len(sel), t) for n, t in zip(schema.names, schema.types, strict=True)}))
@@ -46,15 +50,21 @@ def gather(ctx: ScanContext, unit: ReadUnit, positions: np.ndarray) -> dict[int,
                 ctx.decoded.put(key, whole)
             t = take_rows(whole, rows)
         else:
-            t = ctx.read(unit.group, fr, schema, rows)
+            takes.append((fr, rows))
+            take_sel.append(sel)
+            continue
         pieces.append(t)
         where.append(sel)
+    if takes:
+        pieces.append(ctx.read_many(unit.group, takes, schema))
+        where.extend(take_sel)
     if not pieces:
         return {c.id: pa.nulls(0, c.type) for c in unit.columns}
     table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-    if len(pieces) > 1:
-        order = np.argsort(np.concatenate(where), kind="stable")
-        table = table.take(pa.array(order))
+    if len(where) > 1:
+        w = np.concatenate(where)
+        if (w[1:] < w[:-1]).any():  # pieces out of output order: put them back
+            table = table.take(pa.array(np.argsort(w, kind="stable")))
     return {c.id: table.column(column_name(c.id)).combine_chunks() for c in unit.columns}
 
 
@@ -132,6 +142,6 @@ def split_by(fk: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         return
     order = np.argsort(fk, kind="stable")
     s = fk[order]
-    cuts = np.flatnonzero(s[1:] != s[:-1]) + 1
-    for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(s)], strict=True):
+    bounds = [0, *(np.flatnonzero(s[1:] != s[:-1]) + 1).tolist(), len(s)]
+    for a, b in itertools.pairwise(bounds):
         yield int(s[a]), order[a:b]

@@ -48,9 +48,11 @@ class RangeReader(Protocol):
         """`length` bytes from `offset` (fewer only at the end of the file)."""
         ...
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Many `(offset, length)` reads at once; backends coalesce adjacent ranges and issue
-        them concurrently where that pays (object storage)."""
+    def read_into(self, offsets: Sequence[int], lengths: Sequence[int], out: memoryview) -> int:
+        """Many reads at once, laid end to end into `out` (writable, at least `sum(lengths)`
+        bytes): no intermediate buffer per range. Returns the bytes read; fewer than asked only
+        when the file ends early (the caller reports the damage). Backends issue the ranges
+        concurrently where that pays (object storage); callers coalesce adjacent ranges."""
         ...
 
     def close(self) -> None:

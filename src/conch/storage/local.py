@@ -31,7 +31,8 @@ def _fsync(path: str | os.PathLike[str], flags: int = 0) -> None:
 class LocalRangeReader:
     """Ranged reads of one local file. It holds no descriptor between calls (Vortex coalesces a
     scan's reads into a few large ones), so thousands of open readers never approach the
-    process's descriptor limit; `read_ranges` uses one descriptor for the whole batch."""
+    process's descriptor limit; `read_into` uses one descriptor for the whole batch of ranges
+    and reads each straight into the caller's buffer (one `preadv`, no copy of its own)."""
 
     __slots__ = ("_path", "_size")
 
@@ -49,10 +50,16 @@ class LocalRangeReader:
         finally:
             os.close(fd)
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_into(self, offsets: Sequence[int], lengths: Sequence[int], out: memoryview) -> int:
         fd = os.open(self._path, os.O_RDONLY)
+        pos = 0
         try:
-            return [os.pread(fd, length, offset) for offset, length in ranges]
+            for offset, length in zip(offsets, lengths, strict=True):
+                got = os.preadv(fd, [out[pos : pos + length]], offset)
+                pos += got
+                if got < length:  # the file ends early: the caller names the damage
+                    break
+            return pos
         finally:
             os.close(fd)
 

@@ -105,16 +105,23 @@ class ObjectRangeReader:
             return b""
         return bytes(self._storage._call("read", self._path, "get_range", start=offset, length=length))
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        clipped = [(o, min(n, self._size - o)) for o, n in ranges]
-        wanted = [(o, n) for o, n in clipped if n > 0]
+    def read_into(self, offsets: Sequence[int], lengths: Sequence[int], out: memoryview) -> int:
+        # ranges past the end are clipped: the reads stop at the first short one
+        asked = list(zip(offsets, lengths, strict=True))
+        clipped = [(o, min(n, self._size - o)) for o, n in asked]
+        upto = next((i + 1 for i, ((_, n), (_, c)) in enumerate(zip(asked, clipped, strict=True)) if c < n), len(asked))
+        wanted = [(o, n) for o, n in clipped[:upto] if n > 0]
         if not wanted:
-            return [b"" for _ in ranges]
+            return 0
         got = self._storage._call(
             "read", self._path, "get_ranges", starts=[o for o, _ in wanted], lengths=[n for _, n in wanted]
         )
-        it = iter(got)
-        return [bytes(next(it)) if n > 0 else b"" for _, n in clipped]
+        pos = 0
+        for part in got:
+            m = memoryview(part)
+            out[pos : pos + len(m)] = m
+            pos += len(m)
+        return pos
 
     def close(self) -> None:
         pass
