@@ -112,7 +112,7 @@ def test_shadowed_names_are_reachable(catalog: conch.Catalog) -> None:
 
 # ----- schema drift, rename, drop ------------------------------------------------------------------
 def test_evolve_option_and_history_names_added_columns(tmp_path: Path) -> None:
-    strict = conch.connect(tmp_path / "w", evolve=False)
+    strict = conch.connect(tmp_path / "w", evolve=False, maintenance=conch.Policy(auto=False))  # history() lists writes
     t = strict.create_table("t", [("id", pa.int64())], pa.schema([("score", pa.float64())]))
     t.write([{"id": 1, "score": 1.0}])
     with pytest.raises(SchemaError, match=r"\['scroe'\].*evolve=True"):
@@ -120,7 +120,7 @@ def test_evolve_option_and_history_names_added_columns(tmp_path: Path) -> None:
     assert t.scan().to_pylist() == [{"id": 1, "score": 1.0}], "nothing committed"
     c = t.write([{"id": 2, "label": "x"}], evolve=True)
     assert c.added_columns == ("label",)
-    lenient = conch.connect(tmp_path / "w").table("t")  # the default evolves
+    lenient = conch.connect(tmp_path / "w", maintenance=conch.Policy(auto=False)).table("t")  # the default evolves
     assert lenient.write([{"id": 3, "extra": 1}]).added_columns == ("extra",)
     assert [h.added_columns for h in lenient.history()] == [(), ("label",), ("extra",)]
     assert "added extra" in lenient.history()[-1].summary
@@ -181,7 +181,10 @@ def test_one_time_parser() -> None:
     assert to_time(None) is None
 
 
-def test_asof_version_and_the_first_commit(catalog: conch.Catalog) -> None:
+def test_asof_version_and_the_first_commit(tmp_path: Path) -> None:
+    catalog = conch.connect(
+        tmp_path, maintenance=conch.Policy(auto=False)
+    )  # versions are commits: no compaction between them
     t = catalog.create_table("t", [("id", pa.int64())])
     c1 = t.write([{"id": 1, "v": 1}])
     c2 = t.write([{"id": 1, "v": 2}])

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import conch
 from conch.compaction.displacement import displace, read_map
-from conch.compaction.plan import plan
+from conch.compaction.plan import plan, read_trigger
 from conch.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
 from conch.keys import decode_key, encode_keys
 from conch.manifest import KeySpace, TableState
@@ -76,13 +76,56 @@ def test_policy_waits_for_the_trigger_then_majors_without_l1() -> None:
 
 
 def test_small_components_compact_after_every_run() -> None:
-    eager = conch.Policy(small_l0_trigger=1)  # reads stay one run (docs/compaction.md)
+    eager = conch.Policy()  # the default: reads of a small component stay one run (docs/compaction.md)
     one = {"k0": ks(0, 0, 100, 10)}
     assert plan(one, {}, eager).tasks == ()  # a lone run: nothing to merge it with
     (task,) = plan({**one, "k1": ks(1, 0, 100, 11)}, {}, eager).tasks
     assert task.kind == "major" and "small component" in task.reason
     (again,) = plan({"k0": ks(0, 0, 100, 10, lsm=1), "k1": ks(1, 5, 6, 11)}, {}, eager).tasks
     assert set(again.inputs) == {"k0", "k1"}  # one L0 run over an L1 run: folded right away
+
+
+def test_read_trigger_waits_longer_as_the_component_grows() -> None:
+    policy = conch.Policy()  # l0_read_bytes 512 KB, read_overhead 0.2, small_bytes 4 MB, l0_trigger 4
+    mb = 1 << 20
+    assert [read_trigger(b, policy) for b in (0, 100_000, mb, 3 * mb, 4 * mb)] == [1, 1, 1, 2, 2]
+    assert read_trigger(1 << 40, policy) == policy.l0_trigger  # never later than l0_trigger
+    assert read_trigger(0, conch.Policy(l0_read_bytes=0)) == policy.l0_trigger  # runs free to read: count only
+    # planned: an L1 run of 3 MB waits for a second L0 run; one of 1 MB folds the first in
+    for l1_bytes, runs_needed in ((mb, 1), (3 * mb, 2), (8 * mb, 4)):  # 8 MB: not small, l0_trigger
+        runs = [ks(0, 0, 1000, 1, lsm=1, b=l1_bytes)]
+        for i in range(1, 5):
+            runs.append(ks(i, 5, 6, 1 + i))
+            tasks = plan({k.id: k for k in runs}, {}, policy).tasks
+            assert len(tasks) == (i >= runs_needed), (l1_bytes, i)
+
+
+def test_default_policy_keeps_a_table_of_one_row_commits_at_one_run(tmp_path: Path) -> None:
+    t = _table(tmp_path, conch.Policy())  # automatic compaction, default policy: nobody runs a command
+    for i in range(12):
+        t.write(pa.table({"id": pa.array([(i * 7) % 10], pa.uint64()), "a": [float(i)]}))
+        p = t.maintenance_plan()
+        assert (p.l0_runs, p.l1_runs) == ((1, 0) if i == 0 else (0, 1)), i  # a lone first run stays
+        assert p.tasks == ()
+    assert t.scan().to_arrow().column("a").to_pylist() == [10.0, 3.0, 6.0, 9.0, 2.0, 5.0, 8.0, 11.0, 4.0, 7.0]
+
+
+def test_maintenance_plan_of_a_real_table_follows_its_read_cost(tmp_path: Path) -> None:
+    t = _table(tmp_path)  # automatic compaction off: the plans below are only looked at
+    t.write(pa.table({"id": np.arange(0, 2000, 2, dtype=np.uint64), "a": np.arange(1000.0)}))
+    t.compact()
+    t.write(pa.table({"id": pa.array([1], pa.uint64()), "a": [0.5]}))
+    (task,) = t.maintenance_plan(conch.Policy()).tasks  # small: one L0 run is folded in right away
+    assert task.kind == "major" and task.l0_runs == 1 and "small component" in task.reason
+    b = task.input_bytes
+    assert t.maintenance_plan(conch.Policy(small_bytes=b - 1)).tasks == ()  # large: waits for l0_trigger
+    cheap_runs = conch.Policy(l0_read_bytes=b // 10)  # runs cheap beside the component: wait for 3
+    assert t.maintenance_plan(cheap_runs).tasks == ()
+    t.write(pa.table({"id": pa.array([3], pa.uint64()), "a": [1.5]}))
+    assert t.maintenance_plan(cheap_runs).tasks == ()
+    t.write(pa.table({"id": pa.array([5], pa.uint64()), "a": [2.5]}))
+    (task,) = t.maintenance_plan(cheap_runs).tasks
+    assert task.kind == "major" and task.l0_runs == 3 and "3 L0 run(s) >= 3" in task.reason
 
 
 def test_policy_merges_newest_similar_runs_and_leaves_big_old_ones() -> None:

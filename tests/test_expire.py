@@ -236,7 +236,9 @@ def test_pinned_reader_keeps_its_files_for_the_grace_period(catalog: conch.Catal
 
 def test_vacuum_never_deletes_the_object_store_wal(tmp_path: Path) -> None:
     """The object-store metastore keeps `<table>/_log/` beside the data: not vacuum's."""
-    cat = conch.connect(tmp_path / "w", metastore="storage")
+    cat = conch.connect(
+        tmp_path / "w", metastore="storage", maintenance=conch.Policy(auto=False)
+    )  # history() counts commits
     t = cat.create_table("t", [("id", pa.int64())])
     for i in range(3):
         t.write([{"id": i}])
@@ -249,7 +251,9 @@ def test_vacuum_never_deletes_the_object_store_wal(tmp_path: Path) -> None:
 
 def test_cli_expire_and_vacuum(tmp_path: Path) -> None:
     w = str(tmp_path / "w")
-    t = conch.connect(w).create_table("t", [("id", pa.int64())])
+    t = conch.connect(w, maintenance=conch.Policy(auto=False)).create_table(
+        "t", [("id", pa.int64())]
+    )  # versions are commits
     first = t.write([{"id": 1, "v": 1}])
     overwrite(t, [{"id": 2, "v": 2}])
     t.write([{"id": 3, "v": 3}])
@@ -335,7 +339,9 @@ def test_expire_and_vacuum_race_writers_flushes_and_readers(tmp_path: Path) -> N
 def test_spark_read_before_the_horizon_names_it(tmp_path: Path) -> None:
     from conftest_spark import spark_session
 
-    cat = conch.connect(tmp_path / "wh")
+    cat = conch.connect(
+        tmp_path / "wh", maintenance=conch.Policy(auto=False)
+    )  # retain_last=1 keeps c2, not a compaction after it
     t = cat.create_table("t", [("id", pa.int64())])
     c1 = t.write({"id": [1, 2], "x": [1.0, 2.0]})
     c2 = t.write({"id": [3], "x": [3.0]})

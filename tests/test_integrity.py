@@ -46,8 +46,9 @@ def _scans(t: conch.Table) -> tuple[pa.Table, pa.Table]:
 
 
 def _build(root: Path) -> Built:
-    """Two writes (the second overwrites some cells), a snapshot, then a WAL entry after it."""
-    cat = conch.connect(root)
+    """Two writes (the second overwrites some cells), a snapshot, then a WAL entry after it (and no
+    compaction: the files the tests damage are the writes')."""
+    cat = conch.connect(root, maintenance=conch.Policy(auto=False))
     t = cat.create_table("t", [("id", pa.uint64())])
     rng = np.random.default_rng(7)
     x = rng.random(N)

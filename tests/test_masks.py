@@ -34,6 +34,12 @@ from helpers import local_path, realign
 from nested_fixtures import make_recordings
 
 
+@pytest.fixture
+def catalog(tmp_path: Path) -> conch.Catalog:
+    """Automatic compaction off: these tests build the overlapping runs that masks realign."""
+    return conch.connect(tmp_path / "warehouse", maintenance=conch.Policy(auto=False))
+
+
 # ----- mask files ------------------------------------------------------------------------------
 @settings(deadline=None, max_examples=150)
 @given(data=st.data())
@@ -318,7 +324,7 @@ def test_vacuum_keeps_shared_data_and_mask_files(catalog: conch.Catalog) -> None
 
 
 def test_manifest_listing_shows_masks(tmp_path: Path) -> None:
-    cat = conch.connect(tmp_path / "w")
+    cat = conch.connect(tmp_path / "w", maintenance=conch.Policy(auto=False))  # the runs masks realign
     t = _table(cat)
     realign(t)
     res = subprocess.run(

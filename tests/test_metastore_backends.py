@@ -58,9 +58,13 @@ class Warehouse:
     token: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
 
-    def connect(self) -> conch.Catalog:
+    def connect(self, maintenance: conch.Policy | None = None) -> conch.Catalog:
         return conch.connect(
-            self.uri, metastore=self.metastore, token=self.token, storage_options=self.storage_options or None
+            self.uri,
+            metastore=self.metastore,
+            token=self.token,
+            storage_options=self.storage_options or None,
+            maintenance=maintenance,
         )
 
 
@@ -263,7 +267,7 @@ def test_model(metastore: Metastore, ops: list[tuple[str, int]]) -> None:
 
 
 def test_tables_round_trip(warehouse: Warehouse) -> None:
-    cat = warehouse.connect()
+    cat = warehouse.connect(conch.Policy(auto=False))  # the check counts WAL entries
     t = cat.create_table("audio", [("id", pa.uint64())])
     t.write([{"id": i, "x": float(i), "blob": bytes([i]) * 1000} for i in range(50)])
     t.write([{"id": 3, "x": -1.0}])

@@ -3,6 +3,8 @@ selection by keys in any order, and the core scan's time bounds on nested scans.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -38,7 +40,8 @@ def test_row_selection_takes_keys_in_any_order_like_the_core(t: conch.Table) -> 
     assert [r["duration"] for r in core] == got
 
 
-def test_nested_scan_takes_since_and_asof(t: conch.Table) -> None:
+def test_nested_scan_takes_since_and_asof(tmp_path: Path) -> None:
+    t = make_recordings(conch.connect(tmp_path, maintenance=conch.Policy(auto=False)))  # history() indexes commits
     first = t.history()[0]
     t.scenes["s1"].location = "uptown"
     t.scenes["s3"] = {"location": "park"}

@@ -320,11 +320,11 @@ def test_writes(t: conch.Table) -> None:
     assert t.scenes["s3"].location.to_py() == "park"
     assert t.scenes["s3"].metadata.weather.to_py() == "sunny"
     assert t.scenes["s3"].clips["c10"].frames[0].rgb.to_py() == b"f10"
-    n = len(t.history())
+    n = sum(c.kind == "write" for c in t.history())
     with t.write() as w:
         w.scenes["s1"].location = "downtown_v2"
         w.scenes["s1"].clips["c1"].duration = 45.0
-    assert len(t.history()) == n + 1  # committed once
+    assert sum(c.kind == "write" for c in t.history()) == n + 1  # committed once (compactions aside)
     assert t.scenes["s1"].location.to_py() == "downtown_v2"
     assert t.scenes["s1"].clips["c1"].duration.to_py() == 45.0
     assert t.scenes["s1"].clips["c1"].camera.to_py() == "front"  # upsert keeps other cells

@@ -64,7 +64,8 @@ def test_untyped_literals_fall_back_to_arrow(catalog: conch.Catalog) -> None:
     assert _ids(t.scan(where=t["s"].isin(["a", "c"]))) == [1, 3]
 
 
-def test_zip_and_run_merge_equal_the_sort_merge(catalog: conch.Catalog) -> None:
+def test_zip_and_run_merge_equal_the_sort_merge(tmp_path: Path) -> None:
+    catalog = conch.connect(tmp_path, maintenance=conch.Policy(auto=False))  # three runs: the merge's inputs
     t = catalog.create_table("t", [("id", pa.int64())])
     keys = list(range(0, 300, 3))
     t.write({"id": keys, "a": [float(k) for k in keys]})

@@ -23,10 +23,11 @@ class Policy:
 
     auto: bool = True  # compact after commits, in the writing process
     l0_trigger: int = 4  # L0 runs in a component that trigger a compaction
-    small_l0_trigger: int = 4  # ... in a small component (<= small_bytes); 1 = right away (see plan.py)
     size_ratio: float = 2.0  # merge: an older run joins if <= ratio × the newer window's bytes
     l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
-    small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at small_l0_trigger
+    small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at its read-cost trigger
+    l0_read_bytes: int = 512 << 10  # fixed read cost of one L0 run, in bytes of scanning (measured, plan.py)
+    read_overhead: float = 0.2  # small components: compact once L0 runs cost this share of the scan
     max_l1_rows: int = 1 << 20  # a range's run is cut in two above this many rows
     auto_budget_bytes: int = 64 << 20  # input bytes one automatic trigger may rewrite
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
@@ -34,12 +35,13 @@ class Policy:
     def __post_init__(self) -> None:
         if (
             self.l0_trigger < 2
-            or self.small_l0_trigger < 1
+            or self.l0_read_bytes < 0
+            or self.read_overhead < 0
             or self.size_ratio <= 0
             or self.l1_ratio < 0
             or self.max_l1_rows < 1
         ):
             raise InvalidArgumentError(
-                f"invalid compaction policy {self}: needs l0_trigger >= 2, small_l0_trigger >= 1, size_ratio > 0, "
-                "l1_ratio >= 0, max_l1_rows >= 1"
+                f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0"
             )

@@ -21,11 +21,16 @@ newest input's place in the time order without changing any fresh cell:
   data and merged into one tombstone run per level (they still hide older runs), so a
   delete-heavy history does not pile up tombstone runs either.
 
-The default policy (`conch.Policy()`, measured in `docs/compaction.md`): a small component
-(`small_bytes`) is compacted whole once it has `small_l0_trigger` L0 runs (1 keeps reads at one
-run: even one extra overlapping run takes the scan's general merge path, 4–28× slower, but it
-costs 3–5× ingest time on one-row commits; default 4 until the scan reads a few small runs
-beside a big one cheaply); a larger one once it has `l0_trigger` L0 runs,
+The default policy (`conch.Policy()`, measured in `docs/compaction.md`) is **read-cost aware**.
+Every L0 run beside the rest of its component costs a scan a fixed time whatever its size: its
+files are opened and decoded and the scan takes the overlay path (measured: the first run ~1.1
+ms, each further one ~0.25 ms, while a scan reads ~0.5 MB of fragments per ms and costs ~0.6 ms
+fixed). `Policy.l0_read_bytes` (512 KB) is that cost as bytes of scanning. A small component
+(`small_bytes`) is compacted whole (major) once `n` L0 runs would cost more than
+`read_overhead` (0.2) × its own scan (its bytes plus one run's fixed cost): `read_trigger`. So
+below ~2 MB every commit that leaves an L0 run folds it in right away (reads stay one run: a
+table written by thousands of one-row commits reads like one written once), up to
+`small_bytes` (4 MB) every second one, and a larger component waits for `l0_trigger` runs,
 major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet, or when a merge
 would not reduce the run count; else merge. The automatic trigger after
 commits runs at most `auto_budget_bytes` of input per commit (a writer never stalls long);
@@ -161,7 +166,8 @@ def plan(
         l0_bytes = sum(sizes[k.id] for k in l0)
         l1_bytes = sum(sizes[k.id] for k in l1)
         small = l0_bytes + l1_bytes <= policy.small_bytes
-        if not force and len(l0) < (policy.small_l0_trigger if small else policy.l0_trigger):
+        trigger = read_trigger(l0_bytes + l1_bytes, policy) if small else policy.l0_trigger
+        if not force and len(l0) < trigger:
             continue
         if not force and small and not l1 and len(l0) == 1:
             continue  # one run and nothing to merge it with: rewriting it would gain nothing
@@ -173,8 +179,8 @@ def plan(
             why = (
                 "forced"
                 if force
-                else f"{len(l0)} L0 run(s) >= {policy.small_l0_trigger} in a small component "
-                f"({l0_bytes + l1_bytes:,} B <= {policy.small_bytes:,} B): rewritten whole"
+                else f"{len(l0)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
+                f"{policy.small_bytes:,} B; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
                 if small
                 else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B >= {policy.l1_ratio:g} × L1 "
                 f"{l1_bytes:,} B"
@@ -189,6 +195,16 @@ def plan(
             )
             tasks.append(_task("merge", lo, hi, window, sizes, len(window), why))
     return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
+
+
+def read_trigger(component_bytes: int, policy: Policy) -> int:
+    """The L0 runs at which a small component is compacted: the fewest whose fixed read cost
+    (`l0_read_bytes` each) exceeds `read_overhead` × the component's own scan (its bytes plus one
+    run's fixed cost), at most `l0_trigger` (module doc)."""
+    if policy.l0_read_bytes <= 0:
+        return policy.l0_trigger
+    scan = component_bytes + policy.l0_read_bytes
+    return min(policy.l0_trigger, int(policy.read_overhead * scan // policy.l0_read_bytes) + 1)
 
 
 def _task(

@@ -17,14 +17,14 @@ plans again, at most `Policy.max_replans` times, then gives up cleanly.
 
 from __future__ import annotations
 
-import contextlib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from conch.compaction.plan import CompactionTask, MaintenancePlan, Policy, plan, within_budget
 from conch.compaction.rewrite import Layout, Staged
 from conch.compaction.rewrite import execute as rewrite
-from conch.errors import CommitConflictError
+from conch.errors import CommitConflictError, CorruptFileError
 from conch.keys import EncodedRange
 from conch.manifest import TableState
 from conch.progress import Progress
@@ -159,6 +159,12 @@ def _replan(log: TableLog, policy: Policy, force: bool, budget: bool, replans: i
 def auto(log: TableLog) -> None:
     """The automatic trigger after a write or delete (`Warehouse.after_commit`): at most one task
     within the policy's budget. Losing to a concurrent compactor is not an error: the commit that
-    triggered it is done, and the next trigger plans again."""
-    with contextlib.suppress(CommitConflictError):
+    triggered it is done, and the next trigger plans again. Neither is a damaged input file: the
+    commit is done too (raising would tell its caller it failed), so it becomes a warning naming
+    the file; reads of that file raise, and `conch check` reports it."""
+    try:
         compact(log, log.warehouse.maintenance, force=False, budget=True)
+    except CommitConflictError:
+        pass
+    except CorruptFileError as e:
+        warnings.warn(f"automatic compaction of table {log.name!r} skipped: {e}", RuntimeWarning, stacklevel=4)
