@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import conch
 from conch.filter_syntax import parse
+from conch.scan.candidates import estimated_rows
 
 
 def _catalog(path: Path) -> conch.Catalog:
@@ -125,3 +126,13 @@ def test_a_selective_filter_plans_one_split_per_matching_stretch(tmp_path: Path)
     t.write({"id": [5000], "g": [{"y": 1, "s": "a"}]})
     nulls = t.scan(where=t["x"].is_null())
     assert [r["id"] for s in nulls.splits(4) for r in s.to_arrow().to_pylist()] == [5000]
+
+
+def test_splits_are_sized_by_the_records_a_range_filter_may_return(tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path, maintenance=conch.Policy(auto=False))
+    t = cat.create_table("t", [("id", pa.int64())], VALUES)
+    t.write({"id": list(range(1000)), "x": [float(i) for i in range(1000)]})  # one fragment, x in [0, 999]
+    plan = t.scan(where=(t["x"] < 100) & (t["x"] >= 0)).plan
+    assert 90 <= estimated_rows(plan, plan.key_spaces) <= 110  # the tighter of the two terms
+    assert estimated_rows(t.scan().plan, t.scan().plan.key_spaces) == 1000
+    assert estimated_rows(t.scan(where=t["x"] > 2000).plan, plan.key_spaces) == 0

@@ -20,9 +20,10 @@ import bisect
 import itertools
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 
-from conch.expr import Expr, columns, conjuncts
+from conch.expr import Cmp, Expr, col_op_lit, columns, conjuncts
 from conch.expr import mask as filter_mask
 from conch.keys import EncodedRange, encode_keys, span_overlaps
 from conch.manifest import KeySpace
@@ -80,6 +81,39 @@ def candidate_spans(plan: ScanPlan, stats: StatsCache | None = None, keys: KeyCa
         spans = _union(spans)
         out = spans if out is None else _intersect(out, spans)
     return out
+
+
+def estimated_rows(plan: ScanPlan, runs: list[KeySpace], stats: StatsCache | None = None) -> int:
+    """About how many records of `runs` pass the filter: their rows, or fewer where a range term
+    (`x < 5`, ...) on a numeric column holds over only part of its fragments' [min, max] (values
+    taken as evenly spread). Sizes splits only: a wrong guess costs balance, never records."""
+    total = sum(ks.rows for ks in runs)
+    if plan.filter is None:
+        return total
+    stats = stats or StatsCache()
+    live = {ks.id for ks in runs}
+    best = total
+    for term in conjuncts(plan.filter):
+        norm = col_op_lit(term) if isinstance(term, Cmp) else None
+        if norm is None or norm[1] not in ("<", "<=", ">", ">=") or not plan.schema.has_column(norm[0]):
+            continue
+        path, op, value = norm
+        c = plan.schema.column(path)
+        if not (pa.types.is_integer(c.type) or pa.types.is_floating(c.type)) or not isinstance(value, int | float):
+            continue
+        frs = [f for f in plan.fragments.get(c.group, []) if f.key_space in live]
+        if not frs:
+            continue
+        lo, hi, _ = stats.column(frs, c.id, c.type)
+        lo_v = np.asarray(lo.cast(pa.float64()).fill_null(-np.inf).to_numpy(zero_copy_only=False))
+        hi_v = np.asarray(hi.cast(pa.float64()).fill_null(np.inf).to_numpy(zero_copy_only=False))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            below = np.clip((float(value) - lo_v) / (hi_v - lo_v), 0.0, 1.0)
+        below = np.where(np.isfinite(below), below, 1.0)  # unknown or single-valued: all
+        share = below if op in ("<", "<=") else 1.0 - below
+        rows = np.array([f.rows for f in frs], dtype=np.float64)
+        best = min(best, int(np.ceil(float((np.maximum(share, 0.0) * rows).sum()))))
+    return best
 
 
 def _rows_span(keys: KeyCache, ks: KeySpace, plan: ScanPlan, start: int, rows: int) -> Span:

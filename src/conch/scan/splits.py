@@ -33,7 +33,7 @@ from conch.errors import ConchError
 from conch.expr import Expr
 from conch.keys import EncodedRange, KeyPredicate, encode_keys, predicate_bounds
 from conch.manifest import KeySpace
-from conch.scan.candidates import NOTHING, candidate_ranges, pieces, runs_meeting
+from conch.scan.candidates import NOTHING, candidate_ranges, estimated_rows, pieces, runs_meeting
 from conch.scan.context import ScanOptions
 from conch.scan.keyspace import KeyCache
 from conch.scan.plan import ScanPlan
@@ -117,7 +117,8 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     spans = candidate_ranges(plan, keys=source.key_cache)
     runs = list(plan.key_spaces) if spans is None else runs_meeting(plan.key_spaces, spans)
     if n is None:
-        rows = sum(ks.rows for ks in runs)
+        # a filter that statistics bound: sized by the records it may return, not all it reads
+        rows = sum(ks.rows for ks in runs) if spans is None else estimated_rows(plan, runs)
         # masked fragments share data files: each file counts once
         live = {ks.id for ks in runs}
         nbytes = sum({f.path: f.bytes for frs in plan.fragments.values() for f in frs if f.key_space in live}.values())
