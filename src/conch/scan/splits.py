@@ -15,7 +15,9 @@ module never imports upward.
 
 Where the runs (key spaces) are disjoint and there are enough of them, splits are cut at run
 starts: each split reads whole runs and fragments, a zip with no take. Otherwise at quantiles of
-keys sampled evenly from every run (overlapping runs' edges say little about sizes).
+keys sampled evenly from every run (overlapping runs' edges say little about sizes). A filter
+whose terms fragment statistics can refute limits the splits to the key spans where it may hold
+(`conch.scan.candidates`), and sizes them by the records it may return.
 """
 
 from __future__ import annotations
