@@ -15,7 +15,9 @@ module never imports upward.
 
 Where the runs (key spaces) are disjoint and there are enough of them, splits are cut at run
 starts: each split reads whole runs and fragments, a zip with no take. Otherwise at quantiles of
-keys sampled evenly from every run (overlapping runs' edges say little about sizes).
+keys sampled evenly from every run (overlapping runs' edges say little about sizes). A filter
+whose terms fragment statistics can refute limits the splits to the key spans where it may hold
+(`conch.scan.candidates`), and sizes them by the records it may return.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from conch.errors import ConchError
 from conch.expr import Expr
 from conch.keys import EncodedRange, KeyPredicate, encode_keys, predicate_bounds
 from conch.manifest import KeySpace
+from conch.scan.candidates import NOTHING, candidate_ranges, estimated_rows, pieces, runs_meeting
 from conch.scan.context import ScanOptions
 from conch.scan.keyspace import KeyCache
 from conch.scan.plan import ScanPlan
@@ -112,10 +115,15 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     """The scan of `plan` cut into at most `n` disjoint key-range splits of about equal rows (fewer when the
     scan has fewer keys; `n=None`: sized by `ROWS_PER_SPLIT` and `BYTES_PER_SPLIT`); their union
     is the scan, in key order. A scan with a `limit` cannot be split."""
+    # only where the filter may hold by fragment statistics is cut into (and sizes) splits
+    spans = candidate_ranges(plan, keys=source.key_cache)
+    runs = list(plan.key_spaces) if spans is None else runs_meeting(plan.key_spaces, spans)
     if n is None:
-        rows = sum(ks.rows for ks in plan.key_spaces)
+        # a filter that statistics bound: sized by the records it may return, not all it reads
+        rows = sum(ks.rows for ks in runs) if spans is None else estimated_rows(plan, runs)
         # masked fragments share data files: each file counts once
-        nbytes = sum({f.path: f.bytes for frs in plan.fragments.values() for f in frs}.values())
+        live = {ks.id for ks in runs}
+        nbytes = sum({f.path: f.bytes for frs in plan.fragments.values() for f in frs if f.key_space in live}.values())
         n = min(MAX_SPLITS, max(1, -(-rows // ROWS_PER_SPLIT), -(-nbytes // BYTES_PER_SPLIT)))
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConchError(f"splits(n) takes a positive number of splits, got {n!r}")
@@ -124,7 +132,6 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     fields = plan.key_fields
     # the scan's own key predicate stays in `keys=`; splits with no key in it are dropped
     bound = predicate_bounds(plan.key_predicate, fields) if plan.key_predicate is not None else None
-    runs = list(plan.key_spaces)
     n = min(n, max(sum(ks.rows for ks in runs), 1))
     cuts: list[bytes] = []
     if n > 1 and runs and fields:
@@ -135,9 +142,11 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
         EncodedRange(lo, hi) if plan.within is None else _intersect(EncodedRange(lo, hi), plan.within)
         for lo, hi in itertools.pairwise(edges)
     ]
+    if spans is not None:
+        ranges = pieces(ranges, spans, n)
     kept = [r for r in ranges if not _empty(r) and (bound is None or not _empty(_intersect(r, bound)))]
     out = []
-    for r in kept or ranges[:1]:  # no key at all: one split that returns nothing
+    for r in kept or ranges[:1] or [NOTHING]:  # no key at all: one split that returns nothing
         out.append(
             Split(
                 uri=source.uri,

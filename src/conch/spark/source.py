@@ -19,7 +19,8 @@ Reading (`ConchReader`):
   newer commits;
 - Spark's own filters are not pushed (they stay in Spark's plan, see `conch.spark.filters`):
   use `where` to prune;
-- partitions are the core's key-range splits (`Scan.splits`, `conch.scan.splits`): disjoint, of similar size.
+- partitions are the core's key-range splits (`Scan.splits`, `conch.scan.splits`): disjoint, of similar
+  size, only over key spans where `where` may hold by fragment statistics (`conch.scan.candidates`).
 
 Writing is in `conch.spark.writer`.
 
