@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from bench.rss import peak_rss
+
 STEPS = ("write", "scan", "take", "upsert", "scan after upsert", "take after upsert")
 BATCH = 1 << 20
 SCHEMA = pa.schema([("id", pa.uint64()), ("a", pa.float64()), ("b", pa.float64())])
@@ -97,16 +99,6 @@ def step(system: str, name: str, path: Path, n: int) -> dict[str, Any]:
             else:
                 rows = ds.take(_take_keys(n)).num_rows
     return {"rows": rows, "seconds": round(time.perf_counter() - t0, 2), "peak_rss": peak_rss()}
-
-
-def peak_rss() -> int:
-    """This process's peak resident set (bytes): `VmHWM`, which starts afresh at exec. (Not
-    `ru_maxrss`: Linux carries it over from the parent across fork + exec.)"""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def parse_rows(s: str) -> list[int]:

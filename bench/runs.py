@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from bench.rss import peak_rss
+
 
 def _tables(shape: str, n: int, k: int, rows: int) -> list[tuple[str, pa.Table]]:
     """The commits of a shape: (kind, table) with kind "base", "append" or "upsert"."""
@@ -102,16 +104,6 @@ def measure(system: str, path: Path, query: str, reps: int) -> dict[str, Any]:
         out = run()
         times.append(time.perf_counter() - t0)
     return {"seconds": median(times), "rows": out.num_rows, "peak_rss": peak_rss()}
-
-
-def peak_rss() -> int:
-    """This process's peak resident set (bytes): `VmHWM`, which starts afresh at exec. (Not
-    `ru_maxrss`: Linux carries it over from the parent across fork + exec.)"""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def run(work: Path, scale: float, reps: int, out: Path) -> list[dict[str, Any]]:
