@@ -61,7 +61,8 @@ def build(system: str, shape: str, path: Path, n: int, k: int, rows: int) -> Non
     if system == "conch":
         import conch
 
-        t = conch.connect(path).create_table("t", [("id", pa.uint64())])
+        # the shapes are tables *before* compaction: automatic maintenance would measure after it
+        t = conch.connect(path, maintenance=conch.Policy(auto=False)).create_table("t", [("id", pa.uint64())])
         for _kind, tbl in commits:
             t.write(tbl)
         return
