@@ -159,6 +159,17 @@ class ScanContext:
         gm.fragments_read += len(parts)
         return t
 
+    def read_decoded(self, group: str, fr: Fragment, schema: pa.Schema) -> pa.Table:
+        """Columns `schema` of all of `fr`'s rows, decoded once per scan (the scan's decoded
+        cache): for a fragment read again and again (by several units, segments or takes).
+        Keyed by file and mask: fragments sharing a file differ by mask."""
+        key = (fr.path + fr.mask, tuple(schema.names))
+        t = self.decoded.get(key)
+        if t is None:
+            t = self.read(group, fr, schema)
+            self.decoded.put(key, t)
+        return t
+
     def stream(
         self, group: str, fr: Fragment, schema: pa.Schema, rows: np.ndarray | None, expr: Any, ordinal: bool
     ) -> Iterator[pa.RecordBatch]:

@@ -79,10 +79,7 @@ class KeyCache:
         """The single numeric key column as numpy (timestamps as int64); `keep` as in `keys`."""
         a = self._get("numeric", ks.path)
         if a is None:
-            col = self.keys(ks, fields, keep).column(0)
-            if pa.types.is_timestamp(col.type):
-                col = col.cast(pa.int64())
-            a = col.to_numpy()
+            a = _as_numpy(self.keys(ks, fields, keep).column(0))
             if keep:
                 self._put("numeric", ks.path, a)
         return a

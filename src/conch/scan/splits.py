@@ -39,6 +39,7 @@ from conch.scan.candidates import NOTHING, candidate_ranges, estimated_rows, pie
 from conch.scan.context import ScanOptions
 from conch.scan.keyspace import KeyCache
 from conch.scan.plan import ScanPlan
+from conch.scan.pushdown import StatsCache
 
 _opener: Callable[[Split], Any] | None = None
 
@@ -116,11 +117,12 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     scan has fewer keys; `n=None`: sized by `ROWS_PER_SPLIT` and `BYTES_PER_SPLIT`); their union
     is the scan, in key order. A scan with a `limit` cannot be split."""
     # only where the filter may hold by fragment statistics is cut into (and sizes) splits
-    spans = candidate_ranges(plan, keys=source.key_cache)
+    stats = StatsCache()  # each fragment's statistics decoded once for both
+    spans = candidate_ranges(plan, stats, keys=source.key_cache)
     runs = list(plan.key_spaces) if spans is None else runs_meeting(plan.key_spaces, spans)
     if n is None:
         # a filter that statistics bound: sized by the records it may return, not all it reads
-        rows = sum(ks.rows for ks in runs) if spans is None else estimated_rows(plan, runs)
+        rows = sum(ks.rows for ks in runs) if spans is None else estimated_rows(plan, runs, stats)
         # masked fragments share data files: each file counts once
         live = {ks.id for ks in runs}
         nbytes = sum({f.path: f.bytes for frs in plan.fragments.values() for f in frs if f.key_space in live}.values())

@@ -439,17 +439,9 @@ class Stream:
             schema = file_schema(u.columns)
             frs = dict(zip(u.overlay, u.overlay_fragments, strict=True))
 
-            def fragment(f: Fragment) -> pa.Table:
-                # a small run spanning several segments is decoded once per scan, not per segment
-                key = (f.path + f.mask, tuple(schema.names))
-                t = self.ctx.decoded.get(key)
-                if t is None:
-                    t = self.ctx.read(u.group, f, schema)
-                    self.ctx.decoded.put(key, t)
-                return t
-
             def decode(i: int) -> pa.Table:
-                parts = [fragment(f) for f in frs[i]]
+                # a small run spanning several segments is decoded once per scan, not per segment
+                parts = [self.ctx.read_decoded(u.group, f, schema) for f in frs[i]]
                 return pa.concat_tables(parts) if parts else schema.empty_table()
 
             u.values, u.wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)

@@ -43,12 +43,7 @@ def gather(ctx: ScanContext, unit: ReadUnit, positions: np.ndarray) -> dict[int,
         if len(rows) == fr.rows:
             t = ctx.read(unit.group, fr, schema)
         elif f in unit.shared:
-            key = (fr.path + fr.mask, tuple(schema.names))  # fragments sharing a file differ by mask
-            whole = ctx.decoded.get(key)
-            if whole is None:
-                whole = ctx.read(unit.group, fr, schema)
-                ctx.decoded.put(key, whole)
-            t = take_rows(whole, rows)
+            t = take_rows(ctx.read_decoded(unit.group, fr, schema), rows)
         else:
             takes.append((fr, rows))
             take_sel.append(sel)
