@@ -265,6 +265,17 @@ class EncodedRange:
     lo: bytes | None
     hi: bytes | None
 
+    @property
+    def empty(self) -> bool:
+        """Whether no key is in the range."""
+        return self.lo is not None and self.hi is not None and self.lo >= self.hi
+
+    def intersect(self, other: EncodedRange) -> EncodedRange:
+        """The keys in both ranges (possibly empty: `lo >= hi`)."""
+        lo = other.lo if self.lo is None else self.lo if other.lo is None else max(self.lo, other.lo)
+        hi = other.hi if self.hi is None else self.hi if other.hi is None else min(self.hi, other.hi)
+        return EncodedRange(lo, hi)
+
 
 KeyPredicate = KeyRange | KeyPrefix | KeySet
 

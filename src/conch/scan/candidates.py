@@ -170,10 +170,9 @@ def pieces(ranges: list[EncodedRange], within: list[EncodedRange], n: int) -> li
     i = j = 0
     while i < len(ranges) and j < len(within):
         a, b = ranges[i], within[j]
-        lo = b.lo if a.lo is None else a.lo if b.lo is None else max(a.lo, b.lo)
-        hi = b.hi if a.hi is None else a.hi if b.hi is None else min(a.hi, b.hi)
-        if lo is None or hi is None or lo < hi:
-            parts.append(EncodedRange(lo, hi))
+        part = a.intersect(b)
+        if not part.empty:
+            parts.append(part)
         if _end(a) < _end(b):
             i += 1
         else:

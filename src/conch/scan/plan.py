@@ -218,11 +218,7 @@ def narrow(plan: ScanPlan, r: EncodedRange) -> ScanPlan:
     """`plan` restricted to keys whose encoding is in `r` (bounds are full-key encodings, as
     `splits` makes them): key spaces outside it are pruned by their spans."""
     if plan.within is not None:
-        w = plan.within
-        r = EncodedRange(
-            max((b for b in (w.lo, r.lo) if b is not None), default=None),
-            min((b for b in (w.hi, r.hi) if b is not None), default=None),
-        )
+        r = plan.within.intersect(r)
     kept = [ks for ks in plan.key_spaces if span_overlaps(r, bytes.fromhex(ks.min_key), bytes.fromhex(ks.max_key))]
     live = {ks.id for ks in kept}
     pruned = dict(plan.pruned)

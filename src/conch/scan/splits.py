@@ -141,12 +141,12 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     edges: list[bytes | None] = [None, *cuts, None]
     state = plan.state
     ranges = [
-        EncodedRange(lo, hi) if plan.within is None else _intersect(EncodedRange(lo, hi), plan.within)
+        EncodedRange(lo, hi) if plan.within is None else EncodedRange(lo, hi).intersect(plan.within)
         for lo, hi in itertools.pairwise(edges)
     ]
     if spans is not None:
         ranges = pieces(ranges, spans, n)
-    kept = [r for r in ranges if not _empty(r) and (bound is None or not _empty(_intersect(r, bound)))]
+    kept = [r for r in ranges if not r.empty and (bound is None or not r.intersect(bound).empty)]
     out = []
     for r in kept or ranges[:1] or [NOTHING]:  # no key at all: one split that returns nothing
         out.append(
@@ -166,10 +166,6 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
             )
         )
     return out
-
-
-def _empty(r: EncodedRange) -> bool:
-    return r.lo is not None and r.hi is not None and r.lo >= r.hi
 
 
 def boundaries(runs: list[KeySpace], n: int, fields: list[pa.Field], cache: KeyCache) -> list[bytes]:
@@ -210,10 +206,3 @@ def _sampled_boundaries(runs: list[KeySpace], n: int, fields: list[pa.Field], ca
         if (not out or b > out[-1]) and p > 0:
             out.append(b)
     return out
-
-
-def _intersect(a: EncodedRange, b: EncodedRange) -> EncodedRange:
-    def pick(x: Any, y: Any, f: Any) -> Any:
-        return y if x is None else x if y is None else f(x, y)
-
-    return EncodedRange(pick(a.lo, b.lo, max), pick(a.hi, b.hi, min))
