@@ -23,9 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.errors import DuplicateKeyError
 from conch.fragments import VortexFormat
-from conch.keys import decode_key, encode_keys
+from conch.keys import decode_key, duplicate_key_error, encode_keys, equal_adjacent, numeric_key_type
 from conch.manifest import KeySpace
 
 
@@ -64,14 +63,14 @@ class RunCheck:
             dup = np.flatnonzero(s[1:] == s[:-1])
             if len(dup):
                 key = pa.array([s[dup[0]]]).cast(self.fields[0].type)[0].as_py()
-                raise _duplicate({self.fields[0].name: key})
+                raise duplicate_key_error({self.fields[0].name: key})
             return
         arr = pa.concat_arrays(parts)
         s = arr.take(pc.sort_indices(arr))
-        same = np.asarray(pc.equal(s.slice(1), s.slice(0, len(s) - 1)).to_numpy(zero_copy_only=False), dtype=bool)
+        same = equal_adjacent(s)
         if same.any():
             values = decode_key(s[int(np.argmax(same))].as_py(), self.fields)
-            raise _duplicate(dict(zip([f.name for f in self.fields], values, strict=False)))
+            raise duplicate_key_error(dict(zip([f.name for f in self.fields], values, strict=False)))
 
     def _batches(self, ks: KeySpace, numeric: bool) -> Iterator[Any]:
         """The run's keys in sorted batches: numpy for one numeric column, else encoded bytes."""
@@ -144,14 +143,4 @@ class _Bytes:
 
 
 def _numeric(fields: list[pa.Field]) -> bool:
-    if len(fields) != 1:
-        return False
-    t = fields[0].type
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t)
-
-
-def _duplicate(key: dict[str, Any]) -> DuplicateKeyError:
-    return DuplicateKeyError(
-        f"key {key} appears more than once in one write; a write must hold each key once "
-        "(combine the rows, or write them in separate commits)"
-    )
+    return len(fields) == 1 and numeric_key_type(fields[0].type)

@@ -96,11 +96,20 @@ def check_unique_sorted(keys: pa.Table) -> None:
         same &= equal_adjacent(col)
     if same.any():
         i = int(np.argmax(same))
-        key = {name: keys.column(name)[i].as_py() for name in keys.column_names}
-        raise DuplicateKeyError(
-            f"key {key} appears more than once in one write; a write must hold each key once "
-            "(combine the rows, or write them in separate commits)"
-        )
+        raise duplicate_key_error({name: keys.column(name)[i].as_py() for name in keys.column_names})
+
+
+def duplicate_key_error(key: dict[str, Any]) -> DuplicateKeyError:
+    """The error for a key a write holds twice (`key`: column name -> value)."""
+    return DuplicateKeyError(
+        f"key {key} appears more than once in one write; a write must hold each key once "
+        "(combine the rows, or write them in separate commits)"
+    )
+
+
+def numeric_key_type(t: pa.DataType) -> bool:
+    """Whether a key column of type `t` compares as numpy numbers (timestamps as int64)."""
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t)
 
 
 def sort_indices(keys: pa.Table) -> pa.Array:
@@ -135,8 +144,7 @@ def strictly_increasing(keys: pa.Table) -> bool:
     col = keys.column(0).combine_chunks()
     if len(col) < 2:
         return True
-    t = col.type
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t):
+    if numeric_key_type(col.type):
         v = col.to_numpy(zero_copy_only=False)
         return bool(np.all(v[1:] > v[:-1]))
     return bool(pc.all(pc.less(col.slice(0, len(col) - 1), col.slice(1))).as_py())
@@ -145,7 +153,7 @@ def strictly_increasing(keys: pa.Table) -> bool:
 def equal_adjacent(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Boolean array of length n-1: element i+1 equals element i."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_timestamp(arr.type):
+    if numeric_key_type(arr.type):
         v = arr.to_numpy(zero_copy_only=False)
         return np.asarray(v[1:] == v[:-1])
     eq = pc.equal(arr.slice(1), arr.slice(0, len(arr) - 1))

@@ -203,9 +203,6 @@ def _sync_together(files: Sequence[str]) -> None:
     if not files:
         return
     targets = [(f, 0) for f in files] + [(d, os.O_DIRECTORY) for d in dict.fromkeys(map(os.path.dirname, files))]
-    if len(targets) == 1:
-        _fsync(*targets[0])
-        return
     if _sync_pool is None or _sync_pool[0] != os.getpid():  # threads do not survive a fork
         _sync_pool = (os.getpid(), ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="conch-fsync"))
     for done in [_sync_pool[1].submit(_fsync, path, flags) for path, flags in targets]:
