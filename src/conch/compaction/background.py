@@ -19,8 +19,10 @@ per commit, so settles of one table are spaced to take at most `MAX_SHARE` (10 %
 Concurrency is any compaction's (`run.py`): a write or delete committed while the settle runs
 stays newer than its output; losing to another compactor makes it re-plan or give up. One
 worker thread per process, started on first use (again in a forked child). At interpreter exit
-no new settle starts; a running one is waited for (its input is bounded by the budget), and
-what is pending is left to the next writer or `Table.compact()`.
+no new settle starts and what is pending is left to the next writer or `Table.compact()`; a
+running one is given `EXIT_WAIT_SECONDS` to end, but by then Python refuses new thread-pool
+work, so it usually fails before committing: like any failed compaction it leaves the table
+unchanged and its files to `vacuum`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from conch.compaction.run import auto, compact, plan_tasks
 from conch.errors import CommitConflictError, TableNotFoundError
 from conch.tablelog import TableLog
 
-EXIT_WAIT_SECONDS = 120.0  # at most this long for a running settle at interpreter exit
+EXIT_WAIT_SECONDS = 10.0  # at most this long for a running settle at interpreter exit
 MAX_SHARE = 0.1  # settles of one table take at most this share of wall time (slow steady writers)
 
 _Key = tuple[str, str]  # (warehouse URI, table id)
@@ -121,13 +123,14 @@ class Settler:
             key, log = item
             started = time.monotonic()
             try:
-                settle(log, functools.partial(self._has_due, key))
+                settle(log, functools.partial(self._interrupted, key))
             except (CommitConflictError, TableNotFoundError):
                 pass  # lost to another compactor after its re-plans, or the table was dropped
             except Exception as e:  # a background thread has no caller to raise to
-                warnings.warn(
-                    f"background compaction of table {log.name!r} stopped: {e!r}", RuntimeWarning, stacklevel=1
-                )
+                if not self._interrupted(None):  # at exit, failing is expected (module doc)
+                    warnings.warn(
+                        f"background compaction of table {log.name!r} stopped: {e!r}", RuntimeWarning, stacklevel=1
+                    )
             finally:
                 with self._cond:
                     now = time.monotonic()
@@ -135,9 +138,10 @@ class Settler:
                     self._running.discard(key)
                     self._cond.notify_all()
 
-    def _has_due(self, key: _Key) -> bool:
+    def _interrupted(self, key: _Key | None) -> bool:
+        """Whether the process is exiting, or (given a key) a commit re-scheduled that table."""
         with self._cond:
-            return key in self._due or self._stopping
+            return self._stopping or key in self._due
 
 
 def settle(log: TableLog, interrupted: Callable[[], bool] | None = None) -> int:
