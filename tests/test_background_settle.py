@@ -61,6 +61,21 @@ def test_wait_settles_without_the_pause(tmp_path: Path) -> None:
     assert _rows(t) == model
 
 
+def test_wait_settles_runs_another_process_wrote(tmp_path: Path) -> None:
+    """Runs committed by a process that does not settle (a Spark job commits from a Python
+    worker with settling off) are folded by `wait_for_maintenance()` in any process."""
+    writer = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=None))
+    t = writer.create_table("t", [("id", pa.int64())])
+    rng, model = random.Random(6), {}
+    for _ in range(3):
+        _upsert(t, model, rng, 25)
+    reader = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY)).table("t")
+    assert reader.maintenance_plan().l0_runs == 3
+    assert reader.wait_for_maintenance()
+    assert reader.maintenance_plan().l0_runs == 0
+    assert _rows(reader) == model
+
+
 @pytest.mark.parametrize("policy", [conch.Policy(**LAZY, settle_after=None), conch.Policy(auto=False)])
 def test_settling_off(tmp_path: Path, policy: conch.Policy) -> None:
     t = conch.connect(tmp_path, maintenance=policy).create_table("t", [("id", pa.int64())])

@@ -193,6 +193,11 @@ def _needs_settling(log: TableLog) -> bool:
 
 
 def wait(log: TableLog, timeout: float | None = None) -> bool:
-    """`Table.wait_for_maintenance`: settle now what is pending for `log`'s table in this
-    process and wait for it; True when nothing is left pending."""
+    """`Table.wait_for_maintenance`: settle `log`'s table now and wait for it, whether this
+    process's commits scheduled it or another process wrote the runs (a Spark job commits from a
+    Python worker of its own); True when nothing is left pending. Nothing when the policy has
+    automatic or background maintenance off."""
+    policy = log.warehouse.maintenance
+    if policy.auto and policy.settle_after is not None and not _settler.pending(log) and _needs_settling(log):
+        _settler.schedule(log, 0.0)
     return _settler.wait(log, timeout)
