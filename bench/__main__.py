@@ -470,7 +470,7 @@ def main() -> None:
         help="workloads to run, e.g. 4,5,loaders (8: blob streaming; b: backends; commit: one-row commit latency "
         "vs Lance and Delta; runs: issue 11's many-runs rows with peak RSS; compaction: bench/compaction.py; "
         "memory: peak RSS vs Lance as keys grow, bench/memory.py); bench/goals.py's table of "
-        "issue 11's goals closes every run",
+        "issues 10 and 11's goals closes every run",
     )
     ap.add_argument("--memory-rows", default="10M,50M,100M", help="row counts of `--only memory` (times --scale)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench"), help="scratch directory for data")
