@@ -35,12 +35,14 @@ import time
 import warnings
 from collections.abc import Callable
 
-from conch.compaction.plan import within_budget
-from conch.compaction.run import auto, compact, plan_tasks
+from conch.compaction.plan import CompactionTask, within_budget
+from conch.compaction.run import auto, commit, execute, plan_tasks
 from conch.errors import CommitConflictError, TableNotFoundError
+from conch.policy import Policy
 from conch.tablelog import TableLog
 
 EXIT_WAIT_SECONDS = 10.0  # at most this long for a running settle at interpreter exit
+MAX_TASKS = 256  # per settle (a safety bound)
 MAX_SHARE = 0.1  # settles of one table take at most this share of wall time (slow steady writers)
 
 _Key = tuple[str, str]  # (warehouse URI, table id)
@@ -145,17 +147,34 @@ class Settler:
 
 
 def settle(log: TableLog, interrupted: Callable[[], bool] | None = None) -> int:
-    """Major-compact each component of `log`'s table that has L0 runs and fits the automatic
-    budget, one task at a time, until none is left or `interrupted()` (a callable) says a commit
-    came or the process is exiting. Returns the tasks committed."""
+    """Major-compact, one task at a time, each component of `log`'s table that has L0 runs and
+    fits the automatic budget, until none is left, `interrupted()` says a commit came or the
+    process is exiting, or `MAX_TASKS` tasks ran (a safety bound: every task removes L0 runs,
+    so the loop ends anyway). A task that lost to a concurrent compactor is planned again.
+    Returns the tasks committed."""
     policy = log.warehouse.maintenance
     done = 0
-    while not (interrupted is not None and interrupted()):
-        result = compact(log, policy, force=True, budget=True)
-        if not result.tasks:
+    for _ in range(MAX_TASKS):
+        if interrupted is not None and interrupted():
             break
-        done += result.tasks
+        state = log.state()
+        task = next(iter(settle_tasks(log, policy)), None)
+        if task is None:
+            break
+        try:
+            commit(log, task, [execute(log, state, task, policy=policy)], state.seq)
+        except CommitConflictError:
+            continue  # another compactor removed an input meanwhile: plan again
+        done += 1
     return done
+
+
+def settle_tasks(log: TableLog, policy: Policy) -> list[CompactionTask]:
+    """The majors a settle runs: the forced ones that fold L0 runs (not those of components
+    that only hold several L1 runs) and fit the automatic budget."""
+    state = log.state()
+    l0 = {i for i, ks in state.key_spaces.items() if ks.lsm == 0}
+    return [t for t in plan_tasks(log, policy, force=True) if within_budget(t, policy) and l0 & set(t.inputs)]
 
 
 _settler = Settler()
@@ -188,8 +207,7 @@ def schedule(log: TableLog) -> None:
 
 
 def _needs_settling(log: TableLog) -> bool:
-    policy = log.warehouse.maintenance
-    return any(within_budget(t, policy) for t in plan_tasks(log, policy, force=True))
+    return bool(settle_tasks(log, log.warehouse.maintenance))
 
 
 def wait(log: TableLog, timeout: float | None = None) -> bool:
