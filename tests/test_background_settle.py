@@ -87,6 +87,16 @@ def test_settling_off(tmp_path: Path, policy: conch.Policy) -> None:
     assert _rows(t) == model
 
 
+def test_a_lone_run_is_not_rewritten(tmp_path: Path) -> None:
+    """One write to a new table is one run already: settling it would only rewrite it."""
+    t = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=0)).create_table(
+        "t", [("id", pa.int64())]
+    )
+    _upsert(t, {}, random.Random(7), 30)
+    assert t.wait_for_maintenance()
+    assert [c.kind for c in t.history()] == ["write"]
+
+
 def test_bad_settle_after_is_refused() -> None:
     with pytest.raises(conch.InvalidArgumentError, match="settle_after"):
         conch.Policy(settle_after=-1)

@@ -170,11 +170,16 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None) -> int:
 
 
 def settle_tasks(log: TableLog, policy: Policy) -> list[CompactionTask]:
-    """The majors a settle runs: the forced ones that fold L0 runs (not those of components
-    that only hold several L1 runs) and fit the automatic budget."""
+    """The majors a settle runs: the forced ones that fold L0 runs into other runs (not a lone L0
+    run, already one run to read; not components that only hold several L1 runs) and fit the
+    automatic budget."""
     state = log.state()
     l0 = {i for i, ks in state.key_spaces.items() if ks.lsm == 0}
-    return [t for t in plan_tasks(log, policy, force=True) if within_budget(t, policy) and l0 & set(t.inputs)]
+    return [
+        t
+        for t in plan_tasks(log, policy, force=True)
+        if within_budget(t, policy) and len(t.inputs) >= 2 and l0 & set(t.inputs)
+    ]
 
 
 _settler = Settler()
