@@ -117,9 +117,10 @@ def estimated_rows(plan: ScanPlan, runs: list[KeySpace], stats: StatsCache | Non
 
 
 def _rows_span(keys: KeyCache, ks: KeySpace, plan: ScanPlan, start: int, rows: int) -> Span:
-    """The key span of rows `[start, start + rows)` of the sorted run `ks`."""
-    table = keys.keys(ks, plan.key_fields).take(pa.array([start, start + rows - 1]))
-    enc = encode_keys(table.columns).to_pylist()
+    """The key span of rows `[start, start + rows)` of the sorted run `ks`: its first and last
+    keys, read alone (not the run's whole key table)."""
+    ends = np.array([start, start + rows - 1], dtype=np.int64)
+    enc = encode_keys(keys.keys_at(ks, plan.key_fields, ends).columns).to_pylist()
     return enc[0], enc[1]
 
 

@@ -33,6 +33,7 @@ from conch.keys import (
     decode_key,
     encode_keys,
     equal_adjacent,
+    key_space_schema,
     predicate_bounds,
     predicate_mask,
     sort_indices,
@@ -60,7 +61,7 @@ class KeyCache:
         of more keys than the cache holds would only evict what other scans use)."""
         t = self._get("table", ks.path)
         if t is None:
-            schema = pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(fields)])
+            schema = key_space_schema(fields)
             t = self.format.read(ks, schema.names, schema).rename_columns([f.name for f in fields])
             t = t.combine_chunks()
             if keep:
@@ -112,6 +113,15 @@ class KeyCache:
         """The numeric keys at sorted `rows` (Vortex reads only the chunks holding them)."""
         t = self.format.read(ks, ["k0"], pa.schema([pa.field("k0", fields[0].type)]), rows)
         return _as_numpy(t.column(0))
+
+    def keys_at(self, ks: FileRef, fields: list[pa.Field], rows: np.ndarray) -> pa.Table:
+        """The keys at sorted `rows`, named like `fields`: from memory when the key table is
+        cached, else Vortex reads only the chunks holding them (not the whole key table)."""
+        t = self._get("table", ks.path)
+        if t is not None:
+            return t.take(pa.array(rows))
+        schema = key_space_schema(fields)
+        return self.format.read(ks, schema.names, schema, rows).rename_columns([f.name for f in fields])
 
     def _get(self, kind: str, path: str) -> Any:
         v = self._lru.get((kind, path))
