@@ -360,7 +360,6 @@ class VortexFormat:
             reader = f.to_arrow(file_schema.names, expr=expr, indices=idx, schema=file_schema)
         except Exception as e:
             raise self._damage(ref, f"cannot read {list(columns)} from {ref.path}", e) from e
-        bf = self._blob_reader(ref.path) if blobs else None
         while True:
             try:
                 batch = next(reader, None)
@@ -370,12 +369,12 @@ class VortexFormat:
                 return
             if batch.num_rows == 0:
                 continue
-            if bf is None:
+            if not blobs:
                 yield batch
                 continue
             arrays = []
             for c in out_schema.names:
-                if c in blob_columns:
+                if c in blobs:
                     arrays.append(self._read_values([(ref, _blob_index(batch, c))], schema.field(c).type))
                 else:
                     arrays.append(batch.column(c))
