@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch._deps import LazyModule
+from conch.budget import DEFAULT_SPLIT
 from conch.errors import CorruptFileError
 from conch.integrity import VerifiedReader, check_values, seal_file, value_hashes
 from conch.storage import RangeReader, Storage
@@ -88,7 +89,9 @@ class VortexFormat:
     name = "vortex"
     suffix = ".vortex"
 
-    def __init__(self, storage: Storage, cache_size: int = 1024, segment_cache_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self, storage: Storage, cache_size: int = 1024, segment_cache_bytes: int = DEFAULT_SPLIT.segment_cache
+    ) -> None:
         self.storage = storage
         # Open files hold no descriptor (see LocalRangeReader): the bound is for footer memory.
         self._open: OrderedDict[str, tuple[Any, VerifiedReader | None]] = OrderedDict()

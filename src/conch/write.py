@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conch.budget import DEFAULT_SPLIT
 from conch.dedup import RunCheck
 from conch.errors import SchemaError
 from conch.fragments import BLOB_SUFFIX, VortexFormat, blob_storable, column_name, column_stats, encode_stats
@@ -55,7 +56,7 @@ class WriteOptions:
     """Sizing knobs. Defaults suit object storage; tests shrink them to exercise many files."""
 
     chunk_rows: int = 1 << 20  # rows of input sorted and written as one run
-    chunk_bytes: int = 256 << 20
+    chunk_bytes: int = DEFAULT_SPLIT.write_chunk
     fragment_bytes: int = 128 << 20  # upper bound of one fragment file
     # avg bytes per value from which a column is stored out of line. Vortex chunks hold >= 8192
     # rows, so an inline take costs 8192 x value size per touched chunk: 4 MB at 512 B (measured

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from conch.budget import DEFAULT_SPLIT
 from conch.errors import ConchError
 from conch.fragments import FileRef, VortexFormat, column_name
 from conch.manifest import Fragment, KeySpace
@@ -42,8 +43,8 @@ class ScanOptions:
 
     fast_paths: bool = True
     batch_rows: int | None = None
-    batch_bytes: int = 64 << 20
-    cache_bytes: int = 256 << 20  # decoded fragments shared by a scan's batches
+    batch_bytes: int = DEFAULT_SPLIT.batch
+    cache_bytes: int = DEFAULT_SPLIT.scan_cache  # decoded fragments shared by a scan's batches
 
     def __post_init__(self) -> None:
         if self.batch_rows is not None and self.batch_rows < 1:

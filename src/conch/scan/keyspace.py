@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from conch.budget import DEFAULT_SPLIT
 from conch.fragments import FileRef, VortexFormat
 from conch.keys import (
     EncodedRange,
@@ -40,8 +41,6 @@ from conch.keys import (
 )
 from conch.manifest import KeySpace
 
-KEY_CACHE_BYTES = 128 << 20  # default budget of a warehouse's key cache (all key spaces, all forms)
-
 
 class KeyCache:
     """Key spaces are immutable: cache their key tables (and encodings) by file path, LRU, within
@@ -49,7 +48,7 @@ class KeyCache:
     share the table's buffer). The budget, not the table's key count, bounds what scans keep:
     a key space larger than it is read, used and dropped."""
 
-    def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = KEY_CACHE_BYTES) -> None:
+    def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = DEFAULT_SPLIT.key_cache) -> None:
         self.format = fmt
         self._lru: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._max = max_entries  # an un-compacted table has hundreds of key spaces
