@@ -1,10 +1,15 @@
-"""Issue 11's goals in one table: `python -m bench.goals [results dir]` (and the last step of
-every `python -m bench` run).
+"""Issues 10 and 11's goals in one table: `python -m bench.goals [results dir]` (and the last
+step of every `python -m bench` run).
 
 It reads the result files a `python -m bench` run writes to `bench/results/` and prints, for
-every goal of issue 11, what was measured, the ratio the goal is stated in, and whether it is
-met; a goal whose benchmark did not run (or wrote no file) says "not run". Written to
+every goal, what was measured, the ratio the goal is stated in, and whether it is met; a goal
+whose benchmark did not run (or wrote no file) says "not run". Written to
 `bench/results/goals.json`. Sources:
+
+- issue 10, `scan.json` (workload 7: 500 commits of 2,000 random keys, default policy) and
+  `compaction.json` (`--only compaction`: 500 and 3,000 commits of 200 random keys; a 10 %
+  partial-column upsert): reads once the writer's background settle is done, as a ratio to the
+  same rows written once;
 
 - `scan.json` (workloads 1, 4, 5, 8): write vs Parquet, spec/001's scan at 1/10/50 %, random
   take, blob streaming;
@@ -122,6 +127,60 @@ def scan_goals(doc: dict[str, Any] | None) -> list[Goal]:
     return out
 
 
+LSM_BOUND = 1.2  # issue 10: reads after many small commits, within 1.2x of the rows written once
+QUERIES = ("full scan", "1 % filter", "50-key take")
+
+
+def lsm_goals(scan: dict[str, Any] | None, compaction: dict[str, Any] | None) -> list[Goal]:
+    """Issue 10: workload 7 and the 200-row histories of `bench/compaction.py`, settled; the read
+    after a compacted partial-column upsert."""
+    out = []
+    rows = [r for r in (scan or {}).get("results", []) if r.get("workload") == "7"]
+    for q in QUERIES:
+        g = Goal(
+            f"{q} after 500 commits of 2,000 random keys, settled (workload 7)", f"conch / one commit <= {LSM_BOUND}"
+        )
+        r = next((r for r in rows if r["case"].startswith(f"{q} after") and r["case"].endswith("settled")), None)
+        if r is not None and r.get("ratio_to_one_commit") is not None:
+            secs = f"{_ms(r['seconds'])}, settle {r.get('settle_s', '?')} s after the last commit"
+            _judge(g, r["ratio_to_one_commit"], lambda x: x <= LSM_BOUND, secs)
+        out.append(g)
+    crows = (compaction or {}).get("results", [])
+    sections = sorted(
+        {r["section"] for r in crows if r.get("section", "").startswith("w7 ")}, key=lambda s: int(s.split()[1])
+    )
+    for section in sections or ["w7 500 commits", "w7 3000 commits"]:
+        n = section.split()[1]
+        for q in QUERIES:
+            g = Goal(
+                f"{q} after {int(n):,} commits of 200 random keys, settled (compaction)", f"conch / once <= {LSM_BOUND}"
+            )
+            r = next(
+                (
+                    r
+                    for r in crows
+                    if r.get("section") == section
+                    and _same_query(r.get("case", ""), q)
+                    and "settled" in r.get("variant", "")
+                ),
+                None,
+            )
+            if r is not None and r.get("ratio_to_once") is not None:
+                _judge(g, r["ratio_to_once"], lambda x: x <= LSM_BOUND, f"{_ms(r['seconds'])} ({r['variant']})")
+            out.append(g)
+    g = Goal("read after a 10 % partial-column upsert, compacted (compaction)", "conch / clean read <= 1.05")
+    r = next((r for r in crows if r.get("section") == "partial-column upsert"), None)
+    if r is not None and r.get("after_compaction") is not None:
+        _judge(g, r["after_compaction"], lambda x: x <= 1.05, f"{r['rows']:,} keys, clean read {_ms(r['clean_s'])}")
+    out.append(g)
+    return out
+
+
+def _same_query(case: str, q: str) -> bool:
+    """`bench/compaction.py` writes "1% filter" where this table says "1 % filter"."""
+    return case.replace(" ", "").startswith(q.replace(" ", ""))
+
+
 def runs_goals(doc: dict[str, Any] | None) -> list[Goal]:
     """`bench/runs.py`: K time-ordered appends, before compaction. The two append counts of the
     run (100 and 1,000 at scale 1) are the goal's "100 and 1,000 commits"."""
@@ -197,12 +256,13 @@ def spark_goals(doc: dict[str, Any] | None) -> list[Goal]:
 def collect(out: Path) -> tuple[list[Goal], dict[str, str]]:
     """Every goal, judged from the result files in `out`; and which files were read (mtime)."""
     sources = {}
-    for name in ("scan.json", "runs.json", "memory.json", "spark.json"):
+    for name in ("scan.json", "compaction.json", "runs.json", "memory.json", "spark.json"):
         p = out / name
         if p.exists():
             sources[name] = datetime.fromtimestamp(p.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
     goals = (
-        scan_goals(_load(out, "scan.json"))
+        lsm_goals(_load(out, "scan.json"), _load(out, "compaction.json"))
+        + scan_goals(_load(out, "scan.json"))
         + runs_goals(_load(out, "runs.json"))
         + memory_goals(_load(out, "memory.json"))
         + spark_goals(_load(out, "spark.json"))
@@ -224,7 +284,9 @@ def render(goals: list[Goal]) -> str:
 def report(out: Path = RESULTS) -> list[Goal]:
     """Print the goals table and write `out/goals.json`."""
     goals, sources = collect(out)
-    print("\nissue 11 goals (" + (", ".join(f"{k} of {v}" for k, v in sources.items()) or "no result files") + ")")
+    print(
+        "\nissue 10 and 11 goals (" + (", ".join(f"{k} of {v}" for k, v in sources.items()) or "no result files") + ")"
+    )
     print(render(goals))
     out.mkdir(parents=True, exist_ok=True)
     doc = {"sources": sources, "goals": [asdict(g) for g in goals]}

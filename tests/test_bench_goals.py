@@ -1,4 +1,4 @@
-"""`bench/goals.py`: issue 11's goals judged from the result files one bench run writes."""
+"""`bench/goals.py`: issues 10 and 11's goals judged from the result files one bench run writes."""
 
 from __future__ import annotations
 
@@ -84,3 +84,60 @@ def test_spark_rows_form(tmp_path: Path) -> None:
     _write(tmp_path, "spark.json", {"rows": rows})
     (g,) = [g for g in goals.report(tmp_path) if g.goal.startswith("Spark")]
     assert g.status == "met" and g.ratio == 1.1
+
+
+def test_lsm_goals_read_settled_rows_only(tmp_path: Path) -> None:
+    """Issue 10's rows: workload 7 and the 200-row histories count once settled (a row read
+    right after the last commit is not the goal's), and the compacted partial upsert."""
+    w7 = [
+        {
+            "workload": "7",
+            "case": "full scan after 500 commits, right after the last",
+            "system": "conch",
+            "seconds": 0.02,
+            "ratio_to_one_commit": 2.7,
+        },
+        {
+            "workload": "7",
+            "case": "full scan after 500 commits, settled",
+            "system": "conch",
+            "seconds": 0.01,
+            "ratio_to_one_commit": 1.04,
+            "settle_s": 0.4,
+        },
+        {
+            "workload": "7",
+            "case": "1 % filter after 500 commits, settled",
+            "system": "conch",
+            "seconds": 0.01,
+            "ratio_to_one_commit": 1.3,
+        },
+    ]
+    _write(tmp_path, "scan.json", {"results": w7})
+    rows = [
+        {
+            "section": "w7 3000 commits",
+            "case": "1% filter",
+            "variant": "default policy",
+            "seconds": 0.01,
+            "ratio_to_once": 0.9,
+        },
+        {
+            "section": "w7 3000 commits",
+            "case": "1% filter",
+            "variant": "default policy, settled",
+            "seconds": 0.01,
+            "ratio_to_once": 1.1,
+        },
+        {"section": "partial-column upsert", "rows": 1000, "clean_s": 0.01, "after_compaction": 1.2},
+    ]
+    _write(tmp_path, "compaction.json", {"results": rows})
+    got = {g.goal: g for g in goals.report(tmp_path)}
+    full = got["full scan after 500 commits of 2,000 random keys, settled (workload 7)"]
+    assert (full.status, full.ratio) == ("met", 1.04)
+    assert got["1 % filter after 500 commits of 2,000 random keys, settled (workload 7)"].status == "missed"
+    assert got["50-key take after 500 commits of 2,000 random keys, settled (workload 7)"].status == "not run"
+    three = got["1 % filter after 3,000 commits of 200 random keys, settled (compaction)"]
+    assert (three.status, three.ratio) == ("met", 1.1)
+    assert got["full scan after 3,000 commits of 200 random keys, settled (compaction)"].status == "not run"
+    assert got["read after a 10 % partial-column upsert, compacted (compaction)"].status == "missed"

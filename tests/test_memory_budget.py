@@ -65,3 +65,41 @@ def test_key_cache_keeps_a_scans_keys_only_when_they_fit(tmp_path: Path, budget:
         if fits:
             assert again.metrics().key_bytes_read == 0
     fresh.close()
+
+
+def test_threads_sharing_a_small_key_cache_read_what_one_thread_reads(tmp_path: Path) -> None:
+    """Scans and takes from several threads over more key spaces than a 16 MiB budget's key
+    cache holds (puts and evictions interleave; the HTTP server and the background settle share
+    one cache): every result equals the single-threaded one."""
+    import random
+    import threading
+
+    cat = conch.connect(tmp_path, memory_budget=16 << 20, maintenance=conch.Policy(auto=False))
+    t = cat.create_table("t", [("id", pa.int64())])
+    for i in range(24):  # overlapping runs of 12k keys: ~2.3 MB of keys, the cache holds 2 MiB
+        ids = np.arange(i, 12_000 * 7 + i, 7, dtype=np.int64)
+        t.write(pa.table({"id": ids, "v": np.full(len(ids), i, dtype=np.int64)}))
+    rng = random.Random(8)
+    queries = [sorted(rng.sample(range(90_000), 40)) for _ in range(6)]
+    expected_full = t.scan().to_arrow()
+    expected = [t.scan(keys=q).to_arrow() for q in queries]
+    errors: list[BaseException] = []
+
+    def reader(seed: int) -> None:
+        r = random.Random(seed)
+        try:
+            for _ in range(6):
+                if r.random() < 0.3:
+                    assert t.scan().to_arrow().equals(expected_full)
+                else:
+                    j = r.randrange(len(queries))
+                    assert t.scan(keys=queries[j]).to_arrow().equals(expected[j])
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors

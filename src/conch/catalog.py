@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from conch.compaction.run import auto as auto_compact
+from conch.compaction.background import after_commit
 from conch.errors import ConchError, ExpressionError, SchemaError, TableExistsError
 from conch.integrity import seal_json
 from conch.metastore.base import Metastore, TableRecord
@@ -82,7 +82,7 @@ def connect(
     budget_split(memory_budget)  # a bad budget is refused before anything is opened
     storage, ms = open_warehouse(uri, create=create, metastore=metastore, token=token, storage_options=storage_options)
     wh = Warehouse(storage, ms, write_options, evolve=evolve, maintenance=maintenance, memory_budget=memory_budget)
-    wh.after_commit = auto_compact
+    wh.after_commit = after_commit
     return Catalog(wh)
 
 

@@ -31,6 +31,7 @@ class Policy:
     max_l1_rows: int = 1 << 20  # a range's run is cut in two above this many rows
     auto_budget_bytes: int = 64 << 20  # input bytes one automatic trigger may rewrite
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
+    settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
 
     def __post_init__(self) -> None:
         if (
@@ -40,8 +41,9 @@ class Policy:
             or self.size_ratio <= 0
             or self.l1_ratio < 0
             or self.max_l1_rows < 1
+            or (self.settle_after is not None and not self.settle_after >= 0)
         ):
             raise InvalidArgumentError(
                 f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
-                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0"
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, settle_after None or >= 0"
             )

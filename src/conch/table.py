@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from conch import maintenance
 from conch.check import CheckReport, check_table
+from conch.compaction import background
 from conch.compaction.minor import MinorResult, minor_compact
 from conch.compaction.plan import MaintenancePlan
 from conch.compaction.run import CompactionResult, compact, maintenance_plan
@@ -287,6 +288,18 @@ class Table:
         >>> t.compact()  # doctest: +SKIP
         """
         return compact(self.log, policy or self.log.warehouse.maintenance, force=force, progress=progress)
+
+    def wait_for_maintenance(self, timeout: float | None = None) -> bool:
+        """Settle now, and wait for, the background maintenance this process has pending for the
+        table: after writes, the L0 runs left over L1 are folded in once the writer pauses for
+        `Policy.settle_after` seconds (`conch.compaction.background`); this runs it without the
+        pause. True when nothing is left pending; False if `timeout` seconds passed first.
+
+        >>> for batch in batches:  # doctest: +SKIP
+        ...     t.write(batch)
+        >>> t.wait_for_maintenance()  # doctest: +SKIP
+        """
+        return background.wait(self.log, timeout)
 
     def compact_minor(self, level: str = "", runs: int | None = None) -> MinorResult | None:
         """Minor compaction: merge the newest `runs` key spaces of `level` (default all) into one

@@ -152,8 +152,13 @@ def _pipeline(
         console.print(str(t.schema), highlight=False)
         with spark_progress(spark, console, "ingest"):
             ing = ingest(spark, source, warehouse, "audio", key=["id"])
+        runs = t.maintenance_plan().l0_runs
+        t.wait_for_maintenance()  # the runs the tasks wrote, folded now rather than after a pause
         size = sum(f.bytes for f in t.state().fragments.values())
-        s["what"] = f"{ing.rows} rows from {ing.partitions} Spark tasks, commit {ing.seq}, {_mb(size)} of fragments"
+        s["what"] = (
+            f"{ing.rows} rows from {ing.partitions} Spark tasks, commit {ing.seq}; {runs} L0 run(s) settled "
+            f"into {t.maintenance_plan().l1_runs} L1 run(s), {_mb(size)} of fragments"
+        )
         results["ingested"] = ing.rows
 
     with step(console, "Enrich on Spark (mapInArrow): new column group `features`", timings) as s:

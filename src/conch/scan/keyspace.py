@@ -51,7 +51,9 @@ class KeyCache:
     Admission has one rule, `fits`: a reader of key spaces whose keys would fill more than half
     the cache reads them with `keep=False` (a scan decides it once: `ScanContext.keys`), since
     keeping them would only evict what other readers use. Sparse indexes are always kept (8 B
-    per 1,024 keys)."""
+    per 1,024 keys). Thread-safe: scans of a server's request threads and the background settle
+    (`conch.compaction.background`) share one cache; two threads missing the same key space may
+    both read it, and the second put replaces the first."""
 
     def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = DEFAULT_SPLIT.key_cache) -> None:
         self.format = fmt
@@ -59,6 +61,7 @@ class KeyCache:
         self._max = max_entries  # an un-compacted table has hundreds of key spaces
         self.max_bytes = max_bytes
         self._used = 0
+        self._lock = threading.Lock()
 
     def keys(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.Table:
         """The key space's keys as a table named like `fields`; `keep=False`: not cached (see
@@ -100,7 +103,8 @@ class KeyCache:
 
     def cached(self, ks: FileRef) -> bool:
         """Whether the key space's keys are in memory (a lookup then needs no file read)."""
-        return ("numeric", ks.path) in self._lru or ("table", ks.path) in self._lru
+        with self._lock:
+            return ("numeric", ks.path) in self._lru or ("table", ks.path) in self._lru
 
     def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
         """The sparse index of a numeric key space (`KeyIndex`), built by one streamed pass over
@@ -131,19 +135,24 @@ class KeyCache:
         return self.format.read(ks, schema.names, schema, rows).rename_columns([f.name for f in fields])
 
     def _get(self, kind: str, path: str) -> Any:
-        v = self._lru.get((kind, path))
-        if v is not None:
-            self._lru.move_to_end((kind, path))
-        return v
+        with self._lock:
+            v = self._lru.get((kind, path))
+            if v is not None:
+                self._lru.move_to_end((kind, path))
+            return v
 
     def _put(self, kind: str, path: str, v: Any) -> None:
         if v.nbytes > self.max_bytes:
             return  # larger than the whole budget: the caller uses it once
-        self._lru[(kind, path)] = v
-        self._used += v.nbytes
-        while len(self._lru) > self._max or self._used > self.max_bytes:
-            _, old = self._lru.popitem(last=False)
-            self._used -= old.nbytes
+        with self._lock:
+            old = self._lru.pop((kind, path), None)
+            if old is not None:
+                self._used -= old.nbytes
+            self._lru[(kind, path)] = v
+            self._used += v.nbytes
+            while len(self._lru) > self._max or self._used > self.max_bytes:
+                _, gone = self._lru.popitem(last=False)
+                self._used -= gone.nbytes
 
 
 INDEX_STEP = 1024  # keys per block of a sparse key index

@@ -36,7 +36,7 @@ from conch.scan.assemble import assemble, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
-from conch.scan.overlay import OverlayKeys, Window, overlay_keys, overlay_values
+from conch.scan.overlay import OverlayColumn, OverlayKeys, Window, overlay_keys, overlay_values, splice
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
 from conch.scan.take import take_rows
@@ -57,7 +57,7 @@ class _StreamUnit:
     overlay: list[int] = field(default_factory=list)
     overlay_fragments: list[list[Fragment]] = field(default_factory=list)  # per overlay run
     newer_than: int = 0
-    values: pa.Table | None = None  # overlay cells aligned with the overlay keys, decoded on first use
+    values: list[OverlayColumn] | None = None  # per column, cells aligned with the overlay keys (on first use)
     wins: np.ndarray | None = None
 
 
@@ -278,6 +278,9 @@ def _segment(
     return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov)
 
 
+_NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # keys: only inserts
+
+
 def _inserted(s: _Segment) -> int:
     """Keys the segment's small runs add to its base."""
     return s.overlay.inserted if s.overlay is not None else 0
@@ -338,7 +341,7 @@ class Stream:
             values, wins = self._values(s, u)
             dead = ov.ins[ov.hit & wins]
             cand = ~ov.hit | wins
-            by_path = {c.full_path: values.column(j).combine_chunks() for j, c in enumerate(u.columns)}
+            by_path = {c.full_path: values[j].array for j, c in enumerate(u.columns)}
             assert self.ctx.plan.filter is not None
             ok = np.array(filter_mask(self.ctx.plan.filter, by_path.__getitem__), dtype=np.bool_)
             ov_rows = np.nonzero(ok & cand)[0]
@@ -375,10 +378,10 @@ class Stream:
         keys = pa.concat_tables([take_rows(self._keys(s), rows), ov.keys.take(pa.array(js))]).take(idx)
         cols = {}
         for j, c in enumerate(u.columns):
-            extra = u.values.column(j).take(pa.array(js))
+            extra = u.values[j].array.take(pa.array(js))
             col = batch.column(j)
             col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-            cols[c.id] = pa.concat_arrays([col, *extra.chunks]).take(idx)
+            cols[c.id] = pa.concat_arrays([col, extra]).take(idx)
         if keys.num_rows:
             yield self._emit(s, keys, cols)
 
@@ -386,28 +389,30 @@ class Stream:
         its = [iter(self._unit_batches(s, u, ordinal=False)) for u in s.units]
         pending: list[pa.RecordBatch | None] = [None] * len(its)
         pos = s.lo
+        ov = s.overlay
+        keys = OverlayColumn.of(ov.keys.column(0)) if ov is not None else None
         while pos < s.hi and self.left > 0:
             for i, it in enumerate(its):
                 p = pending[i]
                 if p is None or p.num_rows == 0:
                     pending[i] = next(it)[1]
             n = min(self.left, s.hi - pos, 1 << 16, *(p.num_rows for p in pending if p is not None))
-            win = s.overlay.window(pos, pos + n, pos + n >= s.hi) if s.overlay is not None else None
+            win = ov.window(pos, pos + n, pos + n >= s.hi) if ov is not None else None
             cols: dict[int, pa.Array] = {}
             for i, u in enumerate(s.units):
                 p = pending[i]
                 assert p is not None
                 here = p.slice(0, n)
-                for j, c in enumerate(u.columns):
-                    cols[c.id] = here.column(j)
-                if win is not None:
+                if win is None:
+                    cols.update((c.id, here.column(j)) for j, c in enumerate(u.columns))
+                else:
                     cols.update(self._overlaid(s, u, win, here))
                 pending[i] = p.slice(n)
             key_part = self._keys(s).slice(pos, n)
-            if win is not None and win.new.any():
-                assert s.overlay is not None
-                src = win.source(n, np.zeros(len(win.new), dtype=bool))
-                key_part = pa.concat_tables([key_part, s.overlay.keys.slice(win.j0, win.j1 - win.j0)]).take(src)
+            if win is not None and len(win.new):
+                assert keys is not None
+                spliced = splice(key_part.column(0).combine_chunks(), keys, win, *_NONE_REPLACED)
+                key_part = pa.table([spliced], schema=key_part.schema)
             if key_part.num_rows > self.left:  # a limit inside inserted keys
                 key_part = key_part.slice(0, self.left)
                 cols = {k: v.slice(0, self.left) for k, v in cols.items()}
@@ -416,21 +421,18 @@ class Stream:
 
     def _overlaid(self, s: _Segment, u: _StreamUnit, win: Window, batch: pa.RecordBatch) -> dict[int, pa.Array]:
         """`u`'s columns of `batch` (base rows of window `win`) with the small runs' keys and
-        cells laid in: one take over [base batch, overlay slice] per column."""
+        cells laid in (`overlay.splice`)."""
+        ov = s.overlay
+        assert ov is not None
         values, wins = self._values(s, u)
-        src = win.source(batch.num_rows, wins[win.j0 : win.j1])
-        if src is None:
-            return {}
-        idx = pa.array(src)
-        out = {}
-        for j, c in enumerate(u.columns):
-            extra = values.column(j).slice(win.j0, win.j1 - win.j0)
-            out[c.id] = pa.concat_arrays([batch.column(j), *extra.chunks]).take(idx)
-        return out
+        rep_out, rep = win.replaced(wins[win.j0 : win.j1], ov.hit[win.j0 : win.j1])
+        if not len(win.new) and not len(rep):
+            return {c.id: batch.column(j) for j, c in enumerate(u.columns)}
+        return {c.id: splice(batch.column(j), values[j], win, rep_out, rep) for j, c in enumerate(u.columns)}
 
-    def _values(self, s: _Segment, u: _StreamUnit) -> tuple[pa.Table, np.ndarray]:
-        """`u`'s cells from the small runs, aligned with the overlay keys, and which are shown
-        (decoded on first use)."""
+    def _values(self, s: _Segment, u: _StreamUnit) -> tuple[list[OverlayColumn], np.ndarray]:
+        """`u`'s cells from the small runs, per column aligned with the overlay keys, and which
+        are shown (decoded on first use)."""
         ov = s.overlay
         assert ov is not None
         if u.values is None or u.wins is None:
@@ -442,7 +444,8 @@ class Stream:
                 parts = [self.ctx.read_decoded(u.group, f, schema) for f in frs[i]]
                 return pa.concat_tables(parts) if parts else schema.empty_table()
 
-            u.values, u.wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
+            values, u.wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
+            u.values = [OverlayColumn.of(c) for c in values.columns]
         return u.values, u.wins
 
     def _keys(self, s: _Segment) -> pa.Table:

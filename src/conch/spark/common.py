@@ -66,11 +66,15 @@ class Location:
         return self.metastore is None and "://" not in self.warehouse
 
     def connect(self) -> conch.Catalog:
+        """The warehouse, for executors and for the Python worker that commits a job: with no
+        background settle (`conch.compaction.background`), which would outlive the task in a
+        reused worker; the driver's `Table.wait_for_maintenance()` or the next write settles."""
         return conch.connect(
             self.warehouse,
             metastore=self.metastore,
             token=self.token,
             storage_options=dict(self.storage_options) or None,
+            maintenance=conch.Policy(settle_after=None),
         )
 
 

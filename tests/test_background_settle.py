@@ -1,0 +1,165 @@
+"""Background settling (`conch.compaction.background`): after the writer pauses, the L0 runs the
+commit-time trigger left are folded in by a thread of the writing process; the table reads the
+same before and after, including while the same process keeps writing and deleting."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import conch
+
+# commit-time compaction never runs (no small-table trigger, no count trigger): every L0 run
+# left is the settle's to fold
+LAZY = {"small_bytes": 0, "l0_trigger": 1000, "l1_ratio": 1000.0}
+
+
+def _upsert(t: conch.Table, model: dict[int, int], rng: random.Random, n: int) -> None:
+    ids = sorted(rng.sample(range(400), n))
+    vals = [rng.randint(0, 10**6) for _ in ids]
+    t.write(pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(vals, pa.int64())}))
+    model.update(zip(ids, vals, strict=True))
+
+
+def _rows(t: conch.Table) -> dict[int, int]:
+    got = t.scan().to_arrow()
+    return dict(zip(got.column("id").to_pylist(), got.column("v").to_pylist(), strict=True))
+
+
+def test_settle_folds_l0_runs_after_the_writer_pauses(tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=0.05))
+    t = cat.create_table("t", [("id", pa.int64())])
+    rng, model = random.Random(1), {}
+    for _ in range(6):
+        _upsert(t, model, rng, 40)
+    deadline = time.monotonic() + 120  # a bound on waiting, not a speed assertion
+    while t.maintenance_plan().l0_runs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    plan = t.maintenance_plan()
+    assert (plan.l0_runs, plan.l1_runs) == (0, 1)  # folded without anyone asking
+    assert _rows(t) == model
+    assert t.wait_for_maintenance(timeout=60)
+
+
+def test_wait_settles_without_the_pause(tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=3600))
+    t = cat.create_table("t", [("id", pa.int64())])
+    rng, model = random.Random(2), {}
+    for _ in range(4):
+        _upsert(t, model, rng, 30)
+    assert t.maintenance_plan().l0_runs >= 3  # the hour-long pause has not passed
+    assert t.wait_for_maintenance()
+    assert t.maintenance_plan().l0_runs == 0
+    assert _rows(t) == model
+
+
+def test_wait_settles_runs_another_process_wrote(tmp_path: Path) -> None:
+    """Runs committed by a process that does not settle (a Spark job commits from a Python
+    worker with settling off) are folded by `wait_for_maintenance()` in any process."""
+    writer = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=None))
+    t = writer.create_table("t", [("id", pa.int64())])
+    rng, model = random.Random(6), {}
+    for _ in range(3):
+        _upsert(t, model, rng, 25)
+    reader = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY)).table("t")
+    assert reader.maintenance_plan().l0_runs == 3
+    assert reader.wait_for_maintenance()
+    assert reader.maintenance_plan().l0_runs == 0
+    assert _rows(reader) == model
+
+
+@pytest.mark.parametrize("policy", [conch.Policy(**LAZY, settle_after=None), conch.Policy(auto=False)])
+def test_settling_off(tmp_path: Path, policy: conch.Policy) -> None:
+    t = conch.connect(tmp_path, maintenance=policy).create_table("t", [("id", pa.int64())])
+    rng, model = random.Random(3), {}
+    for _ in range(3):
+        _upsert(t, model, rng, 20)
+    assert t.wait_for_maintenance(timeout=0)  # nothing pending
+    assert t.maintenance_plan().l0_runs == 3
+    assert _rows(t) == model
+
+
+def test_a_lone_run_is_not_rewritten(tmp_path: Path) -> None:
+    """One write to a new table is one run already: settling it would only rewrite it."""
+    t = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=0)).create_table(
+        "t", [("id", pa.int64())]
+    )
+    _upsert(t, {}, random.Random(7), 30)
+    assert t.wait_for_maintenance()
+    assert [c.kind for c in t.history()] == ["write"]
+
+
+def test_bad_settle_after_is_refused() -> None:
+    with pytest.raises(conch.InvalidArgumentError, match="settle_after"):
+        conch.Policy(settle_after=-1)
+
+
+def test_settle_beside_writes_and_deletes_of_the_same_process(tmp_path: Path) -> None:
+    """Settles run (pause 0) while a second thread keeps upserting and deleting through another
+    handle and the main thread waits for settles at random points: no write lost, no deleted key
+    back, every read equal to the model of what had committed."""
+    cat = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=0))
+    t = cat.create_table("t", [("id", pa.int64())])
+    other = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=0)).table("t")
+    model: dict[int, int] = {}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        rng = random.Random(4)
+        try:
+            for i in range(60):
+                with lock:  # the model changes with the commit, never between
+                    if i % 5 == 4 and model:
+                        gone = rng.sample(sorted(model), min(5, len(model)))
+                        other.delete(gone)
+                        for k in gone:
+                            del model[k]
+                    else:
+                        _upsert(other, model, rng, rng.randint(1, 30))
+        except BaseException as e:  # surfaced in the main thread
+            errors.append(e)
+
+    th = threading.Thread(target=writer)
+    th.start()
+    rng = random.Random(5)
+    while th.is_alive():
+        t.wait_for_maintenance(timeout=30)
+        with lock:
+            assert _rows(t) == model
+        time.sleep(rng.uniform(0, 0.05))
+    th.join()
+    assert not errors, errors
+    assert t.wait_for_maintenance(timeout=120) and other.wait_for_maintenance(timeout=120)
+    assert _rows(t) == model
+    assert t.maintenance_plan().l0_runs == 0
+    assert t.check().ok
+
+
+def test_exit_during_a_settle_leaves_the_table_consistent(tmp_path: Path) -> None:
+    """A process that exits right after its writes (pause 0: a settle is starting or running,
+    and may fail at exit) leaves the table consistent and readable with every committed row."""
+    script = textwrap.dedent(
+        f"""
+        import pyarrow as pa, conch
+        t = conch.connect({str(tmp_path)!r}, maintenance=conch.Policy(small_bytes=0, l0_trigger=1000,
+                          l1_ratio=1000.0, settle_after=0)).create_table("t", [("id", pa.int64())])
+        for i in range(8):
+            t.write(pa.table({{"id": pa.array(range(i, 400, 3), pa.int64()), "v": pa.array([i] * len(range(i, 400, 3)))}}))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=600)
+    t = conch.connect(tmp_path, maintenance=conch.Policy(auto=False)).table("t")
+    expected = {}
+    for i in range(8):
+        expected.update((k, i) for k in range(i, 400, 3))
+    assert _rows(t) == expected
+    assert t.check().ok
