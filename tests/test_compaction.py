@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.compaction.displacement import displace, read_map
+from conch.compaction.displacement import displace, map_runs, read_map
 from conch.compaction.plan import plan, read_trigger
 from conch.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
 from conch.keys import decode_key, encode_keys
@@ -260,6 +260,39 @@ def test_displacement_map_records_where_rows_went_as_runs(tmp_path: Path) -> Non
         _, rows = displace(runs, k.id, np.arange(len(keys)))
         for key, row in zip(keys, rows, strict=True):
             assert (row == -1) if key == 10 else (out_keys[row] == key)  # the deleted key was dropped
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    st.sampled_from([pa.uint64(), pa.int32(), pa.int8(), pa.float64(), pa.string()]),
+    st.lists(st.integers(-120, 120), max_size=60, unique=True),
+    st.lists(st.integers(-120, 120), min_size=1, max_size=60, unique=True),
+    st.integers(1, 4),
+)
+def test_displacement_runs_map_every_surviving_row_to_its_destination(
+    key_type: pa.DataType, origin: list[int], dest: list[int], n_dest: int
+) -> None:
+    """`map_runs` (a binary search over fixed-width keys, hashing otherwise) against a
+    dictionary of where each key went, for every key type width: unsigned, signed, float, string."""
+    if pa.types.is_unsigned_integer(key_type):
+        origin, dest = [abs(k) for k in origin], sorted({abs(k) for k in dest})
+    else:
+        dest = sorted(dest)
+    if pa.types.is_string(key_type):
+        origin_vals, dest_vals = [f"k{k}" for k in origin], sorted(f"k{k}" for k in dest)
+    else:
+        origin_vals, dest_vals = origin, dest
+    origin_arr = pa.array(origin_vals, key_type)
+    cut = np.array_split(np.arange(len(dest_vals)), n_dest)
+    dest_ids = [f"d{i}" for i in range(n_dest)]
+    dest_encs = [encode_keys([pa.array([dest_vals[j] for j in part], key_type)]) for part in cut]
+    where = {dest_vals[j]: (dest_ids[i], r) for i, part in enumerate(cut) for r, j in enumerate(part)}
+    runs = map_runs("o", encode_keys([origin_arr]), dest_ids, dest_encs)
+    got: dict[int, tuple[str, int]] = {}
+    for r in runs.to_pylist():
+        for i in range(r["length"]):
+            got[r["origin_start"] + i] = (r["dest"], r["dest_start"] + i)
+    assert got == {i: where[v] for i, v in enumerate(origin_vals) if v in where}
 
 
 def test_automatic_policy_bounds_l0_and_can_be_turned_off(tmp_path: Path) -> None:
