@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.compaction.displacement import displace, read_map
+from conch.compaction.displacement import displace, map_runs, read_map
 from conch.compaction.plan import plan, read_trigger
 from conch.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
 from conch.keys import decode_key, encode_keys
@@ -76,7 +76,7 @@ def test_policy_waits_for_the_trigger_then_majors_without_l1() -> None:
 
 
 def test_small_components_compact_after_every_run() -> None:
-    eager = conch.Policy()  # the default: reads of a small component stay one run (docs/compaction.md)
+    eager = conch.Policy(read_overhead=0.2)  # reads of a small component stay one run (docs/compaction.md)
     one = {"k0": ks(0, 0, 100, 10)}
     assert plan(one, {}, eager).tasks == ()  # a lone run: nothing to merge it with
     (task,) = plan({**one, "k1": ks(1, 0, 100, 11)}, {}, eager).tasks
@@ -86,9 +86,12 @@ def test_small_components_compact_after_every_run() -> None:
 
 
 def test_read_trigger_waits_longer_as_the_component_grows() -> None:
-    policy = conch.Policy()  # l0_read_bytes 512 KB, read_overhead 0.2, small_bytes 4 MB, l0_trigger 4
+    policy = conch.Policy(read_overhead=0.2)  # l0_read_bytes 512 KB, small_bytes 4 MB, l0_trigger 4
     mb = 1 << 20
     assert [read_trigger(b, policy) for b in (0, 100_000, mb, 3 * mb, 4 * mb)] == [1, 1, 1, 2, 2]
+    # the default (read_overhead 1: the settle folds what is left): every 2nd run below 0.5 MB, 3rd below 1 MB
+    sizes = (0, 100_000, mb // 2, mb, 4 * mb)
+    assert [read_trigger(b, conch.Policy()) for b in sizes] == [2, 2, 3, 4, 4]
     assert read_trigger(1 << 40, policy) == policy.l0_trigger  # never later than l0_trigger
     assert read_trigger(0, conch.Policy(l0_read_bytes=0)) == policy.l0_trigger  # runs free to read: count only
     # planned: an L1 run of 3 MB waits for a second L0 run; one of 1 MB folds the first in
@@ -105,8 +108,11 @@ def test_default_policy_keeps_a_table_of_one_row_commits_at_one_run(tmp_path: Pa
     for i in range(12):
         t.write(pa.table({"id": pa.array([(i * 7) % 10], pa.uint64()), "a": [float(i)]}))
         p = t.maintenance_plan()
-        assert (p.l0_runs, p.l1_runs) == ((1, 0) if i == 0 else (0, 1)), i  # a lone first run stays
+        assert p.l0_runs <= 1 and p.l1_runs == (i > 0), i  # a tiny table: folded at every second run
         assert p.tasks == ()
+    assert t.wait_for_maintenance(timeout=60)  # and the settle folds the last one
+    p = t.maintenance_plan()
+    assert (p.l0_runs, p.l1_runs) == (0, 1)
     assert t.scan().to_arrow().column("a").to_pylist() == [10.0, 3.0, 6.0, 9.0, 2.0, 5.0, 8.0, 11.0, 4.0, 7.0]
 
 
@@ -115,11 +121,13 @@ def test_maintenance_plan_of_a_real_table_follows_its_read_cost(tmp_path: Path) 
     t.write(pa.table({"id": np.arange(0, 2000, 2, dtype=np.uint64), "a": np.arange(1000.0)}))
     t.compact()
     t.write(pa.table({"id": pa.array([1], pa.uint64()), "a": [0.5]}))
-    (task,) = t.maintenance_plan(conch.Policy()).tasks  # small: one L0 run is folded in right away
+    eager = conch.Policy(read_overhead=0.2)
+    (task,) = t.maintenance_plan(eager).tasks  # small: one L0 run is folded in right away
     assert task.kind == "major" and task.l0_runs == 1 and "small component" in task.reason
+    assert t.maintenance_plan(conch.Policy()).tasks == ()  # the default waits for a second run
     b = task.input_bytes
-    assert t.maintenance_plan(conch.Policy(small_bytes=b - 1)).tasks == ()  # large: waits for l0_trigger
-    cheap_runs = conch.Policy(l0_read_bytes=b // 10)  # runs cheap beside the component: wait for 3
+    assert t.maintenance_plan(conch.Policy(read_overhead=0.2, small_bytes=b - 1)).tasks == ()  # large: l0_trigger
+    cheap_runs = conch.Policy(read_overhead=0.2, l0_read_bytes=b // 10)  # runs cheap beside it: wait for 3
     assert t.maintenance_plan(cheap_runs).tasks == ()
     t.write(pa.table({"id": pa.array([3], pa.uint64()), "a": [1.5]}))
     assert t.maintenance_plan(cheap_runs).tasks == ()
@@ -260,6 +268,39 @@ def test_displacement_map_records_where_rows_went_as_runs(tmp_path: Path) -> Non
         _, rows = displace(runs, k.id, np.arange(len(keys)))
         for key, row in zip(keys, rows, strict=True):
             assert (row == -1) if key == 10 else (out_keys[row] == key)  # the deleted key was dropped
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    st.sampled_from([pa.uint64(), pa.int32(), pa.int8(), pa.float64(), pa.string()]),
+    st.lists(st.integers(-120, 120), max_size=60, unique=True),
+    st.lists(st.integers(-120, 120), min_size=1, max_size=60, unique=True),
+    st.integers(1, 4),
+)
+def test_displacement_runs_map_every_surviving_row_to_its_destination(
+    key_type: pa.DataType, origin: list[int], dest: list[int], n_dest: int
+) -> None:
+    """`map_runs` (a binary search over fixed-width keys, hashing otherwise) against a
+    dictionary of where each key went, for every key type width: unsigned, signed, float, string."""
+    if pa.types.is_unsigned_integer(key_type):
+        origin, dest = [abs(k) for k in origin], sorted({abs(k) for k in dest})
+    else:
+        dest = sorted(dest)
+    if pa.types.is_string(key_type):
+        origin_vals, dest_vals = [f"k{k}" for k in origin], sorted(f"k{k}" for k in dest)
+    else:
+        origin_vals, dest_vals = origin, dest
+    origin_arr = pa.array(origin_vals, key_type)
+    cut = np.array_split(np.arange(len(dest_vals)), n_dest)
+    dest_ids = [f"d{i}" for i in range(n_dest)]
+    dest_encs = [encode_keys([pa.array([dest_vals[j] for j in part], key_type)]) for part in cut]
+    where = {dest_vals[j]: (dest_ids[i], r) for i, part in enumerate(cut) for r, j in enumerate(part)}
+    runs = map_runs("o", encode_keys([origin_arr]), dest_ids, dest_encs)
+    got: dict[int, tuple[str, int]] = {}
+    for r in runs.to_pylist():
+        for i in range(r["length"]):
+            got[r["origin_start"] + i] = (r["dest"], r["dest_start"] + i)
+    assert got == {i: where[v] for i, v in enumerate(origin_vals) if v in where}
 
 
 def test_automatic_policy_bounds_l0_and_can_be_turned_off(tmp_path: Path) -> None:

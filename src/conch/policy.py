@@ -27,7 +27,9 @@ class Policy:
     l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
     small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at its read-cost trigger
     l0_read_bytes: int = 512 << 10  # fixed read cost of one L0 run, in bytes of scanning (measured, plan.py)
-    read_overhead: float = 0.2  # small components: compact once L0 runs cost this share of the scan
+    read_overhead: float = (
+        1.0  # small components: compact once L0 runs cost this share of the scan (the settle folds the rest)
+    )
     max_l1_rows: int = 1 << 20  # a range's run is cut in two above this many rows
     auto_budget_bytes: int = 64 << 20  # input bytes one automatic trigger may rewrite
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often

@@ -54,12 +54,10 @@ def map_runs(origin: str, origin_enc: pa.BinaryArray, dest_ids: list[str], dest_
         return MAP_SCHEMA.empty_table()
     offsets = np.cumsum([0] + [len(d) for d in dest_encs])
     allkeys = pa.concat_arrays([d.cast(pa.binary()) for d in dest_encs])
-    pos = pc.index_in(origin_enc.cast(pa.binary()), value_set=allkeys)
-    found = np.asarray(pos.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    found, gpos = _positions(origin_enc.cast(pa.binary()), allkeys)
     rows = np.nonzero(found)[0].astype(np.int64)
     if not len(rows):
         return MAP_SCHEMA.empty_table()
-    gpos = np.asarray(pos.filter(pa.array(found)).to_numpy(zero_copy_only=False), dtype=np.int64)
     dest = np.searchsorted(offsets, gpos, side="right") - 1
     brk = np.ones(len(rows), dtype=bool)
     brk[1:] = (np.diff(rows) != 1) | (np.diff(gpos) != 1) | (np.diff(dest) != 0)
@@ -75,6 +73,39 @@ def map_runs(origin: str, origin_enc: pa.BinaryArray, dest_ids: list[str], dest_
         },
         schema=MAP_SCHEMA,
     )
+
+
+def _positions(origin: pa.BinaryArray, allkeys: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray]:
+    """For each origin key: whether it is in `allkeys` (sorted, distinct), and where (for the
+    found ones). Keys of at most 8 bytes, all of one width (every fixed-width key type), are
+    searched as big-endian integers: a binary search over the sorted destination, where hashing
+    the destination's keys cost ~60 % of a major compaction's CPU (259k keys, 3 origins)."""
+    o, a = _as_words(origin), _as_words(allkeys)
+    same_width = not len(origin) or not len(allkeys) or len(origin[0].as_py()) == len(allkeys[0].as_py())
+    if o is None or a is None or not len(a) or not same_width:  # padding would equate different widths
+        pos = pc.index_in(origin, value_set=allkeys)
+        found = np.asarray(pos.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        return found, np.asarray(pos.filter(pa.array(found)).to_numpy(zero_copy_only=False), dtype=np.int64)
+    at = np.minimum(np.searchsorted(a, o), len(a) - 1)
+    found = a[at] == o
+    return found, at[found].astype(np.int64)
+
+
+def _as_words(keys: pa.BinaryArray) -> np.ndarray | None:
+    """Keys all of one width `w <= 8`, as integers ordered like the bytes (right-padded with
+    zeros to 8 bytes; equal widths keep the order); None for other keys."""
+    n = len(keys)
+    if not n:
+        return np.empty(0, dtype=np.uint64)
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1, offset=keys.offset * 4)
+    widths = np.diff(offsets)
+    width = int(widths[0])
+    if not 0 < width <= 8 or keys.null_count or not (widths == width).all():
+        return None
+    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8, count=width * n, offset=int(offsets[0]))
+    words = np.zeros((n, 8), dtype=np.uint8)
+    words[:, :width] = data.reshape(n, width)
+    return words.view(">u8").ravel().astype(np.uint64)
 
 
 def write_map(storage: Storage, table_id: str, runs: list[pa.Table]) -> WrittenMap:

@@ -27,10 +27,13 @@ files are opened and decoded and the scan takes the overlay path (measured: the 
 ms, each further one ~0.25 ms, while a scan reads ~0.5 MB of fragments per ms and costs ~0.6 ms
 fixed). `Policy.l0_read_bytes` (512 KB) is that cost as bytes of scanning. A small component
 (`small_bytes`) is compacted whole (major) once `n` L0 runs would cost more than
-`read_overhead` (0.2) × its own scan (its bytes plus one run's fixed cost): `read_trigger`. So
-below ~2 MB every commit that leaves an L0 run folds it in right away (reads stay one run: a
-table written by thousands of one-row commits reads like one written once), up to
-`small_bytes` (4 MB) every second one, and a larger component waits for `l0_trigger` runs,
+`read_overhead` (1.0) × its own scan (its bytes plus one run's fixed cost): `read_trigger`. So
+below 0.5 MB every second run is folded in, below 1 MB every third, above that every
+`l0_trigger`-th: reads *during* an ingest stay within ~2-3× of one run, and the background settle
+(`background.py`) folds what is left once the writer pauses (at rest: one run). (The pre-settle
+0.2 folded every run below ~2 MB, so reads stayed one run, but 200-row commits then cost 2.6×
+the ingest CPU and 3.4× the write amplification: `docs/compaction.md`.) A larger component
+waits for `l0_trigger` runs,
 major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet, or when a merge
 would not reduce the run count; else merge. The automatic trigger after
 commits runs at most `auto_budget_bytes` of input per commit (a writer never stalls long);
