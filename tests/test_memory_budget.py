@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -30,3 +31,37 @@ def test_small_budget_scans_and_takes_the_same_rows(tmp_path: Path) -> None:
     assert small.scan().options.cache_bytes < t.scan().options.cache_bytes
     for scan in (lambda x: x.scan(), lambda x: x.scan(keys=[5, 6, 3999, 4000]), lambda x: x.scan(where=x["a"] < 0)):
         assert scan(small).to_pylist() == scan(t).to_pylist()
+
+
+@pytest.mark.parametrize("budget", [16 << 20, 64 << 20])
+def test_key_cache_keeps_a_scans_keys_only_when_they_fit(tmp_path: Path, budget: int) -> None:
+    """One admission rule per scan (`KeyCache.fits`): 200k int64 keys do not fit half of a 16 MiB
+    budget's key cache (2 MiB), so full, filtered and split scans read their keys and drop them
+    (the table's run and its small run); under 64 MiB they fit, so they stay and a second scan
+    reads no key bytes. Either way every scan returns the same rows."""
+    cat = conch.connect(tmp_path / "w", maintenance=conch.Policy(auto=False))
+    t = cat.create_table("t", [("id", pa.int64())])
+    ids = np.arange(0, 400_000, 2, dtype=np.int64)
+    t.write(pa.table({"id": ids, "a": ids.astype(np.float64)}))
+    up = np.array([-3, 7, 1001, 250_001, 399_998, 500_000], dtype=np.int64)
+    t.write(pa.table({"id": up, "a": -up.astype(np.float64)}))
+    want = t.scan().to_arrow()
+    fresh = conch.connect(tmp_path / "w", maintenance=conch.Policy(auto=False), memory_budget=budget)
+    ft = fresh.table("t")
+    cache = fresh.warehouse.key_cache
+    scans = [lambda: ft.scan(), lambda: ft.scan(where=ft["a"] < 0)]
+    scans += [lambda s=s: ft.scan().within(s.open().plan.within) for s in t.scan().splits(3)]
+    for make in scans:
+        first = make()
+        got = first.to_arrow()
+        if first.plan.filter is None and first.plan.within is None:
+            assert got.equals(want)
+        fits = cache.fits(first.plan.key_spaces, first.plan.key_fields)
+        assert fits == (budget > 16 << 20)
+        assert all(cache.cached(ks) for ks in first.plan.key_spaces) == fits
+        assert not any(cache.cached(ks) for ks in first.plan.key_spaces) or fits
+        again = make()
+        assert again.to_arrow().equals(got)
+        if fits:
+            assert again.metrics().key_bytes_read == 0
+    fresh.close()

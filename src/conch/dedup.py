@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.fragments import VortexFormat
-from conch.keys import decode_key, duplicate_key_error, encode_keys, equal_adjacent, numeric_key_type
+from conch.keys import decode_key, duplicate_key_error, encode_keys, equal_adjacent, key_space_schema, numeric_key_type
 from conch.manifest import KeySpace
 
 
@@ -34,6 +34,8 @@ class RunCheck:
     def __init__(self, fmt: VortexFormat, fields: list[pa.Field]) -> None:
         self.format = fmt
         self.fields = fields
+        self.schema = key_space_schema(fields)  # the columns of each run's key-space file
+        self.numeric = len(fields) == 1 and numeric_key_type(fields[0].type)  # numpy batches
         self.runs: list[KeySpace] = []
 
     def add(self, ks: KeySpace) -> None:
@@ -48,17 +50,16 @@ class RunCheck:
                 self._merge(cluster)
 
     def _merge(self, cluster: list[KeySpace]) -> None:
-        numeric = _numeric(self.fields)
-        runs = [r for r in (_Run(self._batches(ks, numeric)) for ks in cluster) if r.buf is not None]
+        runs = [r for r in (_Run(self._batches(ks)) for ks in cluster) if r.buf is not None]
         while len(runs) > 1:
             bound = min(r.last() for r in runs)
-            parts = [p for r in runs if len(p := r.take_upto(bound, numeric))]
+            parts = [p for r in runs if len(p := r.take_upto(bound, self.numeric))]
             if len(parts) > 1:
-                self._check_window(parts, numeric)
+                self._check_window(parts)
             runs = [r for r in runs if r.buf is not None]
 
-    def _check_window(self, parts: list[Any], numeric: bool) -> None:
-        if numeric:
+    def _check_window(self, parts: list[Any]) -> None:
+        if self.numeric:
             s = np.sort(np.concatenate(parts), kind="stable")
             dup = np.flatnonzero(s[1:] == s[:-1])
             if len(dup):
@@ -72,11 +73,10 @@ class RunCheck:
             values = decode_key(s[int(np.argmax(same))].as_py(), self.fields)
             raise duplicate_key_error(dict(zip([f.name for f in self.fields], values, strict=False)))
 
-    def _batches(self, ks: KeySpace, numeric: bool) -> Iterator[Any]:
+    def _batches(self, ks: KeySpace) -> Iterator[Any]:
         """The run's keys in sorted batches: numpy for one numeric column, else encoded bytes."""
-        schema = pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(self.fields)])
-        for b in self.format.stream(ks, schema.names, schema):
-            if numeric:
+        for b in self.format.stream(ks, self.schema.names, self.schema):
+            if self.numeric:
                 col = b.column(0)
                 if pa.types.is_timestamp(col.type):
                     col = col.cast(pa.int64())
@@ -140,7 +140,3 @@ class _Bytes:
     def __getitem__(self, i: int) -> bytes:
         v: bytes = self.arr[i].as_py()
         return v
-
-
-def _numeric(fields: list[pa.Field]) -> bool:
-    return len(fields) == 1 and numeric_key_type(fields[0].type)

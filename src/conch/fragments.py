@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch._deps import LazyModule
+from conch.budget import DEFAULT_SPLIT
 from conch.errors import CorruptFileError
 from conch.integrity import VerifiedReader, check_values, seal_file, value_hashes
 from conch.storage import RangeReader, Storage
@@ -88,7 +89,9 @@ class VortexFormat:
     name = "vortex"
     suffix = ".vortex"
 
-    def __init__(self, storage: Storage, cache_size: int = 1024, segment_cache_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self, storage: Storage, cache_size: int = 1024, segment_cache_bytes: int = DEFAULT_SPLIT.segment_cache
+    ) -> None:
         self.storage = storage
         # Open files hold no descriptor (see LocalRangeReader): the bound is for footer memory.
         self._open: OrderedDict[str, tuple[Any, VerifiedReader | None]] = OrderedDict()
@@ -360,7 +363,6 @@ class VortexFormat:
             reader = f.to_arrow(file_schema.names, expr=expr, indices=idx, schema=file_schema)
         except Exception as e:
             raise self._damage(ref, f"cannot read {list(columns)} from {ref.path}", e) from e
-        bf = self._blob_reader(ref.path) if blobs else None
         while True:
             try:
                 batch = next(reader, None)
@@ -370,12 +372,12 @@ class VortexFormat:
                 return
             if batch.num_rows == 0:
                 continue
-            if bf is None:
+            if not blobs:
                 yield batch
                 continue
             arrays = []
             for c in out_schema.names:
-                if c in blob_columns:
+                if c in blobs:
                     arrays.append(self._read_values([(ref, _blob_index(batch, c))], schema.field(c).type))
                 else:
                     arrays.append(batch.column(c))

@@ -112,6 +112,12 @@ def numeric_key_type(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t)
 
 
+def key_space_schema(fields: Sequence[pa.Field]) -> pa.Schema:
+    """The columns of a key-space file holding keys `fields`: named by position (`k0`, `k1`, ...),
+    so renaming a key column leaves the files as they are."""
+    return pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(fields)])
+
+
 def sort_indices(keys: pa.Table) -> pa.Array:
     """Row order that sorts `keys` by all its columns, ascending (stable).
 

@@ -10,7 +10,7 @@ rewriting them, so a fragment can also be
 
 A mask file says both at once: fragment row i is key-space row `positions[i]` and file row
 `file_rows[i]`, each ascending. It is stored as **runs** (maximal stretches where both advance by
-one), as a zstd-compressed Arrow IPC stream of three int64 columns (the gaps in key-space and
+one), as a zstd-compressed Arrow IPC stream (`conch.ipc`) of three int64 columns (the gaps in key-space and
 file rows before each run, and its length), so a contiguous realignment costs O(runs) bytes
 however many rows it moves, and a regular interleaving (every other row) almost nothing. The file is immutable
 and named in the fragment record (`Fragment.mask`) with the digest of its bytes
@@ -33,6 +33,7 @@ import pyarrow as pa
 from conch.errors import ConchError, CorruptFileError
 from conch.fragments import WrittenFile
 from conch.integrity import digest, verify
+from conch.ipc import read_table, table_bytes
 from conch.storage import Storage
 
 MASK_SUFFIX = ".mask"
@@ -158,12 +159,7 @@ def encode_mask(mask: RunsMask) -> bytes:
         [pa.array(gap_pos[: len(mask.pos)]), pa.array(gap_file[: len(mask.file)]), pa.array(mask.length)],
         schema=_SCHEMA,
     )
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(
-        sink, _SCHEMA, options=pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=9))
-    ) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return table_bytes(table, level=9)
 
 
 def write_mask(storage: Storage, path: str, positions: np.ndarray, file_rows: np.ndarray) -> WrittenFile:
@@ -186,10 +182,8 @@ def write_runs(storage: Storage, path: str, mask: RunsMask) -> WrittenFile:
 
 def decode_mask(data: bytes, name: str) -> RunsMask:
     """A mask from its file bytes; damage is `CorruptFileError` naming `name`."""
+    t = read_table(data, f"mask file {name}", _SCHEMA)
     try:
-        t = pa.ipc.open_stream(pa.BufferReader(data)).read_all()
-        if t.schema != _SCHEMA:
-            raise ValueError(f"unexpected columns {t.schema.names}")
         gap_pos, gap_file, length = (np.asarray(t.column(i).to_numpy(), dtype=np.int64) for i in range(3))
         ends = np.concatenate([[0], np.cumsum(length)[:-1]])  # rows in the runs before each run
         return RunsMask.from_runs(np.cumsum(gap_pos) + ends, np.cumsum(gap_file) + ends, length)

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conch.budget import DEFAULT_SPLIT
 from conch.dedup import RunCheck
 from conch.errors import SchemaError
 from conch.fragments import BLOB_SUFFIX, VortexFormat, blob_storable, column_name, column_stats, encode_stats
@@ -55,7 +56,7 @@ class WriteOptions:
     """Sizing knobs. Defaults suit object storage; tests shrink them to exercise many files."""
 
     chunk_rows: int = 1 << 20  # rows of input sorted and written as one run
-    chunk_bytes: int = 256 << 20
+    chunk_bytes: int = DEFAULT_SPLIT.write_chunk
     fragment_bytes: int = 128 << 20  # upper bound of one fragment file
     # avg bytes per value from which a column is stored out of line. Vortex chunks hold >= 8192
     # rows, so an inline take costs 8192 x value size per touched chunk: 4 MB at 512 B (measured
@@ -163,12 +164,10 @@ def stage_write(
         for lvl, flat in per_level.items():
             if flat.num_rows == 0:
                 continue
-            before = len(staged.ops)
-            write_run(files, schema, lvl, flat, staged, opts)
-            check = runs.setdefault(lvl, RunCheck(files.format, schema.key_fields(lvl)))
-            for op in staged.ops[before:]:
-                if isinstance(op, AddKeySpace) and op.key_space.level == lvl:
-                    check.add(op.key_space)
+            if lvl not in runs:
+                runs[lvl] = RunCheck(files.format, schema.key_fields(lvl))
+            for ks in write_run(files, schema, lvl, flat, staged, opts):
+                runs[lvl].add(ks)
         for anc in schema.ancestry(level)[:-1]:
             if not schema.key_names(anc.path):
                 continue
@@ -187,18 +186,19 @@ def _distinct_sorted(keys: pa.Table, schema: Schema, level: str) -> pa.Table:
 
 def write_run(
     files: TableFiles, schema: Schema, level: str, flat: pa.Table, staged: StagedWrite, opts: WriteOptions
-) -> pa.Table:
-    """Sort one level's flat rows by key, write a key space and its fragments; returns the keys."""
+) -> list[KeySpace]:
+    """Sort one level's flat rows by key, write a key space and its fragments per partition;
+    returns the key spaces written (the write's duplicate check reads them back)."""
     key_fields = schema.key_fields(level)
     key_names = [f.name for f in key_fields]
     flat = validate_key_columns(flat, key_fields)
     if not strictly_increasing(flat.select(key_names)):
         flat = flat.take(sort_indices(flat.select(key_names)))
         check_unique_sorted(flat.select(key_names))
-    keys = flat.select(key_names)
-    for lo, hi in partitions(keys, files.partition_keys):
+    return [
         _write_sorted_run(files, schema, level, flat.slice(lo, hi - lo), staged, opts)
-    return keys
+        for lo, hi in partitions(flat.select(key_names), files.partition_keys)
+    ]
 
 
 def partitions(keys: pa.Table, n: int) -> list[tuple[int, int]]:
@@ -214,10 +214,9 @@ def partitions(keys: pa.Table, n: int) -> list[tuple[int, int]]:
 
 def _write_sorted_run(
     files: TableFiles, schema: Schema, level: str, flat: pa.Table, staged: StagedWrite, opts: WriteOptions
-) -> None:
+) -> KeySpace:
     key_names = schema.key_names(level)
-    keys = flat.select(key_names)
-    ks_id = write_key_space(files, schema, level, keys, staged)
+    ks = _stage_key_space(files, level, flat.select(key_names), staged, "data")
     columns_by_group: dict[str, list[tuple[Column, pa.ChunkedArray]]] = {}
     for name in flat.column_names:
         if name in key_names:
@@ -233,13 +232,20 @@ def _write_sorted_run(
             data = data.cast(col.type)
         columns_by_group.setdefault(col.group, []).append((col, data))
     for group, cols in columns_by_group.items():
-        write_fragments(files, level, group, ks_id, cols, staged, opts)
+        write_fragments(files, level, group, ks.id, cols, staged, opts)
     staged.rows[level] = staged.rows.get(level, 0) + flat.num_rows
+    return ks
 
 
 def write_key_space(
     files: TableFiles, schema: Schema, level: str, keys: pa.Table, staged: StagedWrite, kind: str = "data"
 ) -> str:
+    """Write the key-space file of the sorted, unique `keys` of `level` and stage its
+    `AddKeySpace`; returns the key space's id."""
+    return _stage_key_space(files, level, keys, staged, kind).id
+
+
+def _stage_key_space(files: TableFiles, level: str, keys: pa.Table, staged: StagedWrite, kind: str) -> KeySpace:
     ks_id = new_id()
     rel = files.key_space_path(ks_id)
     positional = keys.rename_columns([f"k{i}" for i in range(keys.num_columns)])
@@ -247,22 +253,19 @@ def write_key_space(
     staged.files.append(rel)
     first = encode_keys([c.slice(0, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
     last = encode_keys([c.slice(keys.num_rows - 1, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
-    staged.ops.append(
-        AddKeySpace(
-            KeySpace(
-                id=ks_id,
-                level=level,
-                path=rel,
-                rows=keys.num_rows,
-                min_key=first.hex(),
-                max_key=last.hex(),
-                kind=kind,
-                bytes=written.bytes,
-                checksum=written.checksum,
-            )
-        )
+    ks = KeySpace(
+        id=ks_id,
+        level=level,
+        path=rel,
+        rows=keys.num_rows,
+        min_key=first.hex(),
+        max_key=last.hex(),
+        kind=kind,
+        bytes=written.bytes,
+        checksum=written.checksum,
     )
-    return ks_id
+    staged.ops.append(AddKeySpace(ks))
+    return ks
 
 
 def write_fragments(

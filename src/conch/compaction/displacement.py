@@ -10,8 +10,9 @@ Stored compactly as **runs**: `(origin, origin_start, dest, dest_start, length)`
 Rows of one origin are contiguous in its destination wherever no other input's key falls between
 them, so an L1 run merged with a few small L0 runs is a handful of runs, not one entry per key.
 Rows absent from the map were dropped (deleted by a tombstone). The map is a small Arrow IPC
-file (`maps/<id>.arrow`), referenced by the compaction's `AddDisplacementMap` WAL op with its
-size and checksum; reads verify it (`CorruptFileError` naming the file).
+stream (`maps/<id>.arrow`, `conch.ipc`; maps written earlier as IPC files read the same),
+referenced by the compaction's `AddDisplacementMap` WAL op with its size and checksum; reads
+verify it (`CorruptFileError` naming the file).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.errors import CorruptFileError
 from conch.integrity import digest, verify
+from conch.ipc import read_table, table_bytes
 from conch.storage import Storage, new_id
 
 MAP_SCHEMA = pa.schema(
@@ -77,12 +78,9 @@ def map_runs(origin: str, origin_enc: pa.BinaryArray, dest_ids: list[str], dest_
 
 
 def write_map(storage: Storage, table_id: str, runs: list[pa.Table]) -> WrittenMap:
-    """Write the runs as one Arrow IPC file under the table's `maps/`."""
+    """Write the runs as one zstd Arrow IPC stream (`conch.ipc`) under the table's `maps/`."""
     t = pa.concat_tables(runs) if runs else MAP_SCHEMA.empty_table()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, MAP_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
-        w.write_table(t)
-    data = sink.getvalue().to_pybytes()
+    data = table_bytes(t)
     path = f"{table_id}/maps/{new_id()}.arrow"
     storage.write(path, data)
     rows = int(pc.sum(t.column("length")).as_py() or 0)
@@ -94,10 +92,7 @@ def read_map(storage: Storage, path: str, checksum: str = "") -> pa.Table:
     data = storage.read(path)
     if checksum:
         verify(data, checksum, f"displacement map {path}")
-    try:
-        return pa.ipc.open_file(pa.py_buffer(data)).read_all()
-    except (pa.ArrowInvalid, OSError) as e:
-        raise CorruptFileError(f"displacement map {path} is damaged ({e})") from e
+    return read_table(data, f"displacement map {path}", MAP_SCHEMA)
 
 
 def displace(runs: pa.Table, origin: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -69,15 +69,19 @@ def candidate_spans(plan: ScanPlan, stats: StatsCache | None = None, keys: KeyCa
         may = may_match_many(term, frs, stats, lambda p: (schema.column(p).id, schema.column(p).type))
         partial = {fr.key_space for fr, m in zip(frs, may, strict=True) if not m}
         spans = []
+        cut: dict[str, list[tuple[int, int]]] = {}  # run → (first, last) rows of its matching fragments
         for fr, m in zip(frs, may, strict=True):
             if not m:
                 continue
             ks = runs[fr.key_space]
             dense = not fr.mask  # a masked fragment's rows are not a contiguous stretch of the run
             if keys is not None and dense and ks.id in partial and fr.rows < ks.rows:
-                spans.append(_rows_span(keys, ks, plan, fr.start, fr.rows))
+                cut.setdefault(ks.id, []).append((fr.start, fr.start + fr.rows - 1))
             else:
                 spans.append(_span(ks))
+        for ks_id, ends in cut.items():
+            assert keys is not None
+            spans += _rows_spans(keys, runs[ks_id], plan, ends)
         spans = _union(spans)
         out = spans if out is None else _intersect(out, spans)
     return out
@@ -116,11 +120,13 @@ def estimated_rows(plan: ScanPlan, runs: list[KeySpace], stats: StatsCache | Non
     return best
 
 
-def _rows_span(keys: KeyCache, ks: KeySpace, plan: ScanPlan, start: int, rows: int) -> Span:
-    """The key span of rows `[start, start + rows)` of the sorted run `ks`."""
-    table = keys.keys(ks, plan.key_fields).take(pa.array([start, start + rows - 1]))
-    enc = encode_keys(table.columns).to_pylist()
-    return enc[0], enc[1]
+def _rows_spans(keys: KeyCache, ks: KeySpace, plan: ScanPlan, ends: list[tuple[int, int]]) -> list[Span]:
+    """The key spans of rows `[first, last]` of the sorted run `ks`, for each pair of `ends`:
+    their end keys, read in one go (not the run's whole key table)."""
+    at = np.unique(np.array(ends, dtype=np.int64))
+    enc = encode_keys(keys.keys_at(ks, plan.key_fields, at).columns).to_pylist()
+    key = dict(zip(at.tolist(), enc, strict=True))
+    return [(key[a], key[b]) for a, b in ends]
 
 
 def _after(key: bytes, numeric: bool) -> bytes | None:

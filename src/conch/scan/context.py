@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from conch.budget import DEFAULT_SPLIT
 from conch.errors import ConchError
 from conch.fragments import FileRef, VortexFormat, column_name
-from conch.manifest import Fragment, KeySpace
+from conch.manifest import Fragment
 from conch.scan.keymask import KeyMask, key_mask
 from conch.scan.keyspace import KeyCache, KeyIndex
 from conch.scan.metrics import GroupMetrics, ScanMetrics
@@ -42,8 +43,8 @@ class ScanOptions:
 
     fast_paths: bool = True
     batch_rows: int | None = None
-    batch_bytes: int = 64 << 20
-    cache_bytes: int = 256 << 20  # decoded fragments shared by a scan's batches
+    batch_bytes: int = DEFAULT_SPLIT.batch
+    cache_bytes: int = DEFAULT_SPLIT.scan_cache  # decoded fragments shared by a scan's batches
 
     def __post_init__(self) -> None:
         if self.batch_rows is not None and self.batch_rows < 1:
@@ -91,6 +92,9 @@ class ScanContext:
         self.metrics = ScanMetrics(pruned=dict(plan.pruned))
         self.decoded = DecodedCache(options.cache_bytes)
         self._seen: set[str] = set()  # fragments counted as considered
+        # the key cache's admission (`KeyCache.fits`), decided once for the scan's key spaces
+        keep = key_cache.fits(plan.key_spaces, plan.key_fields)
+        self._keys = CountedKeys(key_cache, fmt, self.metrics.add_key_bytes_read, keep)
 
     # ----- metrics --------------------------------------------------------------------------
     def group(self, group: str) -> GroupMetrics:
@@ -118,8 +122,9 @@ class ScanContext:
         return key_mask(fr, self.format.storage)
 
     def keys(self) -> CountedKeys:
-        """The key cache, with the key-space bytes it reads charged to this scan."""
-        return CountedKeys(self.key_cache, self.format, self.metrics.add_key_bytes_read)
+        """The key cache as this scan reads it: the key-space bytes it reads charged to the scan,
+        its keys kept or dropped by one admission decision (`CountedKeys.keep`)."""
+        return self._keys
 
     def read(
         self,
@@ -215,25 +220,25 @@ class ScanContext:
 
 
 class CountedKeys:
-    """`KeyCache` lookups whose storage reads (cache misses) are charged to one scan."""
+    """`KeyCache` lookups of one scan: storage reads (cache misses) are charged to it, and what
+    they read is kept in the cache only if `keep` (the cache's admission rule, `KeyCache.fits`,
+    for all the scan's key spaces): a scan of a table whose keys would fill more than half the
+    cache reads them, uses them and drops them."""
 
-    def __init__(self, cache: KeyCache, fmt: VortexFormat, on_bytes: Any) -> None:
-        self.cache, self.format, self.on_bytes = cache, fmt, on_bytes
+    def __init__(self, cache: KeyCache, fmt: VortexFormat, on_bytes: Any, keep: bool) -> None:
+        self.cache, self.format, self.on_bytes, self.keep = cache, fmt, on_bytes, keep
 
-    def keys(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.Table:
+    def keys(self, ks: FileRef, fields: list[pa.Field]) -> pa.Table:
         with self.format.counted(ks, self.on_bytes):
-            return self.cache.keys(ks, fields, keep)
+            return self.cache.keys(ks, fields, self.keep)
 
     def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray:
         with self.format.counted(ks, self.on_bytes):
-            return self.cache.encoded(ks, fields)
+            return self.cache.encoded(ks, fields, self.keep)
 
-    def numeric(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> np.ndarray:
+    def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray:
         with self.format.counted(ks, self.on_bytes):
-            return self.cache.numeric(ks, fields, keep)
-
-    def fits(self, key_spaces: Sequence[KeySpace], fields: list[pa.Field]) -> bool:
-        return self.cache.fits(key_spaces, fields)
+            return self.cache.numeric(ks, fields, self.keep)
 
     def cached(self, ks: FileRef) -> bool:
         return self.cache.cached(ks)

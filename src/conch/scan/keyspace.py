@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from conch.budget import DEFAULT_SPLIT
 from conch.fragments import FileRef, VortexFormat
 from conch.keys import (
     EncodedRange,
@@ -33,22 +34,26 @@ from conch.keys import (
     decode_key,
     encode_keys,
     equal_adjacent,
+    key_space_schema,
     predicate_bounds,
     predicate_mask,
     sort_indices,
 )
 from conch.manifest import KeySpace
 
-KEY_CACHE_BYTES = 128 << 20  # default budget of a warehouse's key cache (all key spaces, all forms)
-
 
 class KeyCache:
     """Key spaces are immutable: cache their key tables (and encodings) by file path, LRU, within
     one byte budget over every form held (a table's numpy view is counted again though it may
     share the table's buffer). The budget, not the table's key count, bounds what scans keep:
-    a key space larger than it is read, used and dropped."""
+    a key space larger than it is read, used and dropped.
 
-    def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = KEY_CACHE_BYTES) -> None:
+    Admission has one rule, `fits`: a reader of key spaces whose keys would fill more than half
+    the cache reads them with `keep=False` (a scan decides it once: `ScanContext.keys`), since
+    keeping them would only evict what other readers use. Sparse indexes are always kept (8 B
+    per 1,024 keys)."""
+
+    def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = DEFAULT_SPLIT.key_cache) -> None:
         self.format = fmt
         self._lru: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._max = max_entries  # an un-compacted table has hundreds of key spaces
@@ -56,23 +61,24 @@ class KeyCache:
         self._used = 0
 
     def keys(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.Table:
-        """The key space's keys as a table named like `fields`. `keep=False`: not cached (a scan
-        of more keys than the cache holds would only evict what other scans use)."""
+        """The key space's keys as a table named like `fields`; `keep=False`: not cached (see
+        `fits`)."""
         t = self._get("table", ks.path)
         if t is None:
-            schema = pa.schema([pa.field(f"k{i}", f.type) for i, f in enumerate(fields)])
+            schema = key_space_schema(fields)
             t = self.format.read(ks, schema.names, schema).rename_columns([f.name for f in fields])
             t = t.combine_chunks()
             if keep:
                 self._put("table", ks.path, t)
         return t
 
-    def encoded(self, ks: FileRef, fields: list[pa.Field]) -> pa.BinaryArray:
-        """The key space's keys in the order-preserving byte encoding."""
+    def encoded(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.BinaryArray:
+        """The key space's keys in the order-preserving byte encoding; `keep` as in `keys`."""
         e = self._get("encoded", ks.path)
         if e is None:
-            e = encode_keys(self.keys(ks, fields).columns)
-            self._put("encoded", ks.path, e)
+            e = encode_keys(self.keys(ks, fields, keep).columns)
+            if keep:
+                self._put("encoded", ks.path, e)
         return e
 
     def numeric(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> np.ndarray:
@@ -85,8 +91,10 @@ class KeyCache:
         return a
 
     def fits(self, key_spaces: Sequence[KeySpace], fields: list[pa.Field]) -> bool:
-        """Whether these key spaces' keys fill at most half the cache: then scans keep them
-        (repeated scans and takes search memory); beyond, keeping them would only evict."""
+        """The admission rule: whether these key spaces' keys fill at most half the cache. Then
+        their readers keep them (repeated scans and takes search memory); beyond, keeping them
+        would only evict, so they are read, used and dropped (`keep=False`), and takes find
+        keys through sparse indexes (`find_keys`)."""
         width = sum(max(1, f.type.bit_width // 8) if pa.types.is_primitive(f.type) else 16 for f in fields)
         return 2 * width * sum(ks.rows for ks in key_spaces) <= self.max_bytes
 
@@ -112,6 +120,15 @@ class KeyCache:
         """The numeric keys at sorted `rows` (Vortex reads only the chunks holding them)."""
         t = self.format.read(ks, ["k0"], pa.schema([pa.field("k0", fields[0].type)]), rows)
         return _as_numpy(t.column(0))
+
+    def keys_at(self, ks: FileRef, fields: list[pa.Field], rows: np.ndarray) -> pa.Table:
+        """The keys at sorted `rows`, named like `fields`: from memory when the key table is
+        cached, else Vortex reads only the chunks holding them (not the whole key table)."""
+        t = self._get("table", ks.path)
+        if t is not None:
+            return t.take(pa.array(rows))
+        schema = key_space_schema(fields)
+        return self.format.read(ks, schema.names, schema, rows).rename_columns([f.name for f in fields])
 
     def _get(self, kind: str, path: str) -> Any:
         v = self._lru.get((kind, path))

@@ -41,9 +41,7 @@ def merge(ctx: ScanContext) -> MergedKeys:
     # keys through each key space's sparse index instead (memory flat in the table's keys);
     # smaller tables are cached whole, so repeated takes are binary searches in memory. The
     # general path (`fast_paths=False`) always reads whole tables: the equivalence tests.
-    indexed = (
-        ctx.options.fast_paths and numeric and isinstance(pred, KeySet) and not keys_of.fits(plan.key_spaces, fields)
-    )
+    indexed = ctx.options.fast_paths and numeric and isinstance(pred, KeySet) and not keys_of.keep
     for ks in plan.key_spaces:
         if indexed and isinstance(pred, KeySet) and not keys_of.cached(ks):
             at, found = find_keys(keys_of, ks, fields, pred)

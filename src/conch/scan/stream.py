@@ -205,7 +205,7 @@ def _segment(
             nums.append(num[r])
             sel.append(r)
         ov = overlay_keys(
-            keys_of.numeric(kss[-1], fields, keys_of.fits(plan.key_spaces, fields)),
+            keys_of.numeric(kss[-1], fields),
             nums,
             sel,
             lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)}),
@@ -299,8 +299,6 @@ class Stream:
         plan = ctx.plan
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
         self._seg_keys: tuple[_Segment, pa.Table] | None = None
-        # keys of a table larger than half the key cache are read per segment and dropped
-        self.keep_keys = ctx.keys().fits(plan.key_spaces, plan.key_fields)
 
     def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(key-space row of the fragment's first row, batch) of `u`'s columns over [lo, hi)."""
@@ -450,7 +448,7 @@ class Stream:
     def _keys(self, s: _Segment) -> pa.Table:
         """The keys of the segment streaming now (read once per segment, dropped after it)."""
         if self._seg_keys is None or self._seg_keys[0] is not s:
-            self._seg_keys = (s, self.ctx.keys().keys(s.key_space, self.ctx.plan.key_fields, self.keep_keys))
+            self._seg_keys = (s, self.ctx.keys().keys(s.key_space, self.ctx.plan.key_fields))
         return self._seg_keys[1]
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:

@@ -106,16 +106,18 @@ class ObjectRangeReader:
         return bytes(self._storage._call("read", self._path, "get_range", start=offset, length=length))
 
     def read_into(self, offsets: Sequence[int], lengths: Sequence[int], out: memoryview) -> int:
-        # ranges past the end are clipped: the reads stop at the first short one
-        asked = list(zip(offsets, lengths, strict=True))
-        clipped = [(o, min(n, self._size - o)) for o, n in asked]
-        upto = next((i + 1 for i, ((_, n), (_, c)) in enumerate(zip(asked, clipped, strict=True)) if c < n), len(asked))
-        wanted = [(o, n) for o, n in clipped[:upto] if n > 0]
-        if not wanted:
+        starts: list[int] = []
+        sizes: list[int] = []
+        for o, n in zip(offsets, lengths, strict=True):
+            end = min(o + n, self._size)  # a range past the end is clipped to it...
+            if end > o:
+                starts.append(o)
+                sizes.append(end - o)
+            if end < o + n:
+                break  # ...and is the last one read: the object ends early (the caller names the damage)
+        if not starts:
             return 0
-        got = self._storage._call(
-            "read", self._path, "get_ranges", starts=[o for o, _ in wanted], lengths=[n for _, n in wanted]
-        )
+        got = self._storage._call("read", self._path, "get_ranges", starts=starts, lengths=sizes)
         pos = 0
         for part in got:
             m = memoryview(part)
