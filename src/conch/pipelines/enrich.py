@@ -84,7 +84,10 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
         names = keys.column_names
         wanted = spark.createDataFrame(keys.cast(arrow_schema(df.select(*names).schema)))
         df = df.join(wanted, on=names, how="left_semi")
-    sample = df.limit(1).toArrow()
+    # fn's output schema from one row read here, not through Spark: `df.limit(1)` stops the
+    # Python reader mid-stream, and its worker prints a BrokenPipeError traceback per task
+    first = table.scan(*job.inputs, level=job.level or None, asof=job.pin, limit=1).to_arrow()
+    sample = first.select(df.columns).cast(arrow_schema(df.schema))
     out_schema = apply_fn(
         job, sample.to_batches()[0] if sample.num_rows else pa.RecordBatch.from_pylist([], sample.schema)
     ).schema
