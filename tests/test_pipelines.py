@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
@@ -17,6 +18,7 @@ import conch
 from conch.pipelines.generate import AUDIO_SCHEMA, audio_batches
 from conch.wal import AddFragment, RemoveFragment, RemoveKeySpace
 from conftest_spark import spark_session
+from services import Postgres
 
 pytestmark = pytest.mark.spark
 
@@ -81,6 +83,25 @@ def test_enrich_adds_a_group_without_rewriting(spark: Any, tmp_path: Path) -> No
     t.write({"id": [7], "audio_length": [99.0]})
     again = t.enrich(audio_features, inputs=inputs, into="features", engine="spark", spark=spark)
     assert again.rows_written == 1 and again.keys == 1
+
+
+def test_enrich_on_spark_reaches_the_table_as_the_driver_connected(
+    spark: Any, tmp_path: Path, postgres: Postgres
+) -> None:
+    # a PostgreSQL metastore: executors that reopened the bare warehouse path (its files, no
+    # metastore there) would not find the table
+    dsn = postgres.dsn()
+    t = conch.connect(tmp_path / "wh", metastore=dsn).create_table("t", [("id", pa.int64())])
+    t.write({"id": list(range(50)), "x": [float(i) for i in range(50)]})
+
+    def double_x(batch: pa.RecordBatch) -> dict[str, Any]:  # local: Spark workers get it by value
+        return {"twice": pc.multiply(batch.column("x"), 2.0)}
+
+    res = t.enrich(double_x, inputs=["x"], into="f", engine="spark", spark=spark)
+    assert res.rows_written == 50
+    again = conch.connect(tmp_path / "wh", metastore=dsn).table("t").scan("f.twice").to_arrow()
+    assert again.column("f").combine_chunks().field("twice").to_pylist() == [2.0 * i for i in range(50)]
+    assert not (tmp_path / "wh" / "_catalog.sqlite").exists()  # nothing opened an embedded metastore
 
 
 def test_demo_end_to_end(spark: Any, tmp_path: Path) -> None:

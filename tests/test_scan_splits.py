@@ -72,3 +72,19 @@ def test_split_arguments(tmp_path: Path) -> None:
     assert len(t.scan().splits()) == 1  # 960 rows: one split by default
     empty = t.scan(keys=conch.KeyRange(5000, 6000)).splits(3)
     assert sum(s.to_arrow().num_rows for s in empty) == 0
+
+
+def test_a_table_never_written_splits_into_one_empty_split(tmp_path: Path) -> None:
+    t = conch.connect(tmp_path / "w").create_table("t", [("id", pa.int64())], pa.schema([("x", pa.float64())]))
+    scan = t.scan()
+    (split,) = scan.splits(4)
+    assert split.seq == 0
+    t.write({"id": [1, 2], "x": [1.0, 2.0]})  # written after planning: the split is pinned before it
+    for s in (split, pickle.loads(pickle.dumps(split))):
+        out = s.to_arrow()
+        assert out.num_rows == 0 and out.schema.names == ["id", "x"]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        assert list(pool.map(_read, [split])) == [[]]
+    (now,) = t.scan().splits(1)
+    assert now.to_arrow().to_pylist() == [{"id": 1, "x": 1.0}, {"id": 2, "x": 2.0}]

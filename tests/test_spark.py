@@ -326,6 +326,18 @@ def test_asof_and_since_equal_table_scan(spark: Any, tmp_path: Path) -> None:
     assert spark_arrow(latest).equals(t.scan().to_arrow())
 
 
+def test_a_table_never_written_reads_as_empty(spark: Any, tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())], pa.schema([("x", pa.float64())]))
+    path = str(tmp_path / "wh" / "t")
+    df = spark.read.format("conch").option("partitions", "3").load(path)
+    assert df.columns == ["id", "x"] and df.count() == 0
+    assert df.filter("x > 1").collect() == []
+    t.write({"id": [1, 2], "x": [1.0, 2.0]})
+    assert df.count() == 0  # the DataFrame is pinned before the first commit
+    assert spark_arrow(spark.read.format("conch").load(path)).equals(t.scan().to_arrow())
+
+
 def test_columns_option_projects_groups(spark: Any, tmp_path: Path) -> None:
     cat = conch.connect(tmp_path / "wh")
     t = cat.create_table("t", [("id", pa.int64())])

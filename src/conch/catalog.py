@@ -83,6 +83,12 @@ def connect(
     storage, ms = open_warehouse(uri, create=create, metastore=metastore, token=token, storage_options=storage_options)
     wh = Warehouse(storage, ms, write_options, evolve=evolve, maintenance=maintenance, memory_budget=memory_budget)
     wh.after_commit = after_commit
+    wh.connection = {
+        "uri": os.fspath(uri),
+        "metastore": metastore if isinstance(metastore, str) else None,
+        "token": token,
+        "storage_options": dict(storage_options or {}),
+    }
     return Catalog(wh)
 
 
@@ -193,7 +199,7 @@ def _open_split(split: Split) -> Scan:
     """Reopen a split's table from its warehouse URI (in any process) and scan its key range."""
     table = connect(split.uri).table(split.table)
     scan = table.scan(
-        *split.columns, where=split.where, keys=split.keys, asof=split.time, since=split.since, level=split.level
+        *split.columns, where=split.where, keys=split.keys, asof=split.asof, since=split.since, level=split.level
     )
     restricted: Scan = split.restrict(scan)
     return restricted

@@ -57,6 +57,9 @@ class Warehouse:
         self.flush_every = flush_every
         self.maintenance = maintenance or Policy()
         self.after_commit: Callable[[Any], None] | None = None
+        # how `connect()` reached this warehouse (uri, metastore, token, storage_options): what
+        # another process needs to reopen it exactly so (Spark executors of `enrich`)
+        self.connection: dict[str, Any] = {"uri": storage.uri}
 
     @property
     def uri(self) -> str:

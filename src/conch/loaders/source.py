@@ -21,7 +21,7 @@ from typing import Any
 from conch.catalog import Catalog, connect
 from conch.errors import ConchError
 from conch.expr import Expr
-from conch.keys import EncodedRange, KeyPredicate
+from conch.keys import KeyPredicate
 from conch.scan import Scan
 from conch.scan.plan import to_time
 from conch.scan.splits import Split
@@ -46,11 +46,10 @@ def open_split(split: Split) -> Scan:
     epoch, and a fresh connection would replay the table's log for each."""
     table = open_table(split.uri, split.table)
     scan = table.scan(
-        *split.columns, where=split.where, keys=split.keys, asof=split.time, since=split.since, level=split.level
+        *split.columns, where=split.where, keys=split.keys, asof=split.asof, since=split.since, level=split.level
     )
-    if scan.plan.state.seq != split.seq:
-        return split.open()  # the split's own error: its commit is no longer reachable by time
-    return scan.within(EncodedRange(split.lo, split.hi)).with_options(split.options)
+    restricted: Scan = split.restrict(scan)  # raises if its commit is no longer reachable by time
+    return restricted
 
 
 def resolve_table(source: Table | str | os.PathLike[str]) -> Table:

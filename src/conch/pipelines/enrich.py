@@ -13,6 +13,7 @@ enrichment costs the bytes of the new group, not a table rewrite.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -73,7 +74,8 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
 
     keys = pa.concat_tables([j.keys for j in jobs])
     job = replace(jobs[0], keys=keys.slice(0, 0))  # what executors need: fn, names; not the keys
-    reader = spark.read.format("conch").option("warehouse", job.warehouse).option("table", job.table)
+    where = _location(table.log.warehouse.connection, job.table)
+    reader = spark.read.format("conch").options(**where)
     reader = reader.option("columns", ",".join(job.inputs)).option("asof", str(job.pin))
     if job.level:
         reader = reader.option("level", job.level)
@@ -82,7 +84,10 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
         names = keys.column_names
         wanted = spark.createDataFrame(keys.cast(arrow_schema(df.select(*names).schema)))
         df = df.join(wanted, on=names, how="left_semi")
-    sample = df.limit(1).toArrow()
+    # fn's output schema from one row read here, not through Spark: `df.limit(1)` stops the
+    # Python reader mid-stream, and its worker prints a BrokenPipeError traceback per task
+    first = table.scan(*job.inputs, level=job.level or None, asof=job.pin, limit=1).to_arrow()
+    sample = first.select(df.columns).cast(arrow_schema(df.schema))
     out_schema = apply_fn(
         job, sample.to_batches()[0] if sample.num_rows else pa.RecordBatch.from_pylist([], sample.schema)
     ).schema
@@ -92,11 +97,25 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
             yield from apply_fn(job, b).cast(out_schema).to_batches()
 
     out = df.mapInArrow(compute, spark_schema(out_schema))
-    writer = out.write.format("conch").mode("append").option("warehouse", job.warehouse).option("table", job.table)
+    writer = out.write.format("conch").mode("append").options(**where)
     writer.option("mergeSchema", "true").save()
     # the Spark commit: the newest that is not an automatic compaction that followed it
     last = next(c for c in reversed(table.history()) if c.kind != "compact")
     return [last.seq], sum(committed_rows(table, last.seq).values())
+
+
+def _location(connection: dict[str, Any], table: str) -> dict[str, str]:
+    """The `conch` data source options that reach the table as the driver's `connect()` did:
+    executors get the same metastore, token and storage options (a server, PostgreSQL or object
+    store table is enriched on Spark as a local one is)."""
+    out = {"warehouse": str(connection["uri"]), "table": table}
+    if connection.get("metastore"):
+        out["metastore"] = str(connection["metastore"])
+    if connection.get("token"):
+        out["token"] = str(connection["token"])
+    if connection.get("storage_options"):
+        out["storageOptions"] = json.dumps(connection["storage_options"])
+    return out
 
 
 register_engine("spark", run_spark)

@@ -75,8 +75,8 @@ class Split:
 
     uri: str  # the warehouse (`conch.connect(uri)`)
     table: str
-    seq: int  # the pinned commit
-    time: int  # its commit time (µs): the scan reads as of it
+    seq: int  # the pinned commit (0: the table had none; the split reads nothing)
+    time: int  # its commit time (µs): the scan reads as of it (0 with seq 0)
     level: str
     columns: tuple[str, ...]  # full column paths
     where: Expr | None
@@ -93,9 +93,18 @@ class Split:
             raise ConchError("no split opener is registered: import conch first")
         return _opener(self)
 
+    @property
+    def asof(self) -> int | None:
+        """The `asof` that reopens the pinned commit: None for a table that had none (time 0
+        is no commit time; `restrict` then reads nothing whatever was written since)."""
+        return self.time if self.seq else None
+
     def restrict(self, scan: Any) -> Any:
-        """`scan` (of this split's table, as of its commit) restricted to the split's key range;
-        raises if the pinned commit no longer resolves by time (it was expired)."""
+        """`scan` (of this split's table, as of `asof`) restricted to the split's key range;
+        raises if the pinned commit no longer resolves by time (it was expired). A split pinned
+        before the table's first commit reads nothing."""
+        if not self.seq:
+            return scan.within(NOTHING).with_options(self.options)
         if scan.plan.state.seq != self.seq:
             raise ConchError(
                 f"split of table {self.table!r} is pinned to commit {self.seq}, but its time {self.time} now"

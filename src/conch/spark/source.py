@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any
 
@@ -64,7 +64,8 @@ class ConchDataSource(DataSource):
         return "conch"
 
     def pin(self) -> int | datetime:
-        """The DataFrame's snapshot: the `asof` option, else the newest commit time now."""
+        """The DataFrame's snapshot: the `asof` option, else the newest commit time now (0 for a
+        table never written: the DataFrame reads it as empty, see `as_of`)."""
         if self.snapshot is None:
             asof = parse_time(option(self.options, "asof"), "asof")
             self.snapshot = asof if asof is not None else open_table(Location.from_options(self.options)).state().time
@@ -75,10 +76,10 @@ class ConchDataSource(DataSource):
         table = open_table(loc)
         asof = self.pin()
         level = option(self.options, "level") or ""
-        keys = {f.name for f in table.state_at(asof).schema.key_fields(level)}
+        keys = {f.name for f in table.state_at(as_of(asof)).schema.key_fields(level)}
         # Key columns always come first; naming them in `columns` is allowed and changes nothing.
         cols = [c for c in split_list(option(self.options, "columns")) if c not in keys]
-        scan = table.scan(*cols, level=level or None, asof=asof)
+        scan = table.scan(*cols, level=level or None, asof=as_of(asof))
         return spark_schema(scan.schema)
 
     def reader(self, schema: StructType) -> ConchReader:
@@ -88,6 +89,13 @@ class ConchDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         return prepare_writer(dict(self.options), schema, overwrite)
+
+
+def as_of(pin: int | datetime) -> int | datetime | None:
+    """The `asof` of a scan at a DataFrame's pin: a table never written has pinned time 0, which
+    is no commit time, so it is scanned as it is now; its splits are pinned to commit 0 and
+    read nothing even if the table was written since (`Split.restrict`)."""
+    return None if pin == 0 else pin
 
 
 def leaf_paths(schema: StructType, keys: set[str]) -> list[str]:
@@ -124,27 +132,30 @@ class ConchReader(DataSourceReader):
         self.metrics_dir = option(options, "metricsDir")
         self.target = arrow_schema(schema)
         table = open_table(self.loc)
-        key_fields = table.state_at(asof).schema.key_fields(self.level)
+        key_fields = table.state_at(as_of(asof)).schema.key_fields(self.level)
         key_names = {f.name for f in key_fields}
         self.columns = leaf_paths(schema, key_names)
         where = option(options, "where")
         self.pushed = split_where(parse(where) if where else None, key_fields)
         # Fail at planning, on the driver, for unknown columns in `columns` or `where`.
-        table.scan(*self.columns, where=self.pushed.where, level=self.level or None, asof=asof)
+        table.scan(*self.columns, where=self.pushed.where, level=self.level or None, asof=as_of(asof))
 
     def _scan(self) -> Any:
         return open_table(self.loc).scan(
             *self.columns,
             where=self.pushed.where,
             keys=self.pushed.key_range,
-            asof=self.asof,
+            asof=as_of(self.asof),
             since=self.since,
             level=self.level or None,
         )
 
     def partitions(self) -> list[InputPartition]:
         # the core's key-range splits (`Scan.splits`): disjoint, of similar size, pinned
-        return [InputPartition(s) for s in self._scan().splits(self.n_partitions)]
+        splits = self._scan().splits(self.n_partitions)
+        if self.asof == 0:  # pinned before the first commit: one split of commit 0, read as empty
+            splits = [replace(splits[0], seq=0, time=0)]
+        return [InputPartition(s) for s in splits]
 
     def read(self, partition: InputPartition) -> Any:
         # Reopened through this reader's own location (metastore, token, storage options), not
