@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,9 @@ import conch
 from conch.errors import CommitConflictError, InvalidArgumentError, TimeTravelError
 from conch.expire import state_paths
 from conch.fragments import BLOB_SUFFIX
+from conch.metastore.sqlite import SqliteMetastore
 from conch.timeparse import format_time
-from conch.wal import Truncate, referenced_paths
+from conch.wal import RegisterSnapshot, Truncate, referenced_paths
 from conch.write import stage_write
 
 KEYS = 12
@@ -272,6 +274,78 @@ def test_cli_expire_and_vacuum(tmp_path: Path) -> None:
 
 
 # ----- races ---------------------------------------------------------------------------------------
+class IndexesLate(SqliteMetastore):
+    """The warehouse's SQLite metastore, except that indexing a snapshot first runs `meanwhile`
+    once: what other processes commit between a flush's registration in the log and its index
+    step (`TableLog.flush`) lands exactly there."""
+
+    def __init__(self, path: Path, meanwhile: Callable[[], None]) -> None:
+        super().__init__(path)
+        self.meanwhile: Callable[[], None] | None = meanwhile
+
+    def add_snapshot(self, table_id: str, seq: int, path: str) -> None:
+        if self.meanwhile is not None:
+            run, self.meanwhile = self.meanwhile, None
+            run()
+        super().add_snapshot(table_id, seq, path)
+
+
+def flush_interleaved(tmp_path: Path, meanwhile: Callable[[conch.Table], None]) -> tuple[conch.Table, int, str]:
+    """A table with 3 versions flushed by a handle whose index step waits for `meanwhile` (run
+    on another handle); returns the other handle, the flushed version and its snapshot."""
+    w = tmp_path / "w"
+    other = conch.connect(w, maintenance=conch.Policy(auto=False)).create_table("t", [("id", pa.int64())])
+    other.log.warehouse.flush_every = 0
+    for i in range(3):
+        other.write([{"id": i, "v": i}])
+    ms = IndexesLate(w / "_catalog.sqlite", lambda: meanwhile(other))
+    flushing = conch.connect(w, metastore=ms, maintenance=conch.Policy(auto=False)).table("t")
+    seq = flushing.flush()
+    (path,) = [op.path for _, _, e in other.log.entries() for op in e.ops if isinstance(op, RegisterSnapshot)][:1]
+    return other, seq, path
+
+
+def test_vacuum_keeps_a_snapshot_registered_in_the_log_before_it_is_indexed(tmp_path: Path) -> None:
+    """A flush registers its snapshot in the log, then indexes it in the metastore. A vacuum in
+    between, under a horizon past the registration, must keep the file: once indexed it is the
+    snapshot readers at the horizon load (it used to be deleted, and every later load of the
+    horizon's state raised `CorruptFileError`: registered in the metastore, not in storage)."""
+
+    def meanwhile(t: conch.Table) -> None:
+        for i in range(3, 5):
+            t.write([{"id": i, "v": i}])
+        t.expire(retain_last=1)
+        t.vacuum(older_than_seconds=0)
+
+    t, seq, path = flush_interleaved(tmp_path, meanwhile)
+    assert t.log.warehouse.metastore.snapshots(t.id) == [(seq, path)]
+    assert path in disk(t)
+    assert t.check().ok
+    t.vacuum(older_than_seconds=0)  # loads the state at the horizon from that snapshot
+    assert rows(t.scan()) == [{"id": i, "v": i} for i in range(5)]
+    assert needed_files(t) == set(disk(t))
+
+
+def test_a_snapshot_vacuumed_before_it_is_indexed_is_forgotten_again(tmp_path: Path) -> None:
+    """A flush's snapshot that a vacuum may reclaim before it is indexed (a newer snapshot
+    already loads every state at or after the horizon) must not stay indexed without its file."""
+
+    def meanwhile(t: conch.Table) -> None:
+        for i in range(3, 5):
+            t.write([{"id": i, "v": i}])
+        t.flush()  # the newer snapshot
+        t.write([{"id": 5, "v": 5}])
+        t.expire(retain_last=1)
+        t.vacuum(older_than_seconds=0)
+
+    t, seq, _ = flush_interleaved(tmp_path, meanwhile)
+    assert all(s > seq for s, _ in t.log.warehouse.metastore.snapshots(t.id))
+    assert t.check().ok, t.check()
+    t.vacuum(older_than_seconds=0)
+    assert rows(t.scan()) == [{"id": i, "v": i} for i in range(6)]
+    assert needed_files(t) == set(disk(t))
+
+
 def _race(warehouse: str, role: str, stop: threading.Event, out: dict[str, Any]) -> None:
     cat = conch.connect(warehouse)
     cat.warehouse.flush_every = 7

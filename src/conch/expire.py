@@ -36,7 +36,16 @@ from conch.manifest import TableState
 from conch.tablelog import TableLog
 from conch.timeparse import format_time, to_time
 from conch.txn import Commit
-from conch.wal import AddFragment, AddKeySpace, Entry, Op, SetHorizon, Transaction, referenced_paths
+from conch.wal import (
+    AddFragment,
+    AddKeySpace,
+    Entry,
+    Op,
+    RegisterSnapshot,
+    SetHorizon,
+    Transaction,
+    referenced_paths,
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -161,9 +170,24 @@ def reclaim_plan(log: TableLog, entries: Sequence[tuple[int, Entry]], horizon: i
         (keep if seq > seq_h else named).update(referenced_paths(entry, BLOB_SUFFIX))
     base = ms.latest_snapshot(log.id, seq_h)
     base_seq = base[0] if base else 0
-    for s, path in ms.snapshots(log.id):
+    indexed = ms.snapshots(log.id)
+    for s, path in indexed:
         (named if s < base_seq else keep).add(path)
+    keep.update(unindexed_snapshots(entries, {s for s, _ in indexed}, base_seq))
     return ReclaimPlan(horizon, frozenset(named - keep), base_seq)
+
+
+def unindexed_snapshots(entries: Sequence[tuple[int, Entry]], indexed: set[int], base_seq: int) -> Iterable[str]:
+    """Snapshots the log registers that the metastore may still index as the base of readable
+    states: a flush registers its snapshot in the log first and indexes it after
+    (`TableLog.flush`), so a vacuum in between sees it only in the log. Deleting it would leave
+    it indexed without its file. Not these: one at a sequence number some indexed snapshot
+    already holds (the first one indexed wins) or below the base (readable states load the base
+    or a newer one)."""
+    for _, entry in entries:
+        for op in entry.ops:
+            if isinstance(op, RegisterSnapshot) and op.seq >= base_seq and op.seq not in indexed:
+                yield op.path
 
 
 def horizon_in_force(entries: Iterable[tuple[int, int, Entry]], cutoff_us: int) -> int:

@@ -8,7 +8,9 @@ take a `TableLog` (and its `Warehouse` handles), never a `Table`.
 
 Flush and vacuum: a snapshot file is registered through the log (a `RegisterSnapshot` entry), so
 it follows the same cutoff rule as data files: a vacuum whose cutoff is later than the flush's
-start makes the registration conflict, and a registered snapshot is referenced (never deleted).
+start makes the registration conflict, and a registered snapshot is referenced. Only then does
+the flush index it in the metastore (readers find it there); a vacuum in between sees it in the
+log only and keeps it while it may become the base of readable states (`TableLog._index_snapshot`).
 """
 
 from __future__ import annotations
@@ -323,8 +325,18 @@ class TableLog:
             except CommitConflictError:
                 storage.delete(path)
                 continue
-            self.warehouse.metastore.add_snapshot(self.id, state.seq, path)
+            self._index_snapshot(state.seq, path)
             return state.seq
         raise CommitConflictError(
             f"table {self.name!r}: flush lost {FLUSH_ATTEMPTS} races against vacuums; nothing was registered, try again"
         )
+
+    def _index_snapshot(self, seq: int, path: str) -> None:
+        """Index the snapshot of version `seq` the log registers at `path` (after its
+        `RegisterSnapshot` commit). A vacuum between the two may have deleted the file: only if a
+        newer snapshot loads every readable state, so all up to `seq` are forgotten again, as
+        that vacuum forgot the ones below its base (`conch.expire.unindexed_snapshots`)."""
+        ms = self.warehouse.metastore
+        ms.add_snapshot(self.id, seq, path)
+        if ms.latest_snapshot(self.id, seq) == (seq, path) and not self.warehouse.storage.exists(path):
+            ms.remove_snapshots(self.id, seq + 1)
