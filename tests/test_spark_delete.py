@@ -29,7 +29,8 @@ def build(wh: Path) -> conch.Table:
     """Several overlapping runs: full writes, partial-column upserts (y keeps its older cell),
     nulls, and a blind delete, so fresh records differ from the newest rows."""
     rng = np.random.default_rng(5)
-    t = conch.connect(str(wh)).create_table("t", [("id", pa.uint64())])
+    # no background settle: the runs stay as written and both tables' logs stay step for step
+    t = conch.connect(str(wh), maintenance=conch.Policy(settle_after=None)).create_table("t", [("id", pa.uint64())])
     for i in range(4):
         ids = np.sort(rng.choice(600, 250, replace=False)).astype(np.uint64)
         x = pa.array([None if v % 17 == 0 else int(v) for v in rng.integers(0, 10, len(ids))], pa.int64())
