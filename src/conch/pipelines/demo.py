@@ -152,12 +152,12 @@ def _pipeline(
         console.print(str(t.schema), highlight=False)
         with spark_progress(spark, console, "ingest"):
             ing = ingest(spark, source, warehouse, "audio", key=["id"])
-        runs = t.maintenance_plan().l0_runs
-        t.wait_for_maintenance()  # the runs the tasks wrote, folded now rather than after a pause
+        t.wait_for_maintenance()  # what the background settle would fold after a pause, now
+        plan = t.maintenance_plan()
         size = sum(f.bytes for f in t.state().fragments.values())
         s["what"] = (
-            f"{ing.rows} rows from {ing.partitions} Spark tasks, commit {ing.seq}; {runs} L0 run(s) settled "
-            f"into {t.maintenance_plan().l1_runs} L1 run(s), {_mb(size)} of fragments"
+            f"{ing.rows} rows from {ing.partitions} Spark tasks, commit {ing.seq}; settled: {plan.l0_runs} L0 and "
+            f"{plan.l1_runs} L1 run(s) (disjoint runs and runs above the automatic budget stay), {_mb(size)} of fragments"
         )
         results["ingested"] = ing.rows
 
