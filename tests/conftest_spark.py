@@ -10,6 +10,9 @@ import functools
 import tempfile
 from typing import Any
 
+# removed when the worker exits (Conch tables never live here: Spark's own default location)
+SPARK_WAREHOUSE = tempfile.TemporaryDirectory(prefix="conch-spark-")
+
 
 @functools.cache
 def spark_session() -> Any:
@@ -20,7 +23,7 @@ def spark_session() -> Any:
         conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.driver.memory": "1g",
-            "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="conch-spark-"),
+            "spark.sql.warehouse.dir": SPARK_WAREHOUSE.name,
             "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
         },
     )

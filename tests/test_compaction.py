@@ -250,6 +250,28 @@ def test_root_tombstone_hides_child_rows_through_compaction(tmp_path: Path) -> N
     ]
 
 
+def test_a_second_forced_compaction_of_a_table_with_child_levels_rewrites_nothing(tmp_path: Path) -> None:
+    """A settled range holds one L1 run per level: `compact()` must leave it, not rewrite every
+    range with a child level on every call."""
+    cat = conch.connect(str(tmp_path), maintenance=conch.Policy(auto=False, settle_after=None, max_l1_rows=100))
+    schema = pa.schema([("a", pa.int64()), ("items", pa.list_(pa.struct([("$", pa.uint8()), ("v", pa.float64())])))])
+    t = cat.create_table("n", [("k", pa.int64())], schema)
+    for i in range(4):
+        ks = list(range(i, 1200, 4))
+        t.write(pa.table({"k": ks, "a": ks}))
+        kk = [k for k in ks for _ in range(2)]
+        t.write(
+            pa.table({"k": kk, "items": pa.array([j % 2 for j in range(len(kk))], pa.uint8()), "v": [0.5] * len(kk)}),
+            level="items",
+        )
+    want = t.scan(level="items").to_pylist()
+    first = t.compact()
+    l1 = {k.id for k in t.state().key_spaces.values()}
+    assert first.tasks >= 1 and first.runs_out > 2  # split into several ranges, each with both levels
+    assert t.compact().tasks == 0 and {k.id for k in t.state().key_spaces.values()} == l1
+    assert t.scan(level="items").to_pylist() == want
+
+
 def test_displacement_map_records_where_rows_went_as_runs(tmp_path: Path) -> None:
     t = _table(tmp_path)
     t.write(pa.table({"id": pa.array(range(0, 1000, 2), pa.uint64()), "a": [1.0] * 500}))  # even keys

@@ -21,11 +21,15 @@ clips_st = st.lists(st.tuples(st.floats(-10, 10, allow_nan=False), ys), max_size
 scenes_st = st.dictionaries(st.text("abc", min_size=1, max_size=3), clips_st, min_size=1, max_size=4)
 
 
+# hypothesis builds a table per example: they live in one directory removed when the worker exits
+SCRATCH = tempfile.TemporaryDirectory(prefix="conch-nested-")
+
+
 def build(data: dict[str, list[tuple[float, list[int | None]]]], split: bool = False, compact: int = 0) -> conch.Table:
     """The table holding `data`: one write, or (`split`) one write per scene, each followed by
     the default policy's automatic compaction; `compact` > 0: then a major compaction cutting
     ranges of at most that many root keys (every level is cut where its root key is)."""
-    cat = conch.connect(tempfile.mkdtemp())
+    cat = conch.connect(tempfile.mkdtemp(dir=SCRATCH.name))
     t = cat.create_table("n", [], pa.schema([("scenes", pa.list_(SCENE))]))
     scenes = [
         {

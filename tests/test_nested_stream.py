@@ -26,8 +26,14 @@ clips_st = st.lists(st.tuples(st.floats(-10, 10, allow_nan=False), ys, dets), ma
 scenes_st = st.dictionaries(st.text("abcd", min_size=1, max_size=3), clips_st, min_size=1, max_size=6)
 
 
+# hypothesis builds a table per example: they live in one directory removed when the worker exits
+SCRATCH = tempfile.TemporaryDirectory(prefix="conch-nested-")
+
+
 def build(data: dict[str, Any]) -> conch.Table:
-    t = conch.connect(tempfile.mkdtemp()).create_table("n", [], pa.schema([("scenes", pa.list_(SCENE))]))
+    t = conch.connect(tempfile.mkdtemp(dir=SCRATCH.name)).create_table(
+        "n", [], pa.schema([("scenes", pa.list_(SCENE))])
+    )
     scenes = [
         {
             "$": k,

@@ -24,7 +24,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.fragments import VortexFormat
-from conch.keys import decode_key, duplicate_key_error, encode_keys, equal_adjacent, key_space_schema, numeric_key_type
+from conch.keys import (
+    SortedBytes,
+    decode_key,
+    duplicate_key_error,
+    encode_keys,
+    equal_adjacent,
+    key_space_schema,
+    numeric_key_type,
+)
 from conch.manifest import KeySpace
 
 
@@ -120,23 +128,9 @@ class _Run:
         if numeric:
             n = int(np.searchsorted(b, bound, "right"))
         else:
-            n = bisect.bisect_right(_Bytes(b), bound)
+            n = bisect.bisect_right(SortedBytes(b), bound)
         head = b[:n]
         self.buf = b[n:]
         if len(self.buf) == 0:
             self._next()
         return head
-
-
-class _Bytes:
-    """A sorted BinaryArray as a sequence of bytes, for `bisect` (O(log n) element reads)."""
-
-    def __init__(self, arr: pa.BinaryArray) -> None:
-        self.arr = arr
-
-    def __len__(self) -> int:
-        return len(self.arr)
-
-    def __getitem__(self, i: int) -> bytes:
-        v: bytes = self.arr[i].as_py()
-        return v

@@ -224,6 +224,20 @@ def encode_keys(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.BinaryArray
     return pc.binary_join_element_wise(*[_as_binary(p) for p in parts], _empty())
 
 
+class SortedBytes(Sequence[bytes]):
+    """A sorted BinaryArray (encoded keys) seen as a sequence of bytes, for `bisect`: O(log n)
+    element reads instead of converting the whole array to Python."""
+
+    def __init__(self, arr: pa.BinaryArray) -> None:
+        self.arr = arr
+
+    def __len__(self) -> int:
+        return len(self.arr)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.arr[i].as_py()
+
+
 def encode_key(values: Sequence[Any], fields: Sequence[pa.Field]) -> bytes:
     """Encode one key, or a key prefix when `values` is shorter than `fields`."""
     if len(values) > len(fields):

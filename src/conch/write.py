@@ -173,7 +173,7 @@ def stage_write(
                 continue
             prefix = _distinct_sorted(chunk.select(schema.key_names(anc.path)), schema, anc.path)
             for lo, hi in partitions(prefix, min(files.partition_keys, prefix.num_columns)):
-                write_key_space(files, schema, anc.path, prefix.slice(lo, hi - lo), staged)
+                write_key_space(files, anc.path, prefix.slice(lo, hi - lo), staged)
     for check in runs.values():
         check.check()
     return staged
@@ -237,9 +237,7 @@ def _write_sorted_run(
     return ks
 
 
-def write_key_space(
-    files: TableFiles, schema: Schema, level: str, keys: pa.Table, staged: StagedWrite, kind: str = "data"
-) -> str:
+def write_key_space(files: TableFiles, level: str, keys: pa.Table, staged: StagedWrite, kind: str = "data") -> str:
     """Write the key-space file of the sorted, unique `keys` of `level` and stage its
     `AddKeySpace`; returns the key space's id."""
     return _stage_key_space(files, level, keys, staged, kind).id
@@ -322,6 +320,6 @@ def stage_delete(files: TableFiles, state: TableState, keys: Any, level: str = "
     staged = StagedWrite(schema, schema, [], base_seq=state.seq)
     if table.num_rows:
         for lo, hi in partitions(table, min(files.partition_keys, table.num_columns)):
-            write_key_space(files, schema, level, table.slice(lo, hi - lo), staged, kind="tombstone")
+            write_key_space(files, level, table.slice(lo, hi - lo), staged, kind="tombstone")
         staged.rows[level] = table.num_rows
     return staged

@@ -155,7 +155,9 @@ def plan(
     force: bool = False,
 ) -> MaintenancePlan:
     """The compaction tasks the policy asks for now (`force`: a major compaction of every
-    component with any L0 run or more than one run, whatever the thresholds)."""
+    component with any L0 run or more than one L1 run of one level, whatever the thresholds; a
+    component already holding one L1 run per level is left as it is, so a repeated `compact()`
+    rewrites nothing)."""
     ks_list = list(key_spaces.values())
     ranges = table_ranges(ks_list)
     sizes = run_bytes(ks_list, fragments.values())
@@ -164,7 +166,7 @@ def plan(
     for comp in components(ks_list, ranges):
         l0 = sorted((k for k in comp.runs if not is_l1(k)), key=lambda k: (k.time, k.seq, k.id))
         l1 = [k for k in comp.runs if is_l1(k)]
-        if not l0 and (not force or len(l1) <= 1):
+        if not l0 and (not force or _one_run_per_level(l1)):
             continue
         l0_bytes = sum(sizes[k.id] for k in l0)
         l1_bytes = sum(sizes[k.id] for k in l1)
@@ -198,6 +200,11 @@ def plan(
             )
             tasks.append(_task("merge", lo, hi, window, sizes, len(window), why))
     return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
+
+
+def _one_run_per_level(runs: list[KeySpace]) -> bool:
+    levels = [k.level for k in runs]
+    return len(levels) == len(set(levels))
 
 
 def read_trigger(component_bytes: int, policy: Policy) -> int:

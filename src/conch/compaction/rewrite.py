@@ -93,10 +93,13 @@ def execute(
     layout: Layout,
     within: EncodedRange | None = None,
     opts: WriteOptions | None = None,
+    scan: ScanOptions | None = None,
 ) -> Staged:
     """Write the outputs of `task` (restricted to keys in `within`, a Spark task's part) and
-    return them with their operations; removing the inputs is `run.commit`'s job."""
+    return them with their operations; removing the inputs is `run.commit`'s job. `scan`: how
+    the inputs are read (the warehouse's, sized by `connect(memory_budget=)`)."""
     opts = opts or WriteOptions()
+    scan = scan or ScanOptions()
     started = time.time_ns() // 1000
     view = input_view(state, task)
     schema = state.schema
@@ -109,7 +112,7 @@ def execute(
     target = _target_rows(view, layout.max_rows) if task.kind == "major" else None
     outputs: dict[str, list[tuple[str, pa.BinaryArray]]] = {}
     for level in levels:  # root first: child levels are cut where it was
-        batches = _fresh_batches(view, level, files.format, key_cache, within)
+        batches = _fresh_batches(view, level, files.format, key_cache, within, scan)
         if task.kind == "merge":
             for merged, present in _by_presence(view, level, batches, key_cache):
                 for piece in _pieces(iter([merged]), layout, [], None):  # partition cuts only
@@ -188,12 +191,12 @@ def _target_rows(view: TableState, max_rows: int) -> int:
 
 
 def _fresh_batches(
-    view: TableState, level: str, fmt: Any, key_cache: KeyCache, within: EncodedRange | None
+    view: TableState, level: str, fmt: Any, key_cache: KeyCache, within: EncodedRange | None, scan: ScanOptions
 ) -> Iterator[pa.Table]:
     plan = plan_scan(view, (), level=level)
     if within is not None:
         plan = narrow(plan, within)
-    for b in run_scan(ScanContext(plan, fmt, key_cache, ScanOptions())):
+    for b in run_scan(ScanContext(plan, fmt, key_cache, scan)):
         if b.num_rows:
             yield _flatten(pa.Table.from_batches([b]), view.schema, level)
 
@@ -330,7 +333,7 @@ def _merge_tombstones(
             keys = keys.filter(range_mask(within, encode_keys(keys.columns)))
         keys = sorted_unique(keys) if fields else keys.slice(0, 1)
         if keys.num_rows:
-            write_key_space(files, schema, level, keys, staged, kind="tombstone")
+            write_key_space(files, level, keys, staged, kind="tombstone")
 
 
 def _write_piece(
@@ -346,7 +349,7 @@ def _write_piece(
     """One output run. `present`: the column ids holding cells (merge); None (major): every
     column that is not all null (see the module doc)."""
     keys = schema.key_names(level)
-    ks_id = write_key_space(files, schema, level, piece.select(keys), staged)
+    ks_id = write_key_space(files, level, piece.select(keys), staged)
     enc = encode_keys(piece.select(keys).columns) if keys else pa.array([b""] * piece.num_rows, pa.binary())
     outputs.setdefault(level, []).append((ks_id, enc))
     by_path = {c.path: c for c in schema.columns_of(level)}

@@ -86,7 +86,9 @@ def execute(
     policy = policy or Policy()
     wh = log.warehouse
     with log.staging():
-        return rewrite(log.files, wh.key_cache, state, task, layout(log, policy), within, wh.write_options)
+        return rewrite(
+            log.files, wh.key_cache, state, task, layout(log, policy), within, wh.write_options, wh.scan_options
+        )
 
 
 def commit(log: TableLog, task: CompactionTask, parts: Sequence[Staged], base_seq: int = -1) -> Commit:

@@ -31,6 +31,7 @@ from conch.keys import (
     EncodedRange,
     KeyPredicate,
     KeySet,
+    SortedBytes,
     decode_key,
     encode_keys,
     equal_adjacent,
@@ -250,8 +251,8 @@ def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: 
         return np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]
     r = predicate_bounds(pred, fields)
     enc = cache.encoded(ks, fields)
-    lo = 0 if r.lo is None else bisect.bisect_left(_Bytes(enc), r.lo)
-    hi = len(enc) if r.hi is None else bisect.bisect_left(_Bytes(enc), r.hi)
+    lo = 0 if r.lo is None else bisect.bisect_left(SortedBytes(enc), r.lo)
+    hi = len(enc) if r.hi is None else bisect.bisect_left(SortedBytes(enc), r.hi)
     return np.arange(lo, max(lo, hi), dtype=np.int64)
 
 
@@ -269,8 +270,8 @@ def selected_rows(
         hi = len(keys) if within.hi is None else int(np.searchsorted(keys, numeric_bound(within.hi, fields), "left"))
     else:
         enc = cache.encoded(ks, fields)
-        lo = 0 if within.lo is None else bisect.bisect_left(_Bytes(enc), within.lo)
-        hi = len(enc) if within.hi is None else bisect.bisect_left(_Bytes(enc), within.hi)
+        lo = 0 if within.lo is None else bisect.bisect_left(SortedBytes(enc), within.lo)
+        hi = len(enc) if within.hi is None else bisect.bisect_left(SortedBytes(enc), within.hi)
     if rows is None:
         return np.arange(lo, max(lo, hi), dtype=np.int64)
     return rows[(rows >= lo) & (rows < hi)]
@@ -321,19 +322,6 @@ def _exact(keys: np.ndarray, want: np.ndarray) -> np.ndarray:
     ok = pos < len(keys)
     pos = pos[ok]
     return pos[keys[pos] == want[ok]]
-
-
-class _Bytes(Sequence[bytes]):
-    """A sorted BinaryArray seen as a sequence of bytes, for `bisect` (O(log n) element reads)."""
-
-    def __init__(self, arr: pa.BinaryArray) -> None:
-        self.arr = arr
-
-    def __len__(self) -> int:
-        return len(self.arr)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self.arr[i].as_py()
 
 
 def merge_key_spaces(
