@@ -15,6 +15,9 @@ import pyarrow.compute as pc
 import pytest
 
 import conch
+from conch.metastore.objectstore import ObjectStoreMetastore
+from conch.storage import LocalStorage
+from services import Postgres
 
 
 def features(batch: pa.RecordBatch) -> dict[str, Any]:
@@ -93,6 +96,28 @@ def test_where_limits_the_keys_and_a_process_pool_gives_the_same_result(catalog:
     exp = [r for r in _expected(t) if r[1] is not None and r[1] > 20]
     got = [r for r in _got(t) if r[1] is not None]
     assert res.rows_written == len(exp) and got == exp
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_postgresql_warehouse_is_enriched_in_its_own_metastore(
+    tmp_path: Path, postgres: Postgres, workers: int
+) -> None:
+    """Ranges (in this process or in a pool) reach the table as `connect()` did: through the
+    PostgreSQL metastore, not a default one beside the data."""
+    cat = conch.connect(tmp_path / "wh", metastore=postgres.dsn())
+    t = _table(cat, 300)
+    res = t.enrich(features, inputs=["x", "g.s"], into="f", range_rows=64, workers=workers)
+    assert res.rows_written == 300 and _got(t) == _expected(t)
+    assert not (tmp_path / "wh" / "_catalog.sqlite").exists()
+
+
+def test_a_metastore_object_enriches_in_process_and_refuses_a_pool(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    t = _table(conch.connect(tmp_path, metastore=ObjectStoreMetastore(storage)), 200)
+    with pytest.raises(conch.EnrichError, match="reopen"):
+        t.enrich(features, inputs=["x", "g.s"], into="f", range_rows=64, workers=2)
+    assert t.enrich(features, inputs=["x", "g.s"], into="f", range_rows=64).rows_written == 200
+    assert _got(t) == _expected(t)
 
 
 def test_bad_fn_output_is_a_typed_error_and_commits_nothing(catalog: conch.Catalog) -> None:

@@ -88,6 +88,8 @@ def connect(
         "metastore": metastore if isinstance(metastore, str) else None,
         "token": token,
         "storage_options": dict(storage_options or {}),
+        # a Metastore object cannot be named to another process: workers must not reopen then
+        "reopenable": metastore is None or isinstance(metastore, str),
     }
     return Catalog(wh)
 

@@ -87,7 +87,7 @@ class EnrichResult:
 class RangeJob:
     """One key range of a run: everything a worker process needs (picklable)."""
 
-    warehouse: str
+    warehouse: dict[str, Any]  # how `connect()` reached it (`Warehouse.connection`): reopened so
     table: str
     fn: Fn
     inputs: tuple[str, ...]
@@ -142,7 +142,7 @@ def enrich(
     head = {"sig": sig, "run": run, "pin": pin, "prev": prev, "n": len(ranges)}
     jobs = [
         RangeJob(
-            table.log.uri,
+            table.log.warehouse.connection,
             table.name,
             fn,
             tuple(c.path for c in probe.plan.columns),
@@ -159,7 +159,7 @@ def enrich(
         if i not in finished
     ]
     if engine == "local":
-        commits, rows = _run_local(jobs, workers, progress)
+        commits, rows = _run_local(jobs, workers, progress, table.log)
     else:
         if engine not in ENGINES and engine in ENGINE_MODULES:
             importlib.import_module(ENGINE_MODULES[engine])
@@ -244,9 +244,10 @@ def _work_keys(
 
 
 # ----- computing a range ----------------------------------------------------------------------
-def compute_range(job: RangeJob) -> tuple[int, int]:
-    """Compute and commit one key range (in any process); returns (commit seq, rows written)."""
-    log = _open_log(job.warehouse, job.table)
+def compute_range(job: RangeJob, log: TableLog | None = None) -> tuple[int, int]:
+    """Compute and commit one key range (in any process; `log`: the table's, when the caller
+    has it open); returns (commit seq, rows written)."""
+    log = log or _open_log(job.warehouse, job.table)
     enc = encode_keys(job.keys.columns)
     scan = Scan(log, job.inputs, where=job.where, keys=KeySet(enc), asof=job.pin, level=job.level or None)
     outputs = [out for batch in _batches(scan.to_record_batches(), job.batch_rows) for out in [apply_fn(job, batch)]]
@@ -264,15 +265,23 @@ def compute_range(job: RangeJob) -> tuple[int, int]:
 _logs: dict[tuple[int, str, str], TableLog] = {}
 
 
-def _open_log(uri: str, name: str) -> TableLog:
-    """The table's log, opened once per process from the warehouse URI (`open_warehouse`, as
-    `conch.connect` does) because this module sits below the `Table` facade, whose `enrich`
+def _open_log(connection: dict[str, Any], name: str) -> TableLog:
+    """The table's log in a worker process, opened once per process as `conch.connect` reached
+    the warehouse (its URI, metastore, token and storage options: `Warehouse.connection`),
+    through `open_warehouse` because this module sits below the `Table` facade, whose `enrich`
     method delegates here."""
-    key = (os.getpid(), uri, name)
+    key = (os.getpid(), json.dumps(connection, sort_keys=True, default=str), name)
     log = _logs.get(key)
     if log is None:
-        storage, metastore = open_warehouse(uri, create=False)
+        storage, metastore = open_warehouse(
+            connection["uri"],
+            create=False,
+            metastore=connection.get("metastore"),
+            token=connection.get("token"),
+            storage_options=connection.get("storage_options"),
+        )
         wh = Warehouse(storage, metastore)
+        wh.connection = connection
         log = _logs[key] = TableLog(wh, metastore.get_table(name))
     return log
 
@@ -320,19 +329,29 @@ def _as_table(out: Any) -> pa.Table:
 
 
 # ----- running ranges -------------------------------------------------------------------------
-def _run_local(jobs: list[RangeJob], workers: int | None, progress: bool | None) -> tuple[list[int], int]:
+def _run_local(
+    jobs: list[RangeJob], workers: int | None, progress: bool | None, log: TableLog
+) -> tuple[list[int], int]:
+    """The ranges in this process (`workers=0`, one range, or an fn a pool cannot take) or, the
+    first done here, in a pool of processes that reopen the warehouse as `connect()` did."""
     if not jobs:
         return [], 0
-    pool_ok = workers != 0 and len(jobs) > 1 and _picklable(jobs[0].fn)
+    reopenable = bool(log.warehouse.connection.get("reopenable"))
+    pool_ok = workers != 0 and len(jobs) > 1 and _picklable(jobs[0].fn) and reopenable
     if workers is not None and workers > 0 and not _picklable(jobs[0].fn):
         raise EnrichError(
             "workers > 0 needs a picklable fn (a module-level function); use workers=0 or define it at module level"
+        )
+    if workers is not None and workers > 0 and not reopenable:
+        raise EnrichError(
+            "workers > 0 needs a warehouse other processes can reopen: connect() with the metastore's URI, "
+            "not a Metastore object; or use workers=0"
         )
     n = workers or os.cpu_count() or 1
     commits: list[int] = []
     rows = 0
     with _progress(len(jobs), progress) as advance:
-        seq, r = compute_range(jobs[0])  # first: adds the new columns before anyone races to
+        seq, r = compute_range(jobs[0], log)  # first: adds the new columns before anyone races to
         commits.append(seq)
         rows += r
         advance()
@@ -347,7 +366,7 @@ def _run_local(jobs: list[RangeJob], workers: int | None, progress: bool | None)
                     advance()
         else:
             for job in jobs[1:]:
-                seq, r = compute_range(job)
+                seq, r = compute_range(job, log)
                 commits.append(seq)
                 rows += r
                 advance()

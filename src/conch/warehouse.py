@@ -59,7 +59,7 @@ class Warehouse:
         self.after_commit: Callable[[Any], None] | None = None
         # how `connect()` reached this warehouse (uri, metastore, token, storage_options): what
         # another process needs to reopen it exactly so (Spark executors of `enrich`)
-        self.connection: dict[str, Any] = {"uri": storage.uri}
+        self.connection: dict[str, Any] = {"uri": storage.uri, "reopenable": False}
 
     @property
     def uri(self) -> str:

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.enrich import RangeJob, apply_fn, register_engine
+from conch.errors import EnrichError
 
 FEATURES = pa.struct(
     [
@@ -65,8 +66,6 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
     if not jobs:
         return [], 0
     if spark is None:
-        from conch.errors import EnrichError
-
         raise EnrichError("engine='spark' needs spark=<a SparkSession> (conch.spark.session() makes one)")
     import conch.spark  # noqa: F401 - registers the `conch` data source
     from conch.spark.types import arrow_schema, spark_schema
@@ -108,6 +107,11 @@ def _location(connection: dict[str, Any], table: str) -> dict[str, str]:
     """The `conch` data source options that reach the table as the driver's `connect()` did:
     executors get the same metastore, token and storage options (a server, PostgreSQL or object
     store table is enriched on Spark as a local one is)."""
+    if not connection.get("reopenable"):
+        raise EnrichError(
+            "engine='spark' needs a warehouse executors can reopen: connect() with the metastore's URI, "
+            "not a Metastore object"
+        )
     out = {"warehouse": str(connection["uri"]), "table": table}
     if connection.get("metastore"):
         out["metastore"] = str(connection["metastore"])
