@@ -8,6 +8,7 @@ JVM, not one per worker.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,12 +30,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def catalog(tmp_path: Path) -> conch.Catalog:
-    return conch.connect(tmp_path / "warehouse")
+def catalog(tmp_path: Path) -> Iterator[conch.Catalog]:
+    """Closed at the end (no background settle of its tables outlives the test)."""
+    with conch.connect(tmp_path / "warehouse") as cat:
+        yield cat
 
 
 @pytest.fixture
-def small_files_catalog(tmp_path: Path) -> conch.Catalog:
+def small_files_catalog(tmp_path: Path) -> Iterator[conch.Catalog]:
     """Tiny chunks and fragments, so small tests exercise many runs and fragments."""
     opts = conch.WriteOptions(chunk_rows=7, fragment_bytes=64, large_value_bytes=1 << 30)
-    return conch.connect(tmp_path / "warehouse", write_options=opts)
+    with conch.connect(tmp_path / "warehouse", write_options=opts) as cat:
+        yield cat

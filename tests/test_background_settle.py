@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 import conch
+from conch.compaction import background
 
 # commit-time compaction never runs (no small-table trigger, no count trigger): every L0 run
 # left is the settle's to fold
@@ -74,6 +75,28 @@ def test_wait_settles_runs_another_process_wrote(tmp_path: Path) -> None:
     assert reader.wait_for_maintenance()
     assert reader.maintenance_plan().l0_runs == 0
     assert _rows(reader) == model
+
+
+def test_close_drops_pending_settles_and_none_runs_after_it(tmp_path: Path) -> None:
+    cat = conch.connect(tmp_path / "a", maintenance=conch.Policy(**LAZY, settle_after=3600))
+    t = cat.create_table("t", [("id", pa.int64())])
+    rng, model = random.Random(8), {}
+    for _ in range(3):
+        _upsert(t, model, rng, 30)
+    assert background.pending(t.log)
+    cat.close()
+    assert not background.pending(t.log) and t.maintenance_plan().l0_runs == 3  # left to the next writer
+
+    # due at once: whether or not it ran before close(), nothing runs after it
+    cat = conch.connect(tmp_path / "b", maintenance=conch.Policy(**LAZY, settle_after=0.0))
+    t = cat.create_table("t", [("id", pa.int64())])
+    for _ in range(6):
+        _upsert(t, model, rng, 30)
+    cat.close()
+    seq = t.state().seq
+    assert not background.pending(t.log)
+    time.sleep(0.3)
+    assert t.state().seq == seq
 
 
 @pytest.mark.parametrize("policy", [conch.Policy(**LAZY, settle_after=None), conch.Policy(auto=False)])

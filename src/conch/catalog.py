@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from conch.compaction.background import after_commit
+from conch.compaction import background
 from conch.errors import ConchError, ExpressionError, SchemaError, TableExistsError
 from conch.integrity import seal_json
 from conch.metastore.base import Metastore, TableRecord
@@ -82,7 +82,7 @@ def connect(
     budget_split(memory_budget)  # a bad budget is refused before anything is opened
     storage, ms = open_warehouse(uri, create=create, metastore=metastore, token=token, storage_options=storage_options)
     wh = Warehouse(storage, ms, write_options, evolve=evolve, maintenance=maintenance, memory_budget=memory_budget)
-    wh.after_commit = after_commit
+    wh.after_commit = background.after_commit
     wh.connection = {
         "uri": os.fspath(uri),
         "metastore": metastore if isinstance(metastore, str) else None,
@@ -109,8 +109,10 @@ class Catalog:
         return f"Catalog({self.uri!r})"
 
     def close(self) -> None:
-        """Release the metastore's connections and cached file handles. Tables opened from this
-        catalog reconnect if used again."""
+        """Release the metastore's connections and cached file handles, and stop the background
+        maintenance of the warehouse's tables (a pending settle is dropped: the next writer or
+        `Table.compact()` does it). Tables opened from this catalog reconnect if used again."""
+        background.forget(self.warehouse.uri)
         self.warehouse.close()
 
     def __enter__(self) -> Catalog:

@@ -18,7 +18,9 @@ per commit, so settles of one table are spaced to take at most `MAX_SHARE` (10 %
 
 Concurrency is any compaction's (`run.py`): a write or delete committed while the settle runs
 stays newer than its output; losing to another compactor makes it re-plan or give up. One
-worker thread per process, started on first use (again in a forked child). At interpreter exit
+worker thread per process, started on first use (again in a forked child). `Catalog.close()`
+drops its warehouse's pending settles and waits for a running one to stop after its current
+task (the next writer or `Table.compact()` folds what is left). At interpreter exit
 no new settle starts and what is pending is left to the next writer or `Table.compact()`; a
 running one is given `EXIT_WAIT_SECONDS` to end, but by then Python refuses new thread-pool
 work, so it usually fails before committing: like any failed compaction it leaves the table
@@ -62,6 +64,7 @@ class Settler:
         self._spacing: dict[_Key, float] = {}  # earliest next settle after the last one (duty cycle)
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._forgetting: set[str] = set()  # warehouse URIs being closed: their settles stop
 
     def schedule(self, log: TableLog, delay: float) -> None:
         """Settle `log`'s table `delay` seconds from now (a later call postpones it)."""
@@ -106,6 +109,20 @@ class Settler:
         if thread is not None:
             thread.join(EXIT_WAIT_SECONDS)
 
+    def forget(self, uri: str, timeout: float = EXIT_WAIT_SECONDS) -> None:
+        """A catalog of warehouse `uri` is closing: drop its pending settles, and wait (at most
+        `timeout` seconds) for a running one to stop after its current task."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            for key in [k for k in self._due if k[0] == uri]:
+                del self._due[key]
+            self._forgetting.add(uri)
+            try:
+                while any(k[0] == uri for k in self._running) and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+            finally:
+                self._forgetting.discard(uri)
+
     def _next(self) -> tuple[_Key, TableLog] | None:
         """The next due table (waiting for it), or None when stopping."""
         with self._cond:
@@ -129,7 +146,7 @@ class Settler:
             except (CommitConflictError, TableNotFoundError):
                 pass  # lost to another compactor after its re-plans, or the table was dropped
             except Exception as e:  # a background thread has no caller to raise to
-                if not self._interrupted(None):  # at exit, failing is expected (module doc)
+                if not self._closing(key):  # at exit or close, failing is expected (module doc)
                     warnings.warn(
                         f"background compaction of table {log.name!r} stopped: {e!r}", RuntimeWarning, stacklevel=1
                     )
@@ -140,10 +157,14 @@ class Settler:
                     self._running.discard(key)
                     self._cond.notify_all()
 
-    def _interrupted(self, key: _Key | None) -> bool:
-        """Whether the process is exiting, or (given a key) a commit re-scheduled that table."""
+    def _interrupted(self, key: _Key) -> bool:
+        """Whether the process is exiting, the table's catalog is closing, or a commit
+        re-scheduled the table."""
         with self._cond:
-            return self._stopping or key in self._due
+            return self._closing(key) or key in self._due
+
+    def _closing(self, key: _Key) -> bool:
+        return self._stopping or key[0] in self._forgetting
 
 
 def settle(log: TableLog, interrupted: Callable[[], bool] | None = None) -> int:
@@ -213,6 +234,16 @@ def schedule(log: TableLog) -> None:
 
 def _needs_settling(log: TableLog) -> bool:
     return bool(settle_tasks(log, log.warehouse.maintenance))
+
+
+def pending(log: TableLog) -> bool:
+    """Whether this process has a settle of `log`'s table scheduled or running."""
+    return _settler.pending(log)
+
+
+def forget(warehouse_uri: str) -> None:
+    """`Catalog.close()`: no settle of the warehouse's tables runs after it (module doc)."""
+    _settler.forget(warehouse_uri)
 
 
 def wait(log: TableLog, timeout: float | None = None) -> bool:
