@@ -272,6 +272,27 @@ def test_a_second_forced_compaction_of_a_table_with_child_levels_rewrites_nothin
     assert t.scan(level="items").to_pylist() == want
 
 
+@pytest.mark.parametrize("key_type", [pa.uint64(), pa.string()])
+def test_an_upsert_of_existing_keys_compacts_into_as_few_runs_as_the_rows_need(
+    tmp_path: Path, key_type: pa.DataType
+) -> None:
+    """Cuts follow the output's keys, not the inputs' rows: 100 keys and an upsert of 30 of
+    them are 100 rows, one run at `max_l1_rows=100` (as the rows written once), not two of 65."""
+    cat = conch.connect(str(tmp_path), maintenance=conch.Policy(auto=False, settle_after=None, max_l1_rows=100))
+    t = cat.create_table("t", [("id", key_type)])
+    ids = pa.array([f"{i:03}" if key_type == pa.string() else i for i in range(100)], key_type)
+    t.write(pa.table({"id": ids, "a": [1.0] * 100}))
+    t.write(pa.table({"id": ids.take(pa.array(range(0, 90, 3))), "a": [2.0] * 30}))
+    t.write(pa.table({"id": ids.take(pa.array(range(1, 90, 3))), "b": [3.0] * 30}))
+    want = t.scan().to_pylist()
+    t.compact()
+    assert [k.rows for k in t.state().key_spaces.values()] == [100]
+    assert t.scan().to_pylist() == want
+    t.write(pa.table({"id": pa.array(["x"] if key_type == pa.string() else [1000], key_type), "a": [4.0]}))
+    t.compact()  # 101 keys: now two runs
+    assert sorted(k.rows for k in t.state().key_spaces.values()) == [50, 51]
+
+
 def test_displacement_map_records_where_rows_went_as_runs(tmp_path: Path) -> None:
     t = _table(tmp_path)
     t.write(pa.table({"id": pa.array(range(0, 1000, 2), pa.uint64()), "a": [1.0] * 500}))  # even keys

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from conch.compaction.displacement import WrittenMap, map_runs, write_map
 from conch.compaction.plan import CompactionTask, table_ranges
 from conch.compaction.ranges import change_points, prefix_keys
-from conch.keys import EncodedRange, encode_keys, range_mask, sorted_unique
+from conch.keys import EncodedRange, encode_keys, numeric_key_type, range_mask, sorted_unique
 from conch.manifest import KeySpace, TableState
 from conch.scan.context import ScanContext, ScanOptions
 from conch.scan.execute import execute as run_scan
@@ -109,7 +109,7 @@ def execute(
     )
     fixed = [b for b in table_ranges(state.key_spaces.values()).boundaries if b > task.lo and _below(b, task.hi)]
     cuts = fixed
-    target = _target_rows(view, layout.max_rows) if task.kind == "major" else None
+    target = _target_rows(view, layout.max_rows, key_cache) if task.kind == "major" else None
     outputs: dict[str, list[tuple[str, pa.BinaryArray]]] = {}
     for level in levels:  # root first: child levels are cut where it was
         batches = _fresh_batches(view, level, files.format, key_cache, within, scan)
@@ -182,12 +182,34 @@ def _as_output(op: Op, task: CompactionTask, now: int) -> Op:
     return op
 
 
-def _target_rows(view: TableState, max_rows: int) -> int:
-    """Rows per root-level piece: the upper bound of output rows shared evenly by as few pieces
-    of at most `max_rows` as it takes."""
-    upper = sum(k.rows for k in view.key_spaces.values() if k.kind == "data" and k.level == "")
+def _target_rows(view: TableState, max_rows: int, key_cache: KeyCache) -> int:
+    """Rows per root-level piece: the output rows shared evenly by as few pieces of at most
+    `max_rows` as it takes. The output has at most the inputs' rows; when that bound would cut
+    more pieces than one, its root keys are counted (an upsert of 10 % of a 1M-key run is 1M
+    keys, not 1.1M: one piece, laid out as the rows written once)."""
+    runs = [k for k in view.key_spaces.values() if k.kind == "data" and k.level == ""]
+    upper = sum(k.rows for k in runs)
+    if upper > max_rows and len(runs) > 1:
+        upper = _distinct_root_keys(runs, view.schema, key_cache)
     pieces = max(1, -(-upper // max_rows))
     return max(1, -(-upper // pieces))
+
+
+def _distinct_root_keys(runs: list[KeySpace], schema: Schema, key_cache: KeyCache) -> int:
+    """Keys in the union of sorted, unique runs. A numeric key: the other runs' keys found in the
+    largest by binary search (cost: the small runs, not the big one); others: hashed."""
+    fields = schema.key_fields("")
+    if not fields:  # a keyless root: one row
+        return 1
+    keep = key_cache.fits(runs, fields)  # the scan that follows reads the same keys
+    if len(fields) == 1 and numeric_key_type(fields[0].type):
+        big, *rest = sorted(runs, key=lambda k: -k.rows)
+        base = key_cache.numeric(big, fields, keep)
+        others = np.unique(np.concatenate([key_cache.numeric(k, fields, keep) for k in rest]))
+        at = np.minimum(np.searchsorted(base, others), len(base) - 1)
+        return len(base) + len(others) - int(np.count_nonzero(base[at] == others)) if len(base) else len(others)
+    keys = pa.chunked_array([key_cache.encoded(k, fields, keep) for k in runs], pa.binary())
+    return int(pc.count_distinct(keys).as_py())
 
 
 def _fresh_batches(
