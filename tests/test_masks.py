@@ -228,7 +228,9 @@ def test_sparse_gap_falls_through_to_an_older_run(catalog: conch.Catalog) -> Non
 def test_spark_reads_a_masked_layout(tmp_path: Path) -> None:
     from conftest_spark import spark_session
 
-    cat = conch.connect(tmp_path / "wh")
+    cat = conch.connect(
+        tmp_path / "wh", maintenance=conch.Policy(settle_after=None)
+    )  # realign() commits on the runs it read
     t = _table(cat)
     want = t.scan("a", "b").to_arrow()
     realign(t, split_seed=1)
@@ -268,7 +270,7 @@ def test_masked_layout_equals_dense_layout(
     scan of the dense layout."""
     rng = random.Random(seed)
     opts = conch.WriteOptions(chunk_rows=7, fragment_bytes=64) if small else conch.WriteOptions()
-    cat = conch.connect(tmp_path_factory.mktemp("w"), write_options=opts)
+    cat = conch.connect(tmp_path_factory.mktemp("w"), write_options=opts, maintenance=conch.Policy(settle_after=None))
     t = cat.create_table("t", [("id", pa.int64())])
     for _i in range(rng.randint(1, 5)):
         ids = sorted(rng.sample(range(0, 120), rng.randint(1, 60)))
@@ -296,7 +298,9 @@ def test_masked_layout_equals_dense_layout(
 
 # ----- integrity, vacuum, listings ---------------------------------------------------------------
 def test_damaged_or_missing_mask_file_is_named(tmp_path: Path) -> None:
-    cat = conch.connect(tmp_path / "w")
+    cat = conch.connect(
+        tmp_path / "w", maintenance=conch.Policy(settle_after=None)
+    )  # realign() commits on the runs it read
     t = _table(cat)
     realign(t)
     fr = sorted(t.log.state().fragments.values(), key=lambda f: f.id)[0]
