@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -97,6 +98,26 @@ def test_close_drops_pending_settles_and_none_runs_after_it(tmp_path: Path) -> N
     assert not background.pending(t.log)
     time.sleep(0.3)
     assert t.state().seq == seq
+
+
+def test_a_failed_settle_under_warnings_as_errors_leaves_the_worker_alive(tmp_path: Path) -> None:
+    """A settle that fails warns; with warnings made errors (pytest -W error, a library's
+    filter) the warning raises in the worker thread: it must live on, or every later wait hangs."""
+    cat = conch.connect(tmp_path, maintenance=conch.Policy(**LAZY, settle_after=3600))
+    broken, ok = cat.create_table("broken", [("id", pa.int64())]), cat.create_table("ok", [("id", pa.int64())])
+    rng, model = random.Random(9), {}
+    for _ in range(3):
+        _upsert(broken, model, rng, 20)
+    for f in broken.state().fragments.values():
+        (tmp_path / f.path).unlink()  # its settle fails reading its data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert broken.wait_for_maintenance(timeout=120)  # a bound on waiting, not a speed assertion
+    model = {}
+    for _ in range(3):
+        _upsert(ok, model, rng, 20)
+    assert ok.wait_for_maintenance(timeout=120)
+    assert ok.maintenance_plan().l0_runs == 0 and _rows(ok) == model
 
 
 @pytest.mark.parametrize("policy", [conch.Policy(**LAZY, settle_after=None), conch.Policy(auto=False)])

@@ -30,6 +30,7 @@ unchanged and its files to `vacuum`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import threading
@@ -73,10 +74,15 @@ class Settler:
                 return
             key = _key(log)
             self._due[key] = (max(time.monotonic() + delay, self._spacing.get(key, 0.0)), log)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="conch-settle", daemon=True)
-                self._thread.start()
+            self._ensure_worker()
             self._cond.notify_all()
+
+    def _ensure_worker(self) -> None:
+        """Start the worker thread if it is not running (first use, or it died: a waiter must
+        never wait on a thread that is gone). Called with the lock held."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._work, name="conch-settle", daemon=True)
+            self._thread.start()
 
     def pending(self, log: TableLog) -> bool:
         """Whether this process still has to settle, or is settling, `log`'s table."""
@@ -91,6 +97,7 @@ class Settler:
         with self._cond:
             if key in self._due:
                 self._due[key] = (time.monotonic(), self._due[key][1])
+                self._ensure_worker()
                 self._cond.notify_all()
             while key in self._due or key in self._running:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -147,9 +154,10 @@ class Settler:
                 pass  # lost to another compactor after its re-plans, or the table was dropped
             except Exception as e:  # a background thread has no caller to raise to
                 if not self._closing(key):  # at exit or close, failing is expected (module doc)
-                    warnings.warn(
-                        f"background compaction of table {log.name!r} stopped: {e!r}", RuntimeWarning, stacklevel=1
-                    )
+                    with contextlib.suppress(Exception):  # warnings made errors: the worker lives on
+                        warnings.warn(
+                            f"background compaction of table {log.name!r} stopped: {e!r}", RuntimeWarning, stacklevel=1
+                        )
             finally:
                 with self._cond:
                     now = time.monotonic()
@@ -178,10 +186,12 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None) -> int:
     for _ in range(MAX_TASKS):
         if interrupted is not None and interrupted():
             break
-        state = log.state()
         task = next(iter(settle_tasks(log, policy)), None)
         if task is None:
             break
+        state = log.state()
+        if any(i not in state.key_spaces for i in task.inputs):
+            continue  # another compactor removed an input since the plan: plan again
         try:
             commit(log, task, [execute(log, state, task, policy=policy)], state.seq)
         except CommitConflictError:

@@ -82,9 +82,10 @@ def generate_parquet(directory: str, rows: int, files: int, console: Console) ->
     return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
 
 
-def _group_files(t: conch.Table) -> dict[str, set[str]]:
+def _group_files(t: conch.Table, version: int | None = None) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
-    for f in t.state().fragments.values():
+    state = t.state() if version is None else t.state_at(version=version)
+    for f in state.fragments.values():
         out.setdefault(f.group or "<root>", set()).add(f.id)
     return out
 
@@ -167,7 +168,7 @@ def _pipeline(
             enr = t.enrich(
                 audio_features, inputs=["audio.bytes", "audio_length"], into="features", engine="spark", spark=spark
             )
-        after = _group_files(t)
+        after = _group_files(t, version=enr.commits[0])  # its own commit: a later settle may compact
         untouched = all(before[g] <= after.get(g, set()) for g in before)
         new_groups = sorted(set(after) - set(before))
         s["what"] = (
