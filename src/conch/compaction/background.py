@@ -38,9 +38,10 @@ import time
 import warnings
 from collections.abc import Callable
 
-from conch.compaction.plan import CompactionTask, within_budget
-from conch.compaction.run import auto, commit, execute, plan_tasks
+from conch.compaction.plan import CompactionTask, plan, within_budget
+from conch.compaction.run import auto, commit, execute
 from conch.errors import CommitConflictError, TableNotFoundError
+from conch.manifest import TableState
 from conch.policy import Policy
 from conch.tablelog import TableLog
 
@@ -186,12 +187,10 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None) -> int:
     for _ in range(MAX_TASKS):
         if interrupted is not None and interrupted():
             break
-        task = next(iter(settle_tasks(log, policy)), None)
+        state = log.state()
+        task = next(iter(settle_tasks(state, policy)), None)  # planned on the state it runs on
         if task is None:
             break
-        state = log.state()
-        if any(i not in state.key_spaces for i in task.inputs):
-            continue  # another compactor removed an input since the plan: plan again
         try:
             commit(log, task, [execute(log, state, task, policy=policy)], state.seq)
         except CommitConflictError:
@@ -200,15 +199,14 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None) -> int:
     return done
 
 
-def settle_tasks(log: TableLog, policy: Policy) -> list[CompactionTask]:
-    """The majors a settle runs: the forced ones that fold L0 runs into other runs (not a lone L0
-    run, already one run to read; not components that only hold several L1 runs) and fit the
-    automatic budget."""
-    state = log.state()
+def settle_tasks(state: TableState, policy: Policy) -> list[CompactionTask]:
+    """The majors a settle runs on `state`: the forced ones that fold L0 runs into other runs
+    (not a lone L0 run, already one run to read; not components that only hold several L1 runs)
+    and fit the automatic budget."""
     l0 = {i for i, ks in state.key_spaces.items() if ks.lsm == 0}
     return [
         t
-        for t in plan_tasks(log, policy, force=True)
+        for t in plan(state.key_spaces, state.fragments, policy, force=True).tasks
         if within_budget(t, policy) and len(t.inputs) >= 2 and l0 & set(t.inputs)
     ]
 
@@ -243,7 +241,7 @@ def schedule(log: TableLog) -> None:
 
 
 def _needs_settling(log: TableLog) -> bool:
-    return bool(settle_tasks(log, log.warehouse.maintenance))
+    return bool(settle_tasks(log.state(), log.warehouse.maintenance))
 
 
 def pending(log: TableLog) -> bool:

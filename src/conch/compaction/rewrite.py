@@ -207,7 +207,7 @@ def _distinct_root_keys(runs: list[KeySpace], schema: Schema, key_cache: KeyCach
         base = key_cache.numeric(big, fields, keep)
         others = np.unique(np.concatenate([key_cache.numeric(k, fields, keep) for k in rest]))
         at = np.minimum(np.searchsorted(base, others), len(base) - 1)
-        return len(base) + len(others) - int(np.count_nonzero(base[at] == others)) if len(base) else len(others)
+        return len(base) + len(others) - int(np.count_nonzero(base[at] == others))  # base: the most rows, > 0
     keys = pa.chunked_array([key_cache.encoded(k, fields, keep) for k in runs], pa.binary())
     return int(pc.count_distinct(keys).as_py())
 
