@@ -262,6 +262,16 @@ def compute_range(job: RangeJob, log: TableLog | None = None) -> tuple[int, int]
     return log.commit(staged.transaction("enrich", job.summary)).seq, rows
 
 
+def require_reopenable(connection: dict[str, Any], what: str) -> None:
+    """`EnrichError` unless other processes can reopen the warehouse as `connect()` reached it
+    (`Warehouse.connection`): a Metastore object cannot be named to them."""
+    if not connection.get("reopenable"):
+        raise EnrichError(
+            f"{what} needs a warehouse other processes can reopen: connect() with the metastore's URI, "
+            "not a Metastore object"
+        )
+
+
 _logs: dict[tuple[int, str, str], TableLog] = {}
 
 
@@ -336,17 +346,14 @@ def _run_local(
     first done here, in a pool of processes that reopen the warehouse as `connect()` did."""
     if not jobs:
         return [], 0
-    reopenable = bool(log.warehouse.connection.get("reopenable"))
-    pool_ok = workers != 0 and len(jobs) > 1 and _picklable(jobs[0].fn) and reopenable
-    if workers is not None and workers > 0 and not _picklable(jobs[0].fn):
-        raise EnrichError(
-            "workers > 0 needs a picklable fn (a module-level function); use workers=0 or define it at module level"
-        )
-    if workers is not None and workers > 0 and not reopenable:
-        raise EnrichError(
-            "workers > 0 needs a warehouse other processes can reopen: connect() with the metastore's URI, "
-            "not a Metastore object; or use workers=0"
-        )
+    picklable, reopenable = _picklable(jobs[0].fn), bool(log.warehouse.connection.get("reopenable"))
+    pool_ok = workers != 0 and len(jobs) > 1 and picklable and reopenable
+    if workers is not None and workers > 0:
+        if not picklable:
+            raise EnrichError(
+                "workers > 0 needs a picklable fn (a module-level function); use workers=0 or define it at module level"
+            )
+        require_reopenable(log.warehouse.connection, "workers > 0 (use workers=0 otherwise)")
     n = workers or os.cpu_count() or 1
     commits: list[int] = []
     rows = 0

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.enrich import RangeJob, apply_fn, register_engine
+from conch.enrich import RangeJob, apply_fn, register_engine, require_reopenable
 from conch.errors import EnrichError
 
 FEATURES = pa.struct(
@@ -107,11 +107,7 @@ def _location(connection: dict[str, Any], table: str) -> dict[str, str]:
     """The `conch` data source options that reach the table as the driver's `connect()` did:
     executors get the same metastore, token and storage options (a server, PostgreSQL or object
     store table is enriched on Spark as a local one is)."""
-    if not connection.get("reopenable"):
-        raise EnrichError(
-            "engine='spark' needs a warehouse executors can reopen: connect() with the metastore's URI, "
-            "not a Metastore object"
-        )
+    require_reopenable(connection, "engine='spark'")
     out = {"warehouse": str(connection["uri"]), "table": table}
     if connection.get("metastore"):
         out["metastore"] = str(connection["metastore"])
