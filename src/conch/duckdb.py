@@ -44,7 +44,7 @@ from conch._deps import optional_import
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
 from conch.keys import KeyRange
 from conch.loaders.columns import narrowest_column
-from conch.loaders.source import ScanSpec, pinned_time, resolve_table
+from conch.loaders.source import ScanSpec, resolve_table
 from conch.scan import Scan
 from conch.table import Table
 
@@ -80,7 +80,7 @@ def source(
     Use it as a Python variable in `duckdb.sql(...)`, or `register(con, name, src)`.
     """
     t = resolve_table(table)
-    base = t.scan(level=level, asof=pinned_time(t, asof), since=since, keys=keys)
+    base = t.snapshot(asof).scan(level=level, since=since, keys=keys)  # one version for every query
     return ConchSource(base, on_scan)
 
 
@@ -149,11 +149,10 @@ class ConchSource(_Base):
         if key_pred is _EMPTY:
             return pa.RecordBatchReader.from_batches(out_schema, iter(()))
         spec = self.spec
-        scan = self.spec.table().scan(
+        scan = spec.snapshot.scan(
             *(wanted or [self._narrowest]),
             where=where,
             keys=key_pred if key_pred is not None else spec.keys,
-            asof=spec.asof,
             since=spec.since,
             level=spec.level or None,
         )

@@ -29,7 +29,7 @@ from typing import Any
 from conch._deps import optional_import
 from conch.loaders.columns import narrowest_column
 from conch.loaders.polars_expr import PolarsTranslator, Pushdown
-from conch.loaders.source import ScanSpec, pinned_time, resolve_table
+from conch.loaders.source import ScanSpec, resolve_table
 from conch.scan import Scan
 from conch.table import Table
 
@@ -52,7 +52,7 @@ def scan(
     pl = optional_import("polars")
     plugins = optional_import("polars.io.plugins")
     table = resolve_table(source)
-    base = table.scan(level=level, asof=pinned_time(table, asof), since=since, keys=keys)
+    base = table.snapshot(asof).scan(level=level, since=since, keys=keys)  # one version for every collect
     spec = ScanSpec.from_scan(base)
     out_schema = base.schema
     key_fields = base.plan.key_fields
@@ -67,11 +67,10 @@ def scan(
         pushed = translator.translate(predicate) if predicate is not None else Pushdown(None, None, True)
         needed = set(with_columns or top) | (set(predicate.meta.root_names()) if predicate is not None else set())
         groups = tuple(sorted(n for n in needed if n in top)) or (narrowest_column(base.plan.columns),)
-        conch_scan = table.scan(
+        conch_scan = spec.snapshot.scan(
             *groups,
             where=pushed.where,
             keys=pushed.keys if pushed.keys is not None else spec.keys,
-            asof=spec.asof,
             since=spec.since,
             level=spec.level or None,
             limit=n_rows if pushed.exact else None,

@@ -31,8 +31,8 @@ from conch.nested.writes import BatchWriter
 from conch.policy import Policy
 from conch.scan import Scan
 from conch.schema import Schema, type_name
+from conch.snapshot import Snapshot
 from conch.tablelog import TableLog
-from conch.timeparse import to_time
 from conch.txn import Commit
 from conch.wal import DropColumns, RenameColumn, Transaction
 from conch.write import stage_delete, stage_write
@@ -49,8 +49,9 @@ class TableColumn(Col):
         object.__setattr__(self, "table", table)
 
     def dtype(self) -> pa.DataType | None:
-        """The column's type (None for a group), so comparisons are type-checked when built."""
-        schema = self.table.state().schema
+        """The column's type (None for a group), so comparisons are type-checked when built
+        (on the state the table handle read last: no metastore read; the scan checks again)."""
+        schema = self.table.log.cached_state().schema
         return schema.column(self.path).type if schema.has_column(self.path) else None
 
 
@@ -129,7 +130,11 @@ class Table:
         return root_member(self, name)
 
     def __getitem__(self, path: str) -> TableColumn:
-        schema = self.state().schema
+        # checked on the state this handle read last (no metastore read while a query is built;
+        # its scan reads the log once), and on the newest if the column is not in it
+        schema = self.log.cached_state().schema
+        if path not in schema.key_names("") and not schema.has_column(path):
+            schema = self.state().schema
         if path not in schema.key_names(""):  # key columns filter too (turned into key ranges)
             schema.resolve(path)  # raises ColumnNotFoundError early
         return TableColumn(self, path)
@@ -213,6 +218,23 @@ class Table:
         return self.log.commit(staged.transaction("delete", f"{n} keys at {level or 'root'}"))
 
     # ----- reads ------------------------------------------------------------------------
+    def snapshot(self, asof: int | str | datetime | None = None, version: int | None = None) -> Snapshot:
+        """One version of the table, read from the metastore once: the newest (default), the one
+        live at commit time `asof` (datetime, ISO string or µs, `conch.timeparse`), or commit
+        number `version`. Every scan of a snapshot reads that version, whatever is committed
+        meanwhile; it pickles as plain data and reopens in any process with `connect()`'s
+        options (`conch.snapshot`).
+
+        >>> snap = t.snapshot()  # doctest: +SKIP
+        >>> _ = t.write([{"id": 2, "x": 2.0}])  # a later commit ...  # doctest: +SKIP
+        >>> snap.scan("x").to_arrow().num_rows  # ... is not in the snapshot  # doctest: +SKIP
+        1
+        >>> t.snapshot().scan("x").to_arrow().num_rows  # doctest: +SKIP
+        2
+        """
+        state, at = self.log.pinned(asof, version)
+        return Snapshot(self.log, state, at)
+
     def scan(
         self,
         *columns: str | Col,
@@ -231,22 +253,13 @@ class Table:
         `since`: inclusive commit-time bounds (datetime, ISO string, or int µs since the epoch:
         `conch.timeparse`); `version`: the table as of commit number N (`Commit.seq`), instead of
         `asof`; `level`: a child level such as "scenes.clips". An `asof` before the table's first
-        commit raises `TimeTravelError`.
+        commit raises `TimeTravelError`. The same as `self.snapshot(asof, version).scan(...)`:
+        one metastore read, then the scan reads that one version.
         """
-        if version is not None:
-            if asof is not None:
-                raise InvalidArgumentError("give asof= or version=, not both")
-            asof = self.log.time_of(version)
-            self.log.check_retained(asof, f"version {version}")
-        return Scan(
-            self.log,
-            columns,
-            where=where,
-            keys=keys,
-            asof=to_time(asof, "asof"),
-            since=to_time(since, "since"),
-            level=level,
-            limit=limit,
+        if version is not None and asof is not None:
+            raise InvalidArgumentError("give asof= or version=, not both")
+        return self.snapshot(asof, version).scan(
+            *columns, where=where, keys=keys, since=since, level=level, limit=limit
         )
 
     def enrich(self, fn: Any, inputs: Any, into: str, **options: Any) -> Any:

@@ -129,6 +129,22 @@ class TableLog:
                 self._state = replay(self._state, new)
             return self._state
 
+    def cached_state(self) -> TableState:
+        """The state this handle read last (the latest, read now, if it read none): for what
+        any recent state answers, such as a column's type while an expression is being built.
+        No metastore read when warm; a scan reads the log once, when its snapshot is taken."""
+        with self._lock:
+            state = self._state
+        return state if state is not None else self.state()
+
+    def known_state(self, seq: int) -> TableState | None:
+        """The state at `seq` if this handle holds it (the latest it read, or a cached past
+        one), without a metastore read; else None."""
+        with self._lock:
+            if self._state is not None and self._state.seq == seq:
+                return self._state
+            return self._past.get(seq)
+
     def first_commit_time(self) -> int | None:
         """The commit time of version 1 (None: the table has no commits)."""
         if self._first_time is None:
@@ -138,13 +154,15 @@ class TableLog:
 
     def time_of(self, version: int) -> int:
         """The commit time of a version (log sequence number); `TimeTravelError` if none."""
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise TimeTravelError(f"version must be a commit number (int), got {version!r}")
-        last = self.state().seq
-        entries = self.warehouse.metastore.read_log(self.id, version - 1, version) if 1 <= version <= last else []
+        return self._entry_time(_version(version), self.state())
+
+    def _entry_time(self, version: int, latest: TableState) -> int:
+        if version == latest.seq:
+            return latest.time
+        entries = self.warehouse.metastore.read_log(self.id, version - 1, version) if 1 <= version < latest.seq else []
         if not entries:
             raise TimeTravelError(
-                f"table {self.name!r} has no version {version}: versions are 1..{last} (see `history()`)"
+                f"table {self.name!r} has no version {version}: versions are 1..{latest.seq} (see `history()`)"
             )
         return entries[0].time
 
@@ -154,8 +172,15 @@ class TableLog:
         its time-travel horizon (`Table.expire`). `since` (µs): a scan's lower time bound;
         compactions whose window straddles it are undone, so the scan reads their retained
         originals (`conch.sinceview`), which the horizon also bounds."""
-        state = self._state_at(asof, version)
-        return since_view(state, since, self._provenance, horizon=self.horizon())
+        state, _ = self.pinned(asof, version)
+        return self.since_view(state, since)
+
+    def since_view(self, state: TableState, since: int | None) -> TableState:
+        """`state` as a scan with lower time bound `since` (µs) reads it (`state_at`); no
+        metastore read for `since=None`."""
+        if since is None:
+            return state
+        return since_view(state, since, self._provenance, horizon=max(state.horizon, self.cached_state().horizon))
 
     def _provenance(self, seq: int) -> tuple[TableState, set[str], set[str], int]:
         """The state before commit `seq`, the key spaces and fragments it removed, its time."""
@@ -182,30 +207,42 @@ class TableLog:
                     self._past.pop(next(iter(self._past)))
         return state
 
-    def _state_at(self, asof: object = None, version: int | None = None) -> TableState:
+    def pinned(self, asof: object = None, version: int | None = None) -> tuple[TableState, int | None]:
+        """The state a read as of `asof` (a commit time, parsed once here) or `version` sees, and
+        the time it pins (µs; None: the latest). Validates both (`TimeTravelError`): one
+        metastore read for the latest state or a version the handle has seen, one more for a
+        time it has not."""
         if asof is not None and version is not None:
             raise TimeTravelError("give asof= or version=, not both")
         latest = self.state()
         if version is not None:
-            t = self.time_of(version)  # validates
-            self.check_retained(t, f"version {version}")
-            seq = version
-        else:
-            at = to_time(asof, "asof")
-            if at is None or at >= latest.time:
-                return latest
-            t = at
-            self.check_retained(t, "asof")
-            first = self.first_commit_time()
-            if first is None or t < first:
-                raise TimeTravelError(
-                    f"asof {format_time(t)} is before table {self.name!r}'s first commit at "
-                    f"{format_time(first or latest.time)} (time {first}); nothing existed then"
-                )
-            seq = self.warehouse.metastore.seq_at_time(self.id, t)
+            seq = _version(version)
+            what = f"version {seq}"
+            if seq == latest.seq:
+                self.check_retained(latest.time, what, latest)
+                return latest, latest.time
+            with self._lock:
+                state = self._past.get(seq)
+            if state is None:
+                t = self._entry_time(seq, latest)  # validates
+                self.check_retained(t, what, latest)
+                state = self._past_state(seq, t, what)
+            self.check_retained(state.time, what, latest)
+            return state, state.time
+        at = to_time(asof, "asof")
+        if at is None or at >= latest.time:
+            return latest, at
+        self.check_retained(at, "asof", latest)
+        first = self.first_commit_time()
+        if first is None or at < first:
+            raise TimeTravelError(
+                f"asof {format_time(at)} is before table {self.name!r}'s first commit at "
+                f"{format_time(first or latest.time)} (time {first}); nothing existed then"
+            )
+        seq = self.warehouse.metastore.seq_at_time(self.id, at)
         if seq == latest.seq:
-            return latest
-        return self._past_state(seq, t, "asof" if version is None else f"version {version}")
+            return latest, at
+        return self._past_state(seq, at, "asof"), at
 
     # ----- the time-travel horizon ------------------------------------------------------
     def horizon(self) -> int:
@@ -214,10 +251,11 @@ class TableLog:
         originals of a compaction older than it raises `TimeTravelError` (`check_retained`)."""
         return self.state().horizon
 
-    def check_retained(self, t: int, what: str = "asof") -> None:
+    def check_retained(self, t: int, what: str = "asof", latest: TableState | None = None) -> None:
         """Raise `TimeTravelError` naming the horizon (time and version) if time `t` (what the
-        caller was asked: "asof", "since", "version 3") is before it."""
-        h = self.horizon()
+        caller was asked: "asof", "since", "version 3") is before it (`latest`: the newest
+        state, when the caller has just read it)."""
+        h = latest.horizon if latest is not None else self.horizon()
         if t < h:
             v = self.warehouse.metastore.seq_at_time(self.id, h)
             raise TimeTravelError(
@@ -340,3 +378,10 @@ class TableLog:
         ms.add_snapshot(self.id, seq, path)
         if ms.latest_snapshot(self.id, seq) == (seq, path) and not self.warehouse.storage.exists(path):
             ms.remove_snapshots(self.id, seq + 1)
+
+
+def _version(version: object) -> int:
+    """A version argument checked to be a commit number."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TimeTravelError(f"version must be a commit number (int), got {version!r}")
+    return version
