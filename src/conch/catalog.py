@@ -113,9 +113,11 @@ class Catalog:
 
     def close(self) -> None:
         """Release the metastore's connections and cached file handles, and stop the background
-        maintenance of the warehouse's tables (a pending settle is dropped: the next writer or
-        `Table.compact()` does it). Tables opened from this catalog reconnect if used again."""
-        background.forget(self.warehouse.uri)
+        maintenance of the warehouse's tables: a pending settle is dropped (the next writer or
+        `Table.compact()` does it) and a running one stops before its next commit; once this
+        returns no background thread touches the warehouse again. Tables opened from this
+        catalog reconnect if used again (without background settles)."""
+        background.forget(self.warehouse)
         self.warehouse.close()
 
     def __enter__(self) -> Catalog:
