@@ -44,8 +44,9 @@ from conch._deps import optional_import
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
 from conch.keys import KeyRange
 from conch.loaders.columns import narrowest_column
-from conch.loaders.source import ScanSpec, resolve_table
+from conch.loaders.source import ScanSpec, resolve_snapshot
 from conch.scan import Scan
+from conch.snapshot import Snapshot
 from conch.table import Table
 
 duckdb = optional_import("duckdb")
@@ -67,7 +68,7 @@ class _Unpushable(Exception):
 
 
 def source(
-    table: Table | str | os.PathLike[str],
+    table: Table | Snapshot | str | os.PathLike[str],
     *,
     level: str | None = None,
     asof: int | datetime.datetime | None = None,
@@ -75,12 +76,12 @@ def source(
     keys: Any = None,
     on_scan: Callable[[Scan], None] | None = None,
 ) -> ConchSource:
-    """A table (or `'<warehouse>/<table>'`) as an object DuckDB queries with pushdown.
+    """A table (or `'<warehouse>/<table>'`, or a `Snapshot`: sources of several levels of one
+    snapshot read the same version) as an object DuckDB queries with pushdown.
 
     Use it as a Python variable in `duckdb.sql(...)`, or `register(con, name, src)`.
     """
-    t = resolve_table(table)
-    base = t.snapshot(asof).scan(level=level, since=since, keys=keys)  # one version for every query
+    base = resolve_snapshot(table, asof).scan(level=level, since=since, keys=keys)  # one version for every query
     return ConchSource(base, on_scan)
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from typing import Any
 
 from conch.catalog import Catalog
 from conch.connection import local_uri, reopen
-from conch.errors import ConchError
+from conch.errors import ConchError, InvalidArgumentError
 from conch.expr import Expr
 from conch.keys import KeyPredicate
 from conch.scan import Scan
@@ -40,6 +41,16 @@ def open_split(split: Split) -> Scan:
     splits per epoch), scanned over its key range."""
     scan: Scan = split.open()
     return scan
+
+
+def resolve_snapshot(source: Table | Snapshot | str | os.PathLike[str], asof: Any = None) -> Snapshot:
+    """The table version an engine source reads: a `Snapshot` as given (then no `asof`), else
+    a snapshot of the table (or `<warehouse>/<table>` URI) as of `asof` (default: the newest)."""
+    if isinstance(source, Snapshot):
+        if asof is not None:
+            raise InvalidArgumentError("a Snapshot is one version already: give asof= to Table.snapshot() instead")
+        return source
+    return resolve_table(source).snapshot(asof)
 
 
 def resolve_table(source: Table | str | os.PathLike[str]) -> Table:
