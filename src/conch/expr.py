@@ -155,6 +155,14 @@ def _expr(v: Any) -> Expr:
     return v if isinstance(v, Expr) else Lit(v)
 
 
+def as_expr(v: Any) -> Any:
+    """A filter in this tree: an `Expr` as it is, an object with `__conch_expr__()` (the nested
+    API's `t.x > 1`) lowered to the same nodes `t["x"] > 1` builds; anything else unchanged."""
+    if not isinstance(v, Expr) and hasattr(type(v), "__conch_expr__"):
+        return v.__conch_expr__()
+    return v
+
+
 def _cmp(op: str, left: Expr, right: Any) -> Cmp:
     """A comparison; checked now when its column knows its type (`t["x"]`), else when planned."""
     e = Cmp(op, left, _expr(right))
