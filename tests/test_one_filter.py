@@ -146,3 +146,13 @@ def test_duckdb_returns_what_the_filter_says(table: conch.Table) -> None:
     ]:
         got = [r[0] for r in duckdb.sql(f"select id from src where {where} order by id").fetchall()]
         assert got == want, where
+
+
+def test_where_compares_by_value_and_isin_never_rounds(table: conch.Table) -> None:
+    ids = lambda where: [r["id"] for r in table.scan(where=where).to_pylist()]  # noqa: E731
+    assert ids(table["id"].isin([1, 2.5, 3])) == [1, 3]  # before: 2.5 was cast to 2 and matched
+    table.write([{"id": 2, "n": 2}])
+    assert ids(table["n"].isin([2.5])) == [] and ids(table["n"].isin([2.0])) == [2]
+    assert ids(table["id"] < 2.5) == [0, 1, 2] and ids(table["id"] > -1) == list(range(10))
+    with pytest.raises(conch.ExpressionError, match="outside every Arrow integer type"):
+        ids(table["x"] < 2**64)  # before: an untyped OverflowError

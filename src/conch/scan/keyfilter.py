@@ -18,50 +18,18 @@ exactly on the keys. Engines whose own filter runs afterwards (Spark, Polars) us
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from conch.errors import ConchError
-from conch.expr import And, Cmp, Col, Expr, IsIn, col_op_lit, conjuncts
-from conch.keys import KeyPredicate, KeyRange, key_array, to_key_predicate
+from conch.expr import And, Cmp, Col, Expr, IsIn, col_op_lit, conjuncts, literal_fits
+from conch.keys import KeyPredicate, KeyRange, to_key_predicate
 
-_NUMBER = (int, float, np.integer, np.floating, Decimal)
-
-
-def literal_fits(v: Any, t: pa.DataType) -> bool:
-    """Whether literal `v` is exactly a value of type `t`: of the type's kind (a number for
-    numbers, `str` for strings, `bytes` for binary, a date/datetime for dates and timestamps, a
-    bool for bools) and unchanged by the conversion (`5.5` and `-1` do not fit `uint64`, `2**53 + 1`
-    does not fit `float64`). None never fits; NaN fits only a float type."""
-    if v is None:
-        return False
-    if isinstance(v, bool | np.bool_):
-        return pa.types.is_boolean(t)
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        if not isinstance(v, _NUMBER):
-            return False
-        if isinstance(v, float | np.floating) and math.isnan(v):
-            return pa.types.is_floating(t)
-    elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        return isinstance(v, str)
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return isinstance(v, bytes)
-    elif pa.types.is_timestamp(t) or pa.types.is_date(t):
-        if not isinstance(v, datetime.date) or (pa.types.is_date(t) and isinstance(v, datetime.datetime)):
-            return False
-    elif pa.types.is_boolean(t):
-        return False
-    try:
-        return bool(key_array([v], pa.field("v", t))[0].as_py() == v)
-    except (ConchError, pa.ArrowException, TypeError, ValueError, OverflowError):
-        return False
+__all__ = ["KeyFilter", "extract", "key_fits", "key_range_of", "literal_fits", "successor"]
 
 
 def key_fits(v: Any, t: pa.DataType) -> bool:
