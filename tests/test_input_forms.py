@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import polars as pl
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -173,4 +174,21 @@ def test_values_that_do_not_convert_are_refused_naming_the_field(tmp_path: Any) 
         assert "row 1" in str(e)
     else:
         raise AssertionError("a non-dict row was written")
+    assert t.history() == []
+
+
+def test_a_column_given_twice_is_refused_in_every_form(tmp_path: Any) -> None:
+    t = conch.connect(tmp_path).create_table("t", [("id", pa.uint64())])
+    for data in (
+        pd.DataFrame([[1, 2.0, 3.0]], columns=["id", "x", "x"]),  # before: an untyped ValueError
+        pa.table([pa.array([1]), pa.array([2.0]), pa.array([3.0])], names=["id", "x", "x"]),
+    ):
+        try:
+            t.write(data)
+        except conch.SchemaError as e:
+            assert "['x'] appear more than once" in str(e)
+        else:
+            raise AssertionError("a column given twice was written")
+    with pytest.raises(conch.DuplicateKeyError):  # a key given twice: rows have no order, no winner
+        t.write([{"id": 1, "x": 1.0}, {"id": 1, "x": 2.0}])
     assert t.history() == []

@@ -156,3 +156,15 @@ def test_where_compares_by_value_and_isin_never_rounds(table: conch.Table) -> No
     assert ids(table["id"] < 2.5) == [0, 1, 2] and ids(table["id"] > -1) == list(range(10))
     with pytest.raises(conch.ExpressionError, match="outside every Arrow integer type"):
         ids(table["x"] < 2**64)  # before: an untyped OverflowError
+
+
+def test_isin_and_root_keys_push_down_from_every_spelling(tmp_path: Any) -> None:
+    t = conch.connect(tmp_path).create_table("grapes", [("cultivar", pa.string())])
+    t.write([{"cultivar": c, "w": float(i), "vines": [{"$": 1, "h": float(i)}]} for i, c in enumerate("abcd")])
+    assert repr(t.cultivar.isin(["a", "c"]).__conch_expr__()) == repr(t["cultivar"].isin(["a", "c"]))
+    scan = t.scan(where=t.cultivar.isin(["a", "c"]))
+    assert [r["cultivar"] for r in scan.to_pylist()] == ["a", "c"] and scan.plan.filter is None  # exact keys
+    q = t.vines.where(t.cultivar == "b").select(h=_.h)  # a root key read from a child level
+    assert q.scan().to_arrow().column("h").to_pylist() == [1.0]
+    assert "pushed into scan" in q.explain()
+    assert t.vines.where(_.h.isin([2, 3.5])).select(h=_.h).scan().to_arrow().column("h").to_pylist() == [2.0]

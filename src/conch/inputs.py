@@ -108,6 +108,9 @@ def _from_rows(rows: list[Any]) -> pa.Table:
 
 
 def _from_pandas(df: Any) -> pa.Table:
+    twice = sorted({str(n) for n, k in Counter(list(df.columns)).items() if k > 1})
+    if twice:
+        raise SchemaError(f"column(s) {twice} appear more than once in the input; give each column once")
     try:
         return pa.Table.from_pandas(df, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as e:

@@ -254,6 +254,11 @@ class Expr:
     def is_not_null(self) -> Expr:
         return Expr(Unary("not", Unary("is_null", self.node)))
 
+    def isin(self, values: Any) -> Expr:
+        """True where the value is one of `values` (null stays null): `t.id.isin([1, 3])`, the
+        same filter as `t["id"].isin([1, 3])`."""
+        return Expr(Binary.make("in", self.node, N.Lit(tuple(values))))
+
     def len(self) -> Expr:
         """Length of a list (or string/binary) column, at the same level."""
         return Expr(Unary("len", self.node))

@@ -464,6 +464,8 @@ def _cast_scalar(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:
 
 
 def binary(op: str, a: Any, b: Any) -> Any:
+    if op == "in":  # `x.isin([...])`: the core filter's evaluation (SQL nulls, no rounding)
+        return core_expr.evaluate(core_expr.IsIn(core_expr.Col(""), tuple(b.as_py())), lambda _: a)
     if op in _CMP:
         a, b = _align_literal(a, b)
         return _CMP[op](a, b)

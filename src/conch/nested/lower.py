@@ -17,7 +17,7 @@ from typing import Any
 
 from conch import expr as core
 from conch.errors import ExpressionError
-from conch.nested.nodes import Binary, Domain, Field, Lit, Node, Unary, render
+from conch.nested.nodes import Binary, Domain, Field, Lit, Node, Unary, is_ancestor, render
 from conch.schema import join_path
 
 _CMP = ("==", "!=", "<", "<=", ">", ">=")
@@ -26,10 +26,15 @@ _CMP = ("==", "!=", "<", "<=", ">", ">=")
 def lower_at(e: Node, level: str) -> core.Expr | None:
     """`e` as a core filter on rows of `level`, or None when it is not one (it reads another
     level, computes arithmetic or reductions)."""
+    if isinstance(e, Field) and e.key and isinstance(e.domain, Domain) and is_ancestor(e.domain.level, level):
+        return core.Col(e.path)  # a root key column: every level's scan carries it (a key range)
     if isinstance(e, Field) and isinstance(e.domain, Domain) and e.domain.level == level:
-        return core.Col(e.path if e.key else join_path(level, e.path))
+        return core.Col(join_path(level, e.path))
     if isinstance(e, Lit):
         return core.Lit(e.value)
+    if isinstance(e, Binary) and e.op == "in" and isinstance(e.right, Lit):
+        operand = lower_at(e.left, level)
+        return None if operand is None else core.IsIn(operand, tuple(e.right.value))
     if isinstance(e, Binary) and e.op in (*_CMP, "&", "|"):
         left, right = lower_at(e.left, level), lower_at(e.right, level)
         if left is None or right is None:
