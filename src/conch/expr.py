@@ -314,7 +314,7 @@ def evaluate(e: Expr, get: Callable[[str], pa.Array]) -> pa.Array:
             raise ExpressionError(f"literal {e.value!r} is outside every Arrow integer type") from err
     if isinstance(e, Cmp):
         left, right = evaluate(e.left, get), evaluate(e.right, get)
-        left, right = _align(left, right)
+        left, right = align(left, right)
         return _ARROW[e.op](left, right)
     if isinstance(e, And):
         return pc.and_kleene(evaluate(e.left, get), evaluate(e.right, get))
@@ -336,8 +336,10 @@ def evaluate(e: Expr, get: Callable[[str], pa.Array]) -> pa.Array:
     raise ExpressionError(f"cannot evaluate {e!r}")
 
 
-def _align(left: Any, right: Any) -> tuple[Any, Any]:
-    """Cast a literal to its column's type so comparisons are typed, not Python-coerced."""
+def align(left: Any, right: Any) -> tuple[Any, Any]:
+    """Cast a literal to its column's type so comparisons are typed, not Python-coerced (0.8
+    against a float32 column is 0.8f); a literal that does not cast exactly stays as it is and
+    compares by value (`id < 2.5` on an integer column). The nested API compares the same way."""
     if isinstance(right, pa.Scalar) and isinstance(left, pa.Array | pa.ChunkedArray):
         right = _cast_scalar(right, left.type)
     elif isinstance(left, pa.Scalar) and isinstance(right, pa.Array | pa.ChunkedArray):

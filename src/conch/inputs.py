@@ -12,6 +12,11 @@ Accepted input, and what it means:
 Fields that carry no type (an all-null column, `[]` lists) write nothing unless the schema knows
 their type: an empty or null child list means "no children written", not a new column.
 Every refusal is a `SchemaError` naming the column and the fix, raised before any file is written.
+
+This is the one input path: the nested API's writes and the Spark writer build Arrow and come
+through `read_input` too, so every form of the same rows writes the same table (a row lacking a
+field writes a null cell there, the only thing an Arrow, pandas or Polars table can say; see
+docs/inputs-and-filters.md).
 """
 
 from __future__ import annotations

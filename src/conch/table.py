@@ -268,6 +268,8 @@ class Table:
         incrementally and resumably; see `conch.enrich` for the options."""
         from conch.enrich import enrich
 
+        if options.get("where") is not None:  # t.x / _.x filters: the same tree as t["x"]
+            options["where"] = as_filter(options["where"], self, options.get("level"))
         return enrich(self, fn, inputs, into, **options)
 
     def to_arrow(self, *, progress: bool | None = None) -> pa.Table:

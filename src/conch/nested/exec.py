@@ -447,27 +447,11 @@ _ARITH = {"+": pc.add, "-": pc.subtract, "*": pc.multiply, "**": pc.power}
 _CMP = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
 
 
-def _align_literal(a: Any, b: Any) -> tuple[Any, Any]:
-    """Compare a column with a literal in the column's type (0.8 vs an f32 column is 0.8f)."""
-    if isinstance(b, pa.Scalar) and not isinstance(a, pa.Scalar):
-        return a, _cast_scalar(b, a.type)
-    if isinstance(a, pa.Scalar) and not isinstance(b, pa.Scalar):
-        return _cast_scalar(a, b.type), b
-    return a, b
-
-
-def _cast_scalar(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:
-    try:
-        return s.cast(t) if s.is_valid and s.type != t else s
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return s
-
-
 def binary(op: str, a: Any, b: Any) -> Any:
     if op == "in":  # `x.isin([...])`: the core filter's evaluation (SQL nulls, no rounding)
         return core_expr.evaluate(core_expr.IsIn(core_expr.Col(""), tuple(b.as_py())), lambda _: a)
     if op in _CMP:
-        a, b = _align_literal(a, b)
+        a, b = core_expr.align(a, b)
         return _CMP[op](a, b)
     if op == "&":
         return pc.and_kleene(a, b)

@@ -5,7 +5,7 @@ their own syntax into `conch.expr` and ask `extract` which keys the filter can m
 else decides it, so the engines cannot disagree (NaN, None, out-of-range or mixed-type literals).
 
 A conjunct bounds the first key column when it compares it with a literal that *is* a value of
-the key type (`literal_fits`): `id >= 10`, `id < 20`, `id == 7`, `id > 9` (integers and strings
+the key type (`conch.expr.literal_fits`): `id >= 10`, `id < 20`, `id == 7`, `id > 9` (integers and strings
 have a successor, so `>`, `<=` and `==` are exact for them), and `id.isin([...])`. A term the
 result states exactly leaves the filter; any other term on keys (other key columns, `!=`, a
 literal that does not fit, NaN, None, a bool on a number) stays in the residual and is evaluated
