@@ -168,3 +168,12 @@ def test_isin_and_root_keys_push_down_from_every_spelling(tmp_path: Any) -> None
     assert q.scan().to_arrow().column("h").to_pylist() == [1.0]
     assert "pushed into scan" in q.explain()
     assert t.vines.where(_.h.isin([2, 3.5])).select(h=_.h).scan().to_arrow().column("h").to_pylist() == [2.0]
+
+
+def test_nested_row_selection_converts_keys_exactly(tmp_path: Any) -> None:
+    t = conch.connect(tmp_path).create_table("t", [("id", pa.uint64())])
+    t.write([{"id": 1, "kids": [{"$": 1, "v": 2.0}]}])
+    assert t.kids[1.0].scan().to_arrow().num_rows == t.kids[[1.0]].scan().to_arrow().num_rows == 1
+    for key in (1.5, [1.5], [-1]):
+        with pytest.raises(InexactKeyError, match="'id'"):
+            t.kids[key].scan().to_arrow()

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from conch import expr as core_expr
 from conch.errors import ColumnNotFoundError, ExpressionError, InvalidKeyError, LevelError
-from conch.keys import key_table, sorted_unique
+from conch.keys import key_array, key_table, sorted_unique
 from conch.nested import nodes as N
 from conch.nested.lower import lift, lower
 from conch.nested.nodes import Agg, Binary, Domain, Node, RekeyDomain, Unary, is_ancestor, level_name
@@ -557,7 +557,9 @@ class Path:
             if not given or names[: p + len(given)][p:] != given:
                 raise InvalidKeyError(f"a key table for {d.describe()} needs leading key columns from {names[p:]}")
             table = key.select(given)
-        elif isinstance(key, list | tuple | np.ndarray | pa.Array | pa.ChunkedArray):
+        elif isinstance(key, list | tuple):  # Python values convert only exactly (5.5 is no uint64 key)
+            table = pa.table({fields[p].name: key_array(key, fields[p])})
+        elif isinstance(key, np.ndarray | pa.Array | pa.ChunkedArray):
             table = pa.table({fields[p].name: key})
         else:
             if d.keys is None:
