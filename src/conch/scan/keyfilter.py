@@ -65,10 +65,6 @@ class KeyFilter:
         r = self.range
         return r is not None and r.start is not None and r.end is not None and r.start >= r.end
 
-    @property
-    def bounded(self) -> bool:
-        return self.range is not None or self.keys is not None
-
     def predicate(self, fields: Sequence[pa.Field]) -> KeyPredicate | None:
         """The key predicate for a scan's `keys=` (a key set for exact keys, else the range)."""
         if self.keys is not None:
