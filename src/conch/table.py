@@ -4,7 +4,7 @@ A thin layer over `conch.tablelog.TableLog` (state, time travel, commits) and th
 (`conch.write`); it holds no state of its own.
 
 Attribute access is the nested API's entry point (`t.scenes`, spec/002), so a column or level
-named like a `Table` attribute (`name`, `id`, `log`, `schema`, `scan`, ...) is reached with
+named like a `Table` attribute (`name`, `id`, `log`, `schema`, `scan`, `select`, `where`, ...) is reached with
 `t.col("name")` (nested API) or `t["name"]` (a column reference for `where=` and scans).
 """
 
