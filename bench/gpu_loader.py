@@ -22,6 +22,12 @@ step (linear classifier) timed on synthetic device tensors of the batch's shape 
 ceiling in samples/s; the same step fed by the loader (at every worker count) over it is the
 fraction. A single-process scan of the tensor table (`Scan.to_arrow`) is the reference speed.
 
+CPU seconds per epoch of each process (main: `getrusage`; workers: /proc/PID/stat) give a
+load-independent view: `critical` is the most any one process used, which is the epoch's time
+on idle cores when the processes overlap, and `total` their sum (the parallelism's overhead).
+On a shared machine where the kernel groups processes by session (`sched_autogroup`), extra
+worker processes get no extra CPU share, so wall-time scaling is only seen on idle cores.
+
 Results: bench/results/gpu_loader.json.
 """
 
@@ -31,6 +37,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import platform
 import resource
 import time
@@ -166,6 +173,21 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _worker_cpu(loader: Any) -> list[float]:
+    """CPU seconds used so far by each of a DataLoader's (persistent) worker processes, from
+    /proc (Linux; empty elsewhere or without workers)."""
+    workers = getattr(getattr(loader, "_iterator", None), "_workers", None) or []
+    out = []
+    for w in workers:
+        try:
+            with open(f"/proc/{w.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return []
+        out.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    return out
+
+
 def _move(loader: Any, device: torch.device) -> Any:
     try:
         from conch.torch import to_device
@@ -175,8 +197,10 @@ def _move(loader: Any, device: torch.device) -> Any:
 
 
 def epoch(loader: Any, device: torch.device, step: Callable[[dict[str, Any]], None] | None) -> dict[str, float]:
-    """One epoch: samples, tensor bytes, batches, main-process CPU seconds."""
+    """One epoch: samples, tensor bytes, batches, CPU seconds of the main process and of each
+    worker (`critical`: the most any one process used, the epoch's time on idle cores)."""
     n = nbytes = batches = 0
+    w0 = _worker_cpu(loader)
     c0 = _cpu()
     for b in _move(loader, device):
         n += len(b["label"])
@@ -186,7 +210,18 @@ def epoch(loader: Any, device: torch.device, step: Callable[[dict[str, Any]], No
             step(b)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return {"rows": n, "bytes": nbytes, "batches": batches, "cpu": _cpu() - c0}
+    main = _cpu() - c0
+    w1 = _worker_cpu(loader)
+    workers = [b - a for a, b in zip(w0, w1, strict=False)] if len(w0) == len(w1) else []
+    return {
+        "rows": n,
+        "bytes": nbytes,
+        "batches": batches,
+        "cpu": main,
+        "workers_cpu": workers,
+        "critical_cpu": max([main, *workers]),
+        "total_cpu": main + sum(workers),
+    }
 
 
 class Model:
@@ -320,6 +355,10 @@ def run_table(
                 "samples_per_s": r["rows"] / secs,
                 "gb_per_s": r["bytes"] / secs / 1e9,
                 "main_cpu_us_per_batch": r["cpu"] / max(r["batches"], 1) * 1e6,
+                "main_cpu_s": r["cpu"],
+                "workers_cpu_s": r["workers_cpu"],
+                "critical_cpu_s": r["critical_cpu"],
+                "total_cpu_s": r["total_cpu"],
                 "train_samples_per_s": r["rows"] / trained,
                 "ceiling_samples_per_s": ceil,
                 "fraction_of_ceiling": min(1.0, r["rows"] / trained / ceil),
@@ -330,6 +369,7 @@ def run_table(
             print(
                 f"  {name:<8} {system:<8} workers={k:<2} {secs * 1000:8.0f} ms {row['samples_per_s']:10,.0f} samples/s "
                 f"{row['gb_per_s']:6.2f} GB/s  main {row['main_cpu_us_per_batch']:7.0f} µs/batch  "
+                f"CPU s: critical {r['critical_cpu']:.2f} total {r['total_cpu']:.2f}  "
                 f"train {row['fraction_of_ceiling']:.2f} of ceiling",
                 flush=True,
             )
@@ -341,7 +381,11 @@ def summary(rec: list[dict[str, Any]]) -> list[str]:
     for (bench, system, k), r in sorted(by.items(), key=lambda kv: str(kv[0])):
         zero = by.get((bench, system, 0))
         if k and zero and system != "scan (reference)":
-            lines.append(f"{bench} {system}: {k} workers take {r['seconds'] / zero['seconds']:.2f}x the time of 0")
+            lines.append(
+                f"{bench} {system}: {k} workers take {r['seconds'] / zero['seconds']:.2f}x the time of 0; "
+                f"critical-path CPU {r['critical_cpu_s'] / zero['critical_cpu_s']:.2f}x (the time on idle cores), "
+                f"total CPU {r['total_cpu_s'] / zero['total_cpu_s']:.2f}x"
+            )
     for (bench, system, k), r in sorted(by.items(), key=lambda kv: str(kv[0])):
         c = by.get((bench, "conch", k))
         if c and system not in ("conch", "scan (reference)"):
@@ -385,7 +429,7 @@ def run(
             "cpus": cores,
             "platform": platform.platform(),
             "python": platform.python_version(),
-            "load_average": list(__import__("os").getloadavg()),
+            "load_average": list(os.getloadavg()),
         },
         "total_seconds": round(time.perf_counter() - t0, 1),
         "results": rec,
