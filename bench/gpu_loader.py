@@ -375,6 +375,34 @@ def run_table(
             )
 
 
+def main_cost(work: Path, rows: int = 10_000, epochs: int = 5) -> dict[int, float]:
+    """Main-process CPU µs per batch (256 × 3 KB) with 1 and 2 persistent workers, `epochs`
+    epochs after a warm-up one: the per-batch cost of receiving a batch from a worker."""
+    from torch.utils.data import DataLoader
+
+    import conch.torch as ct
+
+    t = conch.connect(S.fresh(work / "main-cost")).create_table("t", [("id", pa.int64())])
+    t.write(tensor_table(rows))
+    out = {}
+    for k in (1, 2):
+        loader = DataLoader(
+            ct.dataset(t.scan("img", "label"), batch_size=BATCH, splits=8),
+            batch_size=None,
+            num_workers=k,
+            persistent_workers=True,
+        )
+        for _ in loader:
+            pass
+        c0, n = _cpu(), 0
+        for _ in range(epochs):
+            for _ in loader:
+                n += 1
+        out[k] = (_cpu() - c0) / n * 1e6
+        print(f"  main-process CPU, {k} worker(s): {out[k]:.0f} µs per batch over {n} batches", flush=True)
+    return out
+
+
 def summary(rec: list[dict[str, Any]]) -> list[str]:
     lines = []
     by = {(r["bench"], r["system"], r["workers"]): r for r in rec}
@@ -447,11 +475,15 @@ def main() -> None:
     ap.add_argument("--workers", default=None, help="comma-separated worker counts (default 0, 2, 4, ... cores)")
     ap.add_argument("--device", default=None, help="cuda when available, else cpu")
     ap.add_argument("--tables", default="tensors,jpeg")
+    ap.add_argument("--main-cost", action="store_true", help="only the main process's CPU per batch (1, 2 workers)")
     ap.add_argument("--systems", default=None, help="comma-separated subset of conch,parquet,lance")
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench/gpu_loader"))
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     ks = [int(x) for x in args.workers.split(",")] if args.workers else None
+    if args.main_cost:
+        main_cost(args.work)
+        return
     systems = set(args.systems.split(",")) if args.systems else None
     run(args.work, args.scale, args.reps, args.out, ks, args.device, tuple(args.tables.split(",")), systems)
 
