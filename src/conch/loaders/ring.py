@@ -119,7 +119,7 @@ def _adopt(token: str, segment: Any) -> None:
     pid = int(token.split("-")[0])
     for t, (p, _) in list(_RECEIVED.items()):  # the sender's older rings, and dead senders' rings
         if p == pid or not _alive(p):
-            del _RECEIVED[t]
+            _RECEIVED.pop(t, None)  # two DataLoaders' pinning threads may both be here
     _RECEIVED[token] = (pid, segment.numpy())
 
 
