@@ -90,8 +90,13 @@ def _bulk_child(system: str, path: Path, keys: int, batch_rows: int) -> dict[str
     return {"seconds": round(secs, 3), "cpu_s": cpu, "peak_rss_mb": round(peak_rss() / 2**20), **extra}
 
 
-def bulk(work: Path, keys: int, batch_rows: int, out: list[dict[str, Any]]) -> None:
-    for system in ("conch default", "conch auto-off", "parquet", "lance"):
+BULK_SYSTEMS = ("conch default", "conch auto-off", "parquet", "lance")
+
+
+def bulk(
+    work: Path, keys: int, batch_rows: int, out: list[dict[str, Any]], systems: tuple[str, ...] = BULK_SYSTEMS
+) -> None:
+    for system in systems:
         path = work / "bulk" / system.replace(" ", "_")
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
@@ -258,7 +263,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     work = args.work
     if "bulk" in args.parts:
         print(f"bulk load ({int(args.keys * q):,} keys)", flush=True)
-        bulk(work, int(args.keys * q), max(1000, int(args.batch_rows * q)), out)
+        systems = tuple(x.strip() for x in args.bulk_systems.split(","))
+        bulk(work, int(args.keys * q), max(1000, int(args.batch_rows * q)), out, systems)
     if "wide" in args.parts:
         print("wide table", flush=True)
         wide(work, int(args.wide_rows * q), args.wide_cols, args.reps, out)
@@ -273,6 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     ap.add_argument("--keys", type=int, default=5_000_000, help="bulk load rows (the issue's 20M on a large machine)")
     ap.add_argument("--batch-rows", type=int, default=1_000_000)
+    ap.add_argument("--bulk-systems", default=",".join(BULK_SYSTEMS), help="of: " + ", ".join(BULK_SYSTEMS))
     ap.add_argument("--wide-rows", type=int, default=100_000)
     ap.add_argument("--wide-cols", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=3)
