@@ -87,6 +87,7 @@ class FileJob:
     path: str
     blob_columns: tuple[str, ...] = ()
     ordinal: bool = False
+    stats: bool = False  # compute `column_stats` of every column (a fragment's `c<id>` columns)
 
 
 _pools: dict[int, tuple[int, ThreadPoolExecutor]] = {}  # threads -> (pid that made it, pool)
@@ -194,8 +195,9 @@ class VortexFormat:
         self, jobs: Sequence[FileJob], threads: int = 1, after: Callable[[FileJob], Any] | None = None
     ) -> list[tuple[WrittenFile, Any]]:
         """Write files as `write` does, encoding up to `threads` of them at once (Vortex's writer
-        releases the GIL: docs/performance.md), and return `(written, after(job))` in job order;
-        `after` runs in the worker beside the encoding (e.g. statistics). Storage is only touched
+        releases the GIL: docs/performance.md), and return `(written, extra)` in job order:
+        `extra` is the columns' statistics for a job with `stats`, else `after(job)`, both
+        computed in the worker beside the encoding. Storage is only touched
         from the calling thread (scratch paths handed out, then published in job order, inside
         the caller's `Storage.batch`), and at most `threads` encodings are in flight, so memory
         is bounded by `threads` files. On an error every scratch file is discarded and nothing
@@ -267,6 +269,9 @@ class VortexFormat:
             # error as any other staged file that vanished (`TableLog.staging`)
             raise FileNotFoundError(errno.ENOENT, f"the scratch file vanished while written ({e})", local) from e
         checksum = seal_file(local, total)
+        if job.stats:
+            stats = {int(name[1:]): column_stats(job.table.column(name)) for name in job.table.column_names}
+            return total, checksum, stats
         return total, checksum, after(job) if after is not None else None
 
     def _scratch_store(self) -> Any:

@@ -38,9 +38,9 @@ from conch.fragments import (
     BLOB_SUFFIX,
     FileJob,
     VortexFormat,
+    WrittenFile,
     blob_storable,
     column_name,
-    column_stats,
     encode_stats,
 )
 from conch.inputs import read_input, split_levels, value_fields
@@ -228,7 +228,8 @@ def _write_sorted_run(
     files: TableFiles, schema: Schema, level: str, flat: pa.Table, staged: StagedWrite, opts: WriteOptions
 ) -> KeySpace:
     key_names = schema.key_names(level)
-    ks = _stage_key_space(files, level, flat.select(key_names), staged, "data")
+    ks_job = _key_space_job(files, flat.select(key_names))
+    ks_id = _id_of(files, ks_job.path)
     columns_by_group: dict[str, list[tuple[Column, pa.ChunkedArray]]] = {}
     for name in flat.column_names:
         if name in key_names:
@@ -243,7 +244,11 @@ def _write_sorted_run(
         elif data.type != col.type:
             data = data.cast(col.type)
         columns_by_group.setdefault(col.group, []).append((col, data))
-    write_groups(files, level, ks.id, columns_by_group, staged, opts)
+    at = len(staged.ops)  # the key space's op goes before its fragments'
+    written = write_groups(files, level, ks_id, columns_by_group, staged, opts, first=ks_job)
+    assert written is not None
+    ks = _key_space(ks_id, level, ks_job.path, flat.select(key_names), "data", written)
+    staged.ops.insert(at, AddKeySpace(ks))
     staged.rows[level] = staged.rows.get(level, 0) + flat.num_rows
     return ks
 
@@ -255,14 +260,28 @@ def write_key_space(files: TableFiles, level: str, keys: pa.Table, staged: Stage
 
 
 def _stage_key_space(files: TableFiles, level: str, keys: pa.Table, staged: StagedWrite, kind: str) -> KeySpace:
-    ks_id = new_id()
-    rel = files.key_space_path(ks_id)
+    job = _key_space_job(files, keys)
+    written = files.format.write(job.table, job.path)
+    staged.files.append(job.path)
+    ks = _key_space(_id_of(files, job.path), level, job.path, keys, kind, written)
+    staged.ops.append(AddKeySpace(ks))
+    return ks
+
+
+def _key_space_job(files: TableFiles, keys: pa.Table) -> FileJob:
+    """The key space file of sorted, unique `keys` (positional column names), at a new id."""
     positional = keys.rename_columns([f"k{i}" for i in range(keys.num_columns)])
-    written = files.format.write(positional, rel)
-    staged.files.append(rel)
+    return FileJob(positional, files.key_space_path(new_id()))
+
+
+def _id_of(files: TableFiles, key_space_path: str) -> str:
+    return key_space_path.rsplit("/", 1)[-1].removesuffix(files.format.suffix)
+
+
+def _key_space(ks_id: str, level: str, rel: str, keys: pa.Table, kind: str, written: WrittenFile) -> KeySpace:
     first = encode_keys([c.slice(0, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
     last = encode_keys([c.slice(keys.num_rows - 1, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
-    ks = KeySpace(
+    return KeySpace(
         id=ks_id,
         level=level,
         path=rel,
@@ -273,8 +292,6 @@ def _stage_key_space(files: TableFiles, level: str, keys: pa.Table, staged: Stag
         bytes=written.bytes,
         checksum=written.checksum,
     )
-    staged.ops.append(AddKeySpace(ks))
-    return ks
 
 
 def write_fragments(
@@ -308,12 +325,15 @@ def write_groups(
     groups: dict[str, list[tuple[Column, pa.ChunkedArray]]],
     staged: StagedWrite,
     opts: WriteOptions,
-) -> None:
+    first: FileJob | None = None,
+) -> WrittenFile | None:
     """Write the fragments of every column group of one run (groups x byte-bounded row slices),
     `opts.write_threads` encoded at once (`VortexFormat.write_many`), and stage their
-    `AddFragment`s in a fixed order (group, then row), whatever the threads' timing."""
+    `AddFragment`s in a fixed order (group, then row), whatever the threads' timing. `first`:
+    another file written in the same batch (the run's key space: a one-row commit's two files
+    are encoded at once); returns how it was written."""
     pieces: list[_Piece] = []
-    jobs: list[FileJob] = []
+    jobs: list[FileJob] = [first] if first is not None else []
     for group, cols in groups.items():
         table = pa.table({column_name(c.id): data for c, data in cols})
         n = table.num_rows
@@ -326,16 +346,17 @@ def write_groups(
         for start in range(0, n, rows_per_fragment):
             piece = _Piece(group, new_id(), start, cols, blob_ids)
             rel = files.fragment_path(level, group, piece.frag_id)
-            jobs.append(
-                FileJob(table.slice(start, rows_per_fragment), rel, tuple(column_name(i) for i in blob_ids), True)
-            )
+            blobs = tuple(column_name(i) for i in blob_ids)
+            jobs.append(FileJob(table.slice(start, rows_per_fragment), rel, blobs, ordinal=True, stats=True))
             pieces.append(piece)
-    for job, piece in zip(jobs, pieces, strict=True):
+    for job in jobs:
         staged.files.append(job.path)
-        if piece.blob_ids:
+        if job.blob_columns:
             staged.files.append(job.path + BLOB_SUFFIX)
-    done = files.format.write_many(jobs, opts.write_threads, _stats)
-    for job, piece, (written, stats) in zip(jobs, pieces, done, strict=True):
+    done = files.format.write_many(jobs, opts.write_threads)
+    head = done[0][0] if first is not None else None
+    frags = jobs[1:] if first is not None else jobs
+    for job, piece, (written, stats) in zip(frags, pieces, done[len(done) - len(pieces) :], strict=True):
         types = {c.id: c.type for c, _ in piece.cols}
         staged.ops.append(
             AddFragment(
@@ -355,11 +376,7 @@ def write_groups(
                 )
             )
         )
-
-
-def _stats(job: FileJob) -> dict[int, Any]:
-    """Per-column statistics of a fragment's table (in the encoder's thread)."""
-    return {int(name[1:]): column_stats(job.table.column(name)) for name in job.table.column_names}
+    return head
 
 
 def stage_delete(files: TableFiles, state: TableState, keys: Any, level: str = "") -> StagedWrite:
