@@ -123,6 +123,14 @@ def _child(args: list[str]) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def _cpu() -> float:
+    """CPU seconds of this process so far, every thread (the encoders run on their own)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 # ----- wide table ----------------------------------------------------------------------------------
 def _wide(rows: int, cols: int) -> tuple[pa.Table, pa.Table]:
     """The same values nested in GROUPS struct columns (Conch's column groups) and flat."""
@@ -151,10 +159,12 @@ def wide(work: Path, rows: int, cols: int, reps: int, out: list[dict[str, Any]])
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     writes: dict[str, list[float]] = {"conch": [], "parquet": [], "lance": []}
+    cpus: dict[str, list[float]] = {k: [] for k in writes}
     t: Any = None
     for rep in range(reps):
         for system in writes:
             path = root / f"{system}{rep}"
+            c0 = _cpu()
             t0 = time.perf_counter()
             if system == "conch":
                 t = conch.connect(path, maintenance=conch.Policy(auto=False)).create_table("t", [("id", pa.uint64())])
@@ -164,6 +174,7 @@ def wide(work: Path, rows: int, cols: int, reps: int, out: list[dict[str, Any]])
             else:
                 lance.write_dataset(flat, str(path))
             writes[system].append(time.perf_counter() - t0)
+            cpus[system].append(_cpu() - c0)
             if rep < reps - 1:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
     last = reps - 1
@@ -183,8 +194,10 @@ def wide(work: Path, rows: int, cols: int, reps: int, out: list[dict[str, Any]])
         },
     }
     for system, ts in writes.items():
-        out.append({"section": "wide", "case": f"write {case}", "system": system, "seconds": round(median(ts), 3)})
-        print(f"  wide write {system:<8} {median(ts):8.2f} s", flush=True)
+        cpu = round(median(cpus[system]), 2)
+        row = {"section": "wide", "case": f"write {case}", "system": system, "seconds": round(median(ts), 3)}
+        out.append({**row, "cpu_s": cpu})
+        print(f"  wide write {system:<8} {median(ts):8.2f} s (process CPU {cpu:6.2f} s)", flush=True)
     for what, fns in reads.items():
         for system, fn in fns.items():
             fn()
