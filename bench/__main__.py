@@ -526,6 +526,7 @@ def main() -> None:
                 "--keys", str(max(100_000, int(5_000_000 * args.scale))),
                 "--wide-rows", str(max(5_000, int(100_000 * args.scale))),
                 "--reps", str(args.reps),
+                "--amp-scale", str(min(1.0, args.scale)),
                 "--work", str(args.work / "writes"),
                 "--out", str(args.out),
             ]

@@ -283,7 +283,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         wide(work, int(args.wide_rows * q), args.wide_cols, args.reps, out)
     if "amp" in args.parts:
         print("write amplification", flush=True)
-        amplification(work, q, out)
+        amplification(work, q * args.amp_scale, out)
     return out
 
 
@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--wide-rows", type=int, default=100_000)
     ap.add_argument("--wide-cols", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--amp-scale", type=float, default=1.0, help="multiply the amplification workloads' sizes")
     ap.add_argument("--parts", default="bulk,wide,amp")
     ap.add_argument("--quick", action="store_true", help="every size x 0.05: a smoke run")
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench-writes"))
