@@ -298,7 +298,7 @@ class TableLog:
             raise
         hook = self.warehouse.after_commit
         if hook is not None and done.kind in MAINTAINED_KINDS and self.warehouse.maintenance.auto:
-            hook(self)  # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
+            hook(self, done)  # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
         return done
 
     def flush(self) -> int:
