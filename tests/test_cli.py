@@ -333,3 +333,24 @@ def test_comment_lines_are_skipped_in_any_chunking(lines: list[bytes], everywher
         kept.append(full)
     out = io.BufferedReader(_SkipLines(io.BytesIO(data), b"#", everywhere, chunk=chunk), buffer_size=3).read()
     assert out == b"".join(kept)
+
+
+def test_help_texts_survive_rich_markup() -> None:
+    """Typer renders help as rich markup: `timestamp[us]` in a help line printed `timestamp`.
+    Every command's and option's help must read the same after markup (brackets escaped)."""
+    import typer
+    from rich.markup import render
+
+    from conch.cli import app
+
+    def helps(cmd: object) -> list[str]:
+        out = [getattr(cmd, "help", None) or ""]
+        out += [getattr(p, "help", None) or "" for p in getattr(cmd, "params", [])]
+        for sub in getattr(cmd, "commands", {}).values():
+            out += helps(sub)
+        return out
+
+    texts = [t for t in helps(typer.main.get_command(app)) if t]
+    assert len(texts) > 40
+    for text in texts:
+        assert render(text).plain == text.replace("\\[", "["), text

@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,9 +181,14 @@ def _raw_batches(path: Path, fmt: str, spec: FileInput) -> tuple[pa.Schema, Iter
 def read_files(spec: FileInput, on_schema: Callable[[pa.Schema], None] | None = None) -> pa.RecordBatchReader:
     """One stream over every file of `spec`, in the first file's (conformed) schema."""
     first_raw, first_batches = _read(spec.paths[0], spec)
-    target = conform(spec, first_raw)
-    if on_schema is not None:
-        on_schema(target)
+    try:
+        target = conform(spec, first_raw)
+        if on_schema is not None:
+            on_schema(target)
+    except BaseException:
+        if hasattr(first_batches, "close"):
+            first_batches.close()  # a CSV's reader and file, now (see `_csv_batches`)
+        raise
 
     def batches() -> Iterator[pa.RecordBatch]:
         yield from _cast_all(first_batches, target, spec.paths[0])
@@ -216,23 +221,34 @@ def _csv_hint(message: str) -> str:
 def _csv_batches(path: Path, spec: FileInput) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     import pyarrow.csv as pacsv
 
-    raw = open(path, "rb")  # noqa: SIM115 (closed when the batches are exhausted, or by the reader)
-    source: io.RawIOBase | io.BufferedReader = raw
     leading = _leading_comment_lines(path, spec.comment or "#")
     if spec.comment is None and leading:
         spec.notices.append(
             f"skipped {leading} comment line(s) starting with '#' at the top of {path.name}; "
             f"lines starting with '#' further down need --comment '#'"
         )
-    if spec.comment is not None or leading:
-        source = _SkipLines(raw, (spec.comment or "#").encode(), everywhere=spec.comment is not None)
+    filtered = spec.comment is not None or leading > 0
+    # A file with no comment lines is read natively (by path); otherwise through the line filter,
+    # a Python stream, which pyarrow must stop reading before the interpreter exits: the batches
+    # close the reader and the file when exhausted, failed or closed (`read_files` closes them
+    # on a schema error).
+    raw: Any = open(path, "rb") if filtered else None  # noqa: SIM115 (closed by the batches)
+    source: Any = (
+        _SkipLines(raw, (spec.comment or "#").encode(), everywhere=spec.comment is not None) if filtered else str(path)
+    )
     convert = pacsv.ConvertOptions(timestamp_parsers=[*spec.timestamp_formats, pacsv.ISO8601])
-    reader = pacsv.open_csv(source, read_options=pacsv.ReadOptions(block_size=16 << 20), convert_options=convert)
+    options = pacsv.ReadOptions(block_size=16 << 20, use_threads=not filtered)
+    try:
+        reader = pacsv.open_csv(source, read_options=options, convert_options=convert)
+    except BaseException:
+        if raw is not None:
+            raw.close()
+        raise
 
-    def batches() -> Iterator[pa.RecordBatch]:
-        with raw:
+    def batches() -> Generator[pa.RecordBatch, None, None]:
+        try:
             try:
-                first = next(iter(reader))
+                first = reader.read_next_batch()
             except StopIteration:
                 return
             _note_dates(first, path, spec)
@@ -241,20 +257,28 @@ def _csv_batches(path: Path, spec: FileInput) -> tuple[pa.Schema, Iterator[pa.Re
                 yield from reader
             except pa.ArrowInvalid as e:  # a later block: say which file, and the fix
                 raise SchemaError(f"cannot read {path}: {_csv_hint(str(e).splitlines()[0])}") from e
+        finally:
+            reader.close()
+            if raw is not None:
+                raw.close()
 
     return reader.schema, _peeked(batches())
 
 
-def _peeked(it: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """`it`, whose first batch is read now (so that its notices are known before writing starts)."""
+def _peeked(it: Generator[pa.RecordBatch, None, None]) -> Iterator[pa.RecordBatch]:
+    """`it`, whose first batch is read now (so that its notices are known before writing starts);
+    closing the result closes `it`."""
     try:
         first = next(it)
     except StopIteration:
         return iter(())
 
     def rest() -> Iterator[pa.RecordBatch]:
-        yield first
-        yield from it
+        try:
+            yield first
+            yield from it
+        finally:
+            it.close()
 
     return rest()
 

@@ -21,7 +21,9 @@ from conch.filter_syntax import parse
 from conch.key_text import parse_key
 
 Rename = Annotated[list[str], typer.Option(help="OLD=NEW column renames (OLD may be a glob)")]
-Cast = Annotated[list[str], typer.Option(help="COLUMN=TYPE casts, e.g. Date=timestamp[us]")]
+Cast = Annotated[
+    list[str], typer.Option(help=r"COLUMN=TYPE casts, e.g. Date=timestamp\[us]")
+]  # \[: help is rich markup
 Comment = Annotated[
     str | None,
     typer.Option(help="CSV: skip every line starting with this character (a leading '#' block is always skipped)"),
