@@ -90,7 +90,7 @@ def wav_pcm(
         data = frames.astype("<f4" if bits == -32 else "<f8").tobytes()
         width, tag = -bits // 8, 3
     elif bits == 8:
-        data, width, tag = np.round(frames * 127 + 128).astype(np.uint8).tobytes(), 1, 1
+        data, width, tag = np.clip(np.round(frames * 128 + 128), 0, 255).astype(np.uint8).tobytes(), 1, 1
     else:
         ints = np.round(frames * (2 ** (bits - 1) - 1)).astype(np.int64)
         width, tag = bits // 8, 1
