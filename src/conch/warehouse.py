@@ -97,7 +97,7 @@ class Warehouse:
         self.evolve = evolve
         self.flush_every = flush_every
         self.maintenance = maintenance or Policy()
-        self.after_commit: Callable[[Any], None] | None = None
+        self.after_commit: Callable[[Any, Any], None] | None = None
         self.closed = False  # `Catalog.close()` was called: no background settle touches it again
         # how `connect()` reached this warehouse: what another process needs to reopen it exactly
         # so (`conch.connection.reopen`: splits, loaders, Spark tasks, enrichment workers)
