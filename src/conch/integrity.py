@@ -206,13 +206,40 @@ def digest_in_name(path: str) -> str:
     return m.group(1) if m else ""
 
 
+_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
+MAX_PATH = 1024
+
+
+def bad_snapshot_path(path: object, table_id: str | None = None) -> str | None:
+    """Why `path` cannot be a snapshot file (of table `table_id`, when given), None if it can:
+    a snapshot lies under its table's prefix, and each `/`-separated part is ASCII letters,
+    digits, `_`, `.`, `-`, not starting with `.` or `-` (so no `..`, no empty part, no NUL,
+    control or non-ASCII character), at most 1024 characters in all. The server refuses such a
+    path; a client that finds one registered raises `CorruptFileError` instead of opening it."""
+    if not isinstance(path, str):
+        return f"a path is text, not {type(path).__name__}"
+    if len(path) > MAX_PATH:
+        return f"a path has at most {MAX_PATH} characters (this one {len(path)})"
+    parts = path.split("/")
+    if len(parts) < 2 or (table_id is not None and parts[0] != table_id):
+        return f"a snapshot lies under its table's prefix ({table_id or '<table id>'}/)"
+    if not all(_PATH_PART.fullmatch(p) for p in parts):
+        return "each part of a path is letters, digits, '_', '.', '-' (not starting with '.' or '-')"
+    return None
+
+
 def read_snapshot(storage: Storage, path: str) -> str:
-    """The verified text of a snapshot file registered at `path`: missing, damaged or
-    undecodable is `CorruptFileError` naming it."""
+    """The verified text of a snapshot file registered at `path`: missing, damaged, undecodable
+    or registered under a path no snapshot can have (`bad_snapshot_path`) is `CorruptFileError`
+    naming it."""
+    if (why := bad_snapshot_path(path)) is not None:
+        raise CorruptFileError(f"snapshot path {path!r} registered in the metastore is invalid: {why}")
     try:
         data = storage.read(path)
     except FileNotFoundError as e:
         raise CorruptFileError(f"snapshot {path} is missing (registered in the metastore, not in storage)") from e
+    except (ValueError, IsADirectoryError, NotADirectoryError) as e:  # a name the storage cannot open
+        raise CorruptFileError(f"snapshot path {path!r} registered in the metastore cannot be read: {e}") from e
     checksum = digest_in_name(path)
     verify(data, checksum, f"snapshot {path}")
     try:
