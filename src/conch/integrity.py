@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from conch.errors import CorruptFileError
+from conch.errors import CorruptFileError, MetastoreUnavailableError
 from conch.storage import RangeReader, Storage
 
 BLOCK = 64 << 10  # bytes per verified block of a Vortex file
@@ -311,26 +311,37 @@ def open_entry(text: str, seq: int, time: int, prev_seq: int, prev_time: int) ->
 _C = TypeVar("_C", bound=type)
 
 
+# SQLite result codes (the low byte) that say the file could not be used just now, not that it is
+# damaged: BUSY, LOCKED, PERM, READONLY, NOMEM, INTERRUPT, IOERR, FULL, CANTOPEN, PROTOCOL.
+_SQLITE_UNAVAILABLE = frozenset({3, 5, 6, 7, 8, 9, 10, 13, 14, 15})
+
+
 def sqlite_damage_named(cls: _C) -> _C:
     """Class decorator for a metastore kept in a SQLite file (its `path` attribute): SQLite
     reports a damaged database as a bare `sqlite3.DatabaseError` ("database disk image is
-    malformed", "file is not a database"); every method raises `CorruptFileError` naming the
-    file instead. Other SQLite errors (locks, constraint violations) pass through."""
+    malformed", "file is not a database"), text that is no longer UTF-8 as
+    `sqlite3.OperationalError` ("Could not decode to UTF-8 column ...") or `UnicodeDecodeError`;
+    every method raises `CorruptFileError` naming the file instead. A file that cannot be used
+    just now (locked, busy, unreadable, disk full) is `MetastoreUnavailableError` naming it;
+    constraint violations (`sqlite3.IntegrityError`, which the methods handle) pass through."""
 
     def wrap(fn: Any) -> Any:
         @functools.wraps(fn)
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(self, *args, **kwargs)
-            except sqlite3.DatabaseError as e:
-                corrupt = getattr(e, "sqlite_errorcode", 0) & 0xFF in (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
-                # the tables exist once opened (CREATE IF NOT EXISTS): a missing one is a damaged schema
-                schema = isinstance(e, sqlite3.OperationalError) and str(e).startswith(
-                    ("no such table", "no such column")
-                )
-                if not (corrupt or schema):
-                    raise
-                raise CorruptFileError(f"the metastore {self.path} is damaged ({e}); restore it from a backup") from e
+            except sqlite3.IntegrityError:
+                raise
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+                code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+                if code in _SQLITE_UNAVAILABLE:
+                    raise MetastoreUnavailableError(f"the metastore {self.path} cannot be used now ({e})") from e
+                text = str(e)
+                if len(text) > 200:  # SQLite quotes the whole undecodable row
+                    text = text[:200] + "..."
+                raise CorruptFileError(
+                    f"the metastore {self.path} is damaged ({text}); restore it from a backup"
+                ) from e
 
         return method
 
