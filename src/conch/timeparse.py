@@ -105,7 +105,10 @@ def _from_int(us: int, what: str) -> int:
 
 def format_time(us: int) -> str:
     """A commit time as an ISO string in UTC (for messages)."""
-    return datetime.fromtimestamp(us / 1_000_000, tz=UTC).isoformat()
+    try:
+        return (_EPOCH + timedelta(microseconds=us)).isoformat()  # exact to the µs
+    except OverflowError:
+        return f"{us} µs since the epoch (out of range)"
 
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|m|h|d|w)\s*", re.IGNORECASE)
