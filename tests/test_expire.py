@@ -258,9 +258,11 @@ def test_pinned_reader_keeps_its_files_for_the_grace_period(catalog: conch.Catal
     assert r.reclaimable_files == 2  # the first write's key space and fragment
     kept = t.vacuum(older_than_seconds=60)
     assert (kept.expired_files, kept.horizon) == (0, 0)  # the expire is younger than the grace
+    assert kept.expired_held == 2 and "grace period of 1m held back 2 files" in " ".join(str(kept).split())
     assert len(pinned.to_pylist()) == 5
     gone = t.vacuum(older_than_seconds=0)
     assert (gone.expired_files, gone.expired_bytes) == (2, r.reclaimable_bytes) and gone.horizon == r.horizon
+    assert gone.expired_held == 0 and "held back" not in str(gone)
     with pytest.raises(TimeTravelError):
         t.scan(version=1)
 
