@@ -343,14 +343,16 @@ class Table:
 
     def vacuum(self, older_than_seconds: float = 3600.0, dry_run: bool = False) -> maintenance.VacuumResult:
         """Remove files no commit references (leftovers of failed writers) and, once the grace
-        period has passed since an `expire`, the files only expired states referenced; the
-        result reports what was reclaimed (`conch.maintenance`)."""
+        period (`older_than_seconds`, a number of seconds) has passed since an `expire`, the files
+        only expired states referenced; the result reports what was reclaimed and what the grace
+        period held back (`conch.maintenance`)."""
         return maintenance.vacuum(self.log, older_than_seconds, dry_run)
 
     def expire(self, older_than: OlderThan | None = None, retain_last: int | None = None) -> ExpireResult:
-        """Expire time travel before a point: `older_than` (seconds, a `timedelta` or a duration
-        such as `"7d"` before now, or a datetime / ISO time) and/or `retain_last=N` (keep the
-        newest N versions readable). The horizon moves forward only and never past the newest
+        """Expire time travel before a point: `older_than` (an age before now: a duration such as
+        `"7d"`, `"12h"`, `"90s"` or a `timedelta`; or a point in time: an int of µs since the
+        epoch as `Commit.time` shows it, a datetime, an ISO time; `conch.timeparse.to_cutoff`)
+        and/or `retain_last=N` (keep the newest N versions readable). The horizon moves forward only and never past the newest
         commit; `asof`/`version` before it raise `TimeTravelError`. A later `vacuum` reclaims
         the files only expired states referenced (`conch.expire`).
 

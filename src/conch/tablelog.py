@@ -19,9 +19,10 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 
-from conch.errors import CommitConflictError, CorruptFileError, TableNotFoundError, TimeTravelError
+from conch.errors import CommitConflictError, ConchError, CorruptFileError, TableNotFoundError, TimeTravelError
 from conch.fragments import VortexFormat
 from conch.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, read_snapshot, with_digest
 from conch.manifest import TableState
@@ -287,9 +288,6 @@ class TableLog:
                 except CommitConflictError:
                     time.sleep(random.uniform(0, 0.002 * (1 + attempt)))
                     continue
-                if flush and self.warehouse.flush_every and log.seq % self.warehouse.flush_every == 0:
-                    with contextlib.suppress(CommitConflictError):
-                        self.flush()  # best effort: the commit is done; the next flush catches up
                 done = Commit(log.seq, log.time, entry.kind, entry.summary, entry.added_columns)
                 break
             else:
@@ -301,10 +299,30 @@ class TableLog:
         except TableNotFoundError:
             storage.delete_prefix(self.id)  # files a handle to a dropped table wrote
             raise
+        if flush and self.warehouse.flush_every and done.seq % self.warehouse.flush_every == 0:
+            self._after_commit(done, "flush", self.flush)  # the next flush catches up
         hook = self.warehouse.after_commit
         if hook is not None and done.kind in MAINTAINED_KINDS and self.warehouse.maintenance.auto:
-            hook(self, done)  # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
+            # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
+            self._after_commit(done, "automatic compaction", lambda: hook(self, done))
         return done
+
+    def _after_commit(self, done: Commit, what: str, work: Callable[[], object]) -> None:
+        """Work after a commit landed (a flush, automatic compaction) is never the commit's
+        error: raising would tell the writer its commit failed (`MetastoreUnavailableError`
+        promises nothing changed). A failure becomes a warning; the next commit's trigger, the
+        background settle or `Table.compact()`/`flush()` do the work later."""
+        try:
+            work()
+        except CommitConflictError:
+            pass  # another process moved the log on: its own trigger does the work
+        except (ConchError, OSError) as e:
+            warnings.warn(
+                f"table {self.name!r}: version {done.seq} is committed; the {what} after it failed and is "
+                f"left for later: {e}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def flush(self) -> int:
         """Write the current state as a snapshot and register it through the log; readers then
