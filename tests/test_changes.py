@@ -313,3 +313,28 @@ def test_update_writes_only_the_named_cells(table: conch.Table) -> None:
     assert [r["x"] for r in table.to_arrow().to_pylist()] == [0, 0, 0]
     with pytest.raises(conch.ColumnNotFoundError):
         table.update(where=table["x"] > 0, set={"nope": 1})
+
+
+def test_cli_tag_untag_tags_changes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from conch.cli import app
+
+    wh = tmp_path / "wh"
+    t = conch.connect(wh).create_table("t", [("id", pa.int64())])
+    first = t.write([{"id": 1, "x": 1}]).seq
+    t.write([{"id": 2, "x": 2}])
+
+    def cli(*args: str) -> str:
+        out = CliRunner().invoke(app, ["--warehouse", str(wh), *args], env={"COLUMNS": "200"})
+        assert out.exit_code == 0, out.output
+        return out.output
+
+    assert "tagged version 1 as 'v1'" in cli("tag", "t", "v1", "--version", str(first))
+    assert cli("tags", "t").split()[:3] == ["v1", "version", "1"]
+    shown = cli("changes", "t", "--since", "v1", "--images", "after")
+    assert "1 changed keys" in shown and "insert" in shown
+    cli("untag", "t", "v1")
+    assert "no tags" in cli("tags", "t")
+    with pytest.raises(conch.TimeTravelError, match="neither a tag"):
+        t.changes("v1")

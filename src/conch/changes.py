@@ -83,7 +83,15 @@ def resolve_version(log: TableLog, v: Any, what: str) -> int:
         tag = log.tag_version(v)
         if tag is not None:
             return tag
-    t = to_time(v, what)
+    try:
+        t = to_time(v, what)
+    except TimeTravelError as e:
+        if not isinstance(v, str):
+            raise
+        known = ", ".join(sorted(log.tags())) or "none"
+        raise TimeTravelError(
+            f"{what}={v!r} is neither a tag of table {log.name!r} (tags: {known}) nor a time ({e})"
+        ) from None
     assert t is not None
     first = log.first_commit_time()
     if first is None or t < first:

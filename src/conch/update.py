@@ -13,7 +13,7 @@ transaction), so what it wrote matches the state it commits onto.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +22,7 @@ import pyarrow as pa
 from conch.delete_where import _column
 from conch.errors import CommitConflictError, ExpressionError, InvalidArgumentError
 from conch.expr import Expr, columns, evaluate
+from conch.manifest import TableState
 from conch.schema import Column
 from conch.txn import Commit
 from conch.write import stage_write
@@ -32,40 +33,62 @@ MAX_ATTEMPTS = 20
 def update_where(table: Any, where: Expr | None, values: Mapping[str, Any], level: str | None = None) -> Commit:
     """Set `values` (column path → value, expression or callable) on the records of `level`
     matching `where` (None: every record), in one serial commit (module doc)."""
+
+    def compute(state: TableState) -> pa.Table:
+        scan = matching_scan(table, where, values, level, state.time)
+        parts = [new_cells(b, state.schema, level, values) for b in scan if b.num_rows]
+        return pa.concat_tables(parts) if parts else new_cells(scan.schema.empty_table(), state.schema, level, values)
+
+    return commit_update(table, where, values, level, compute)
+
+
+def check_update(where: Any, values: Mapping[str, Any]) -> None:
     if not values:
         raise InvalidArgumentError("update needs set={column: value or expression}")
     if where is not None and not isinstance(where, Expr):
         raise ExpressionError(f"where= takes a Conch expression such as t['x'] < 1, got {type(where).__name__}")
+
+
+def matching_scan(table: Any, where: Expr | None, values: Mapping[str, Any], level: str | None, time: int) -> Any:
+    """The scan of the matching records, with the columns the new values need, as of `time`."""
+    schema = table.state().schema
+    keys = schema.key_names(level or "")
+    reads = list(values)
+    for v in values.values():
+        if isinstance(v, Expr):
+            reads += columns(v)
+    if where is not None:
+        reads += columns(where)
+    reads = [p for p in dict.fromkeys(reads) if p not in keys]
+    if any(callable(v) and not isinstance(v, Expr) for v in values.values()):
+        reads = []  # a callable may read any column of the record: all of the level's
+    return table.scan(*reads, where=where, asof=time or None, level=level)
+
+
+def commit_update(
+    table: Any,
+    where: Expr | None,
+    values: Mapping[str, Any],
+    level: str | None,
+    compute: Callable[[TableState], pa.Table],
+) -> Commit:
+    """Commit the cells `compute(state)` returns directly after `state`, computing them again on
+    the new state when another commit landed first (module doc)."""
+    check_update(where, values)
     lvl = level or ""
     for _ in range(MAX_ATTEMPTS):
         state = table.state()
-        schema = state.schema
-        keys = schema.key_names(lvl)
-        targets = {p: _target(schema, lvl, p) for p in values}
-        reads = [p for p in values]
-        for v in values.values():
-            if isinstance(v, Expr):
-                reads += columns(v)
-        if where is not None:
-            reads += columns(where)
-        reads = [p for p in dict.fromkeys(reads) if p not in keys]
-        if any(callable(v) and not isinstance(v, Expr) for v in values.values()):
-            reads = []  # a callable may read any column of the record: all of the level's
-        scan = table.scan(*reads, where=where, asof=state.time or None, level=level)
-        parts = []
-        for batch in scan:
-            if batch.num_rows:
-                parts.append(_new_cells(pa.Table.from_batches([batch]), keys, targets, values))
-        data = pa.concat_tables(parts) if parts else None
-        if data is None or data.num_rows == 0:
-            data = _new_cells(scan.schema.empty_table(), keys, targets, values)
+        for p in values:
+            target(state.schema, lvl, p)  # typed errors before any work
+        data = compute(state)
         wh = table.log.warehouse
         with table.log.staging():
             staged = stage_write(table.log.files, state, data, lvl, wh.write_options, False, False)
         what = ", ".join(values)
         txn = staged.transaction("update", f"set {what} on {data.num_rows} keys at {lvl or 'root'} where {where!r}")
         try:
-            return table.log.commit(replace(txn, serial=True))
+            commit: Commit = table.log.commit(replace(txn, serial=True))
+            return commit
         except CommitConflictError:
             continue
     raise CommitConflictError(
@@ -74,7 +97,7 @@ def update_where(table: Any, where: Expr | None, values: Mapping[str, Any], leve
     )
 
 
-def _target(schema: Any, level: str, path: str) -> Column:
+def target(schema: Any, level: str, path: str) -> Column:
     full = f"{level}.{path}" if level and not schema.has_column(path) else path
     col: Column = schema.column(full)  # raises ColumnNotFoundError naming the known columns
     if col.level != level:
@@ -82,8 +105,11 @@ def _target(schema: Any, level: str, path: str) -> Column:
     return col
 
 
-def _new_cells(part: pa.Table, keys: list[str], targets: dict[str, Column], values: Mapping[str, Any]) -> pa.Table:
+def new_cells(batch: pa.RecordBatch | pa.Table, schema: Any, level: str | None, values: Mapping[str, Any]) -> pa.Table:
     """Key columns plus the new value of every target, nested by group as a write takes them."""
+    part = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    keys = schema.key_names(level or "")
+    targets = {p: target(schema, level or "", p) for p in values}
     n = part.num_rows
     flat: dict[str, pa.Array] = {}
     for p, col in targets.items():
