@@ -391,6 +391,9 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
     ]
     if gone:
         return f"its inputs {gone[:3]} were removed by a concurrent commit"
+    mark = txn.extra.get("stream")  # a streaming sink's micro-batch commits once (`conch.spark.streaming`)
+    if mark is not None and any(e.extra.get("stream") == mark for e in newer):
+        return f"micro-batch {mark} was committed concurrently"
     for op in txn.ops:
         if isinstance(op, SetTag) and op.name in current.tags:
             return f"tag {op.name!r} was created concurrently (version {current.tags[op.name]})"
