@@ -21,8 +21,9 @@ The schema is fixed when the query starts (the columns then).
 one Conch commit per micro-batch (the batch writer's tasks and commit, `conch.spark.writer`). A
 micro-batch Spark runs again after a failure (same batch id: the commit landed, the checkpoint
 did not record it) commits nothing the second time: the commit records `{"stream": id, "batch":
-n}` in its WAL entry's `extra`, the sink checks for it before committing, and a concurrent attempt
-with the same mark conflicts (`conch.wal.conflicts`). The stream id is the `streamId` option, else
+n}` in its WAL entry's `extra`, the sink checks for it before committing (reading the log back only
+to the stream's previous micro-batch), and a concurrent attempt with the same mark conflicts
+(`conch.wal.conflicts`). The stream id is the `streamId` option, else
 the checkpoint location. With `applyChanges=true` the sink applies a change feed: rows whose
 `_change` is `delete` become tombstones, the others upserts, and the change columns are not
 written (a mirror of the source table: net mode, so a key appears once per micro-batch).
@@ -176,12 +177,22 @@ def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool) 
     return ConchStreamWriter(inner, str(stream_id), apply, arrow_schema(schema))
 
 
-def committed_batch(table: Any, stream_id: str, batch_id: int) -> int | None:
-    """The version of the commit that recorded micro-batch `batch_id` of `stream_id` (None: none)."""
-    mark = {"id": stream_id, "batch": batch_id}
-    for seq, _, entry in table.log.entries():
-        if entry.extra.get("stream") == mark:
-            return int(seq)
+def committed_batch(table: Any, stream_id: str, batch_id: int, page: int = 256) -> int | None:
+    """The version of the commit that recorded micro-batch `batch_id` of `stream_id` (None: none).
+    The log is read backwards, a page at a time, and only until this stream's newest earlier
+    batch: a stream commits its batches in order, so what precedes that one holds no later batch.
+    A check costs the commits since the stream's last micro-batch, not the table's history."""
+    upto = int(table.state().seq)
+    while upto > 0:
+        after = max(upto - page, 0)
+        for seq, _, entry in reversed(list(table.log.entries(after, upto))):
+            mark = entry.extra.get("stream")
+            if isinstance(mark, dict) and mark.get("id") == stream_id:
+                if mark.get("batch") == batch_id:
+                    return int(seq)
+                if int(mark.get("batch", -1)) < batch_id:
+                    return None
+        upto = after
     return None
 
 
