@@ -466,7 +466,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
     ap.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8,commit,runs,memory,loaders,compaction,b",
+        default="1,2,3,4,5,6,7,8,commit,runs,memory,loaders,gpu_loader,compaction,b",
         help="workloads to run, e.g. 4,5,loaders (8: blob streaming; b: backends; commit: one-row commit latency "
         "vs Lance and Delta; runs: issue 11's many-runs rows with peak RSS; compaction: bench/compaction.py; "
         "memory: peak RSS vs Lance as keys grow, bench/memory.py); bench/goals.py's table of "
@@ -508,6 +508,10 @@ def main() -> None:
         from bench import loaders
 
         loaders.run(args.work / "loaders", args.scale, args.reps, args.out)
+    if "gpu_loader" in only:  # feeding a GPU (issue 22), on CUDA where there is one: bench/results/gpu_loader.json
+        from bench import gpu_loader
+
+        gpu_loader.run(args.work / "gpu_loader", args.scale, args.reps, args.out)
     if "compaction" in only:  # the LSM tree maintained, vs Lance and Delta: bench/results/compaction.json
         from bench import compaction
 
