@@ -11,7 +11,8 @@ maximum, so concurrent expires commute and never conflict with anything.
 `reclaim_plan` says what `conch.maintenance.vacuum` may then delete: every file some log entry
 or registered snapshot names (`wal.referenced_paths`) that no readable state needs, i.e. that is
 neither live in the state at the horizon nor named by a commit after it (compaction inputs,
-runs an overwrite replaced, displacement-map and mask files of removed fragments), plus the
+runs an overwrite replaced, displacement-map and mask files of removed fragments) nor live in a
+tagged version's state (`Table.tag`: tagged versions stay readable under the horizon), plus the
 snapshots older than the one that loads the horizon's state (a reader at or after the horizon
 never loads them).
 
@@ -141,6 +142,9 @@ def reclaim_plan(log: TableLog, entries: Sequence[tuple[int, Entry]], horizon: i
     seq_h = ms.seq_at_time(log.id, horizon)
     named: set[str] = set()
     keep: set[str] = set(state_paths(log.load(seq_h)))
+    for tagged in set(log.state().tags.values()):  # a tagged version outlives the horizon (`Table.tag`)
+        if tagged < seq_h:
+            keep.update(state_paths(log.load(tagged)))
     for seq, entry in entries:
         (keep if seq > seq_h else named).update(referenced_paths(entry, BLOB_SUFFIX))
     base = ms.latest_snapshot(log.id, seq_h)

@@ -137,8 +137,29 @@ class TableLog:
             self._first_time = first[0].time if first else None
         return self._first_time
 
-    def time_of(self, version: int) -> int:
-        """The commit time of a version (log sequence number); `TimeTravelError` if none."""
+    # ----- tags ---------------------------------------------------------------------------
+    def tags(self) -> dict[str, int]:
+        """Tag name → version (`Table.tag`)."""
+        return dict(self.state().tags.items())
+
+    def tag_version(self, name: str) -> int | None:
+        """The version tag `name` names (None: no such tag)."""
+        return self.state().tags.get(name)
+
+    def version_of(self, version: int | str) -> int:
+        """A version number from a version or a tag name (`TimeTravelError` for an unknown tag):
+        every `version=` resolves tags here once."""
+        if isinstance(version, str):
+            seq = self.tag_version(version)
+            if seq is None:
+                known = ", ".join(sorted(self.state().tags)) or "none"
+                raise TimeTravelError(f"table {self.name!r} has no tag {version!r} (tags: {known}; see `tags()`)")
+            return seq
+        return version
+
+    def time_of(self, version: int | str) -> int:
+        """The commit time of a version (log sequence number) or a tag; `TimeTravelError` if none."""
+        version = self.version_of(version)
         if isinstance(version, bool) or not isinstance(version, int):
             raise TimeTravelError(f"version must be a commit number (int), got {version!r}")
         last = self.state().seq
@@ -149,7 +170,7 @@ class TableLog:
             )
         return entries[0].time
 
-    def state_at(self, asof: object = None, version: int | None = None, since: int | None = None) -> TableState:
+    def state_at(self, asof: object = None, version: int | str | None = None, since: int | None = None) -> TableState:
         """The state as of a commit time (`asof`, see `conch.timeparse`) or a version: the files
         live then. Raises `TimeTravelError` for a time before the table's first commit or before
         its time-travel horizon (`Table.expire`). `since` (µs): a scan's lower time bound;
@@ -183,27 +204,34 @@ class TableLog:
                     self._past.pop(next(iter(self._past)))
         return state
 
-    def _state_at(self, asof: object = None, version: int | None = None) -> TableState:
+    def _state_at(self, asof: object = None, version: int | str | None = None) -> TableState:
         if asof is not None and version is not None:
             raise TimeTravelError("give asof= or version=, not both")
         latest = self.state()
+        tagged = latest.tags.get(asof) if isinstance(asof, str) else None
+        if tagged is not None:  # a tag name given as asof=
+            asof, version = None, tagged
         if version is not None:
+            what = f"version {version}"
+            version = self.version_of(version)
             t = self.time_of(version)  # validates
-            self.check_retained(t, f"version {version}")
+            if version not in latest.tags.values():  # a tagged version outlives the horizon
+                self.check_retained(t, what)
             seq = version
         else:
             at = to_time(asof, "asof")
             if at is None or at >= latest.time:
                 return latest
             t = at
-            self.check_retained(t, "asof")
             first = self.first_commit_time()
+            seq = self.warehouse.metastore.seq_at_time(self.id, t) if first is not None and t >= first else 0
+            if seq not in latest.tags.values():
+                self.check_retained(t, "asof")
             if first is None or t < first:
                 raise TimeTravelError(
                     f"asof {format_time(t)} is before table {self.name!r}'s first commit at "
                     f"{format_time(first or latest.time)} (time {first}); nothing existed then"
                 )
-            seq = self.warehouse.metastore.seq_at_time(self.id, t)
         if seq == latest.seq:
             return latest
         return self._past_state(seq, t, "asof" if version is None else f"version {version}")

@@ -13,5 +13,6 @@ Importing this package imports PySpark (install with `pip install 'conch[spark]'
 from conch.spark.compaction import compact
 from conch.spark.delete import delete_where
 from conch.spark.session import register, session
+from conch.spark.update import update_where
 
-__all__ = ["compact", "delete_where", "register", "session"]
+__all__ = ["compact", "delete_where", "register", "session", "update_where"]
