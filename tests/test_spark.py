@@ -355,3 +355,18 @@ def test_columns_option_projects_groups(spark: Any, tmp_path: Path) -> None:
     assert keyed.columns == ["id", "x"]
     assert [(r.id, r.x) for r in keyed.collect()] == [(2, 2.0)]
     assert os.path.isdir(tmp_path / "wh")
+
+
+def test_register_works_on_every_session(spark: Any, tmp_path: Path) -> None:
+    """`spark.newSession()` has its own source registry: `register` on it used to fail with
+    DATA_SOURCE_ALREADY_EXISTS (PySpark checks the *active* session), leaving it unable to read."""
+    import conch.spark
+
+    t = conch.connect(tmp_path / "wh").create_table("t", [("id", pa.int64())])
+    t.write({"id": [1, 2, 3], "x": [1.0, 2.0, 3.0]})
+    other = spark.newSession()
+    assert conch.spark.register(other) is other
+    assert conch.spark.register(other) is other  # again: a no-op
+    assert other.read.format("conch").load(str(tmp_path / "wh" / "t")).count() == 3
+    assert spark.read.format("conch").load(str(tmp_path / "wh" / "t")).count() == 3  # the first still reads
+    assert conch.spark.register(spark) is spark  # already registered: a no-op, no error
