@@ -16,10 +16,14 @@ column indexes and the accepted predicates as a small tree (`Col`, `Lit`, compar
 - on the first key column (integers, strings, binary), comparisons become a key range and
   `IN` (single-column keys) exact keys: the scan skips key spaces and fragments outside them.
 
+`rows()` gives DuckDB's optimizer the table's record count (the protocol's only statistic: it
+takes no column min/max), so joins are planned as over Parquet, not as over one-row tables.
+
 EXPLAIN shows accepted predicates under the scan node (`Filters:`); `on_scan` hands each Conch
 scan to the caller, whose `plan.filter` and `metrics()` show what Conch evaluated and read.
 
-**Why this and not the alternatives** (measured in `bench/loaders.py`, `docs/performance.md`):
+**Why this and not the alternatives** (measured in `bench/loaders.py`, `docs/performance.md`,
+`docs/engines.md`):
 a `pyarrow.dataset.Dataset` look-alike (`scanner(columns=, filter=)`) is never offered filters
 by DuckDB 2.0 unless it *is* a pyarrow Dataset; a plain `__arrow_c_stream__` producer (the scan
 result protocol; also what this source serves to other consumers) gets neither projections nor
