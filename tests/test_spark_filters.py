@@ -27,7 +27,7 @@ def test_value_and_key_terms_are_split() -> None:
 
 def test_ranges_only_from_bounds_that_fit_the_key_type() -> None:
     assert split_where(parse("id in [5, 3, 9]"), KEYS).key_range == KeyRange((3,), (10,))
-    assert split_where(parse("3 < id"), KEYS).key_range == KeyRange((3,), None)  # literal on the left
+    assert split_where(parse("3 < id"), KEYS).key_range == KeyRange((4,), None)  # literal on the left; 3 excluded
     pushed = split_where(parse("id > -5"), KEYS)  # outside uint64: no range, still exact
     assert pushed.key_range is None and pushed.key_filter is not None
     assert split_where(parse("sub == 'a'"), KEYS).key_range is None  # not the first key column

@@ -13,7 +13,7 @@ column indexes and the accepted predicates as a small tree (`Col`, `Lit`, compar
 - on value columns, the predicate becomes the scan's `where` (fresh records, three-valued logic,
   pushed into the fragments where legal). DuckDB orders NaN above every number, so float `x > c`
   becomes `~(x <= c)` (and `>=` likewise);
-- on the first key column (integers, strings, binary), comparisons become a key range and
+- on the first key column, comparisons the one key rule (`scan/keyfilter`) states exactly become a key range and
   `IN` (single-column keys) exact keys: the scan skips key spaces and fragments outside them.
 
 `rows()` gives DuckDB's optimizer the table's record count (the protocol's only statistic: it
@@ -48,10 +48,10 @@ import pyarrow as pa
 
 from conch._deps import optional_import
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
-from conch.keys import KeyRange
 from conch.loaders.columns import narrowest_column
 from conch.loaders.source import ScanSpec, pinned_time, resolve_table
 from conch.scan import Scan
+from conch.scan.keyfilter import extract
 from conch.table import Table
 
 duckdb = optional_import("duckdb")
@@ -224,8 +224,6 @@ class ConchSource(_Base):
             return False
         if type(node).__name__ == "Binary" and node.op not in _CMP:
             return False
-        if not (pa.types.is_integer(first.type) or _is_text(first.type)):
-            raise _Unpushable
         if type(node).__name__ == "In" and len(self._keys) != 1:
             raise _Unpushable
         return True
@@ -254,73 +252,40 @@ _EMPTY: Any = _Empty()
 
 
 class _KeyBounds:
-    """Accepted predicates on the first key column, intersected into one key range (or keys)."""
+    """Accepted predicates on the first key column, as Conch terms; the one rule
+    (`scan/keyfilter.extract`) turns them into a key range or exact keys."""
 
     def __init__(self) -> None:
-        self.start: Any = None
-        self.end: Any = None
-        self.values: set[Any] | None = None
-        self.empty = False
+        self.terms: list[Expr] = []
 
     def add(self, node: Any, field: pa.Field | None) -> None:
+        """Take a key term only where the key filter states it exactly (DuckDB then drops it)."""
         assert field is not None
+        col = Col(field.name)
         if type(node).__name__ == "In":
-            vals = {_key_literal(v, field) for v in node.values}
-            self.values = vals if self.values is None else self.values & vals
-            return
-        op, v = _CMP[node.op], _key_literal(node.right, field)
-        if op == "!=":
-            raise _Unpushable
-        succ = _successor(v, field.type)
-        lo = {"==": v, ">=": v, ">": succ}.get(op)
-        hi = {"==": succ, "<": v, "<=": succ}.get(op)
-        if op in ("==", ">=", ">") and lo is None:
-            self.empty = True  # `> max`: nothing
-        if lo is not None:
-            self.start = lo if self.start is None else max(self.start, lo)
-        if hi is not None:
-            self.end = hi if self.end is None else min(self.end, hi)
+            term: Expr = IsIn(col, tuple(_key_literal(v) for v in node.values))
+        else:
+            term = Cmp(_CMP[node.op], col, Lit(_key_literal(node.right)))
+        if extract(term, [field]).residual is not None:
+            raise _Unpushable  # not exact (a literal that is not a key of this type, `!=`, ...)
+        self.terms.append(term)
 
     def predicate(self, field: pa.Field | None) -> Any:
-        if field is None:
+        if field is None or not self.terms:
             return None
-        if self.empty or (self.start is not None and self.end is not None and self.start >= self.end):
+        where: Expr = self.terms[0]
+        for e in self.terms[1:]:
+            where = And(where, e)
+        f = extract(where, [field])
+        if f.empty:
             return _EMPTY
-        if self.values is not None:
-            keep = sorted(
-                v for v in self.values if (self.start is None or v >= self.start) and (self.end is None or v < self.end)
-            )
-            return [(v,) for v in keep] if keep else _EMPTY
-        if self.start is None and self.end is None:
-            return None
-        return KeyRange(None if self.start is None else (self.start,), None if self.end is None else (self.end,))
+        return list(f.keys) if f.keys is not None else f.range
 
 
-def _key_literal(node: Any, field: pa.Field) -> Any:
+def _key_literal(node: Any) -> Any:
     if type(node).__name__ != "Lit" or not _exact(node.value, node.type):
         raise _Unpushable
-    v = node.value
-    ok = (pa.types.is_integer(field.type) and node.type in _INTS and _fits_int(v, field.type)) or (
-        _is_text(field.type) and isinstance(v, str | bytes) and _is_string(field.type) == isinstance(v, str)
-    )
-    if not ok:
-        raise _Unpushable
-    return v
-
-
-def _successor(v: Any, t: pa.DataType) -> Any:
-    """The smallest value of type `t` above `v` (None past the type's largest)."""
-    if isinstance(v, int):
-        return v + 1 if _fits_int(v + 1, t) else None
-    return v + ("\x00" if isinstance(v, str) else b"\x00")
-
-
-def _fits_int(v: int, t: pa.DataType) -> bool:
-    try:
-        pa.scalar(v, t)
-        return True
-    except (pa.ArrowInvalid, OverflowError):
-        return False
+    return node.value
 
 
 def _exact(value: Any, type_text: str) -> bool:
@@ -351,11 +316,3 @@ def _exact(value: Any, type_text: str) -> bool:
             return False
         return int(m[1]) <= 38
     return False
-
-
-def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
-
-
-def _is_text(t: pa.DataType) -> bool:
-    return _is_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)

@@ -28,6 +28,12 @@ class InvalidKeyError(ConchError, ValueError):
     """A key value is null, NaN, oversized, or otherwise not a valid key."""
 
 
+class InexactKeyError(InvalidKeyError, KeyTypeError):
+    """A key value that is not exactly a value of its key column's type: `5.5`, `-1` or `2**64`
+    on a `uint64` key. Keys are never rounded, truncated or wrapped (a lookup of `5.5` would
+    otherwise return key 5). Both an `InvalidKeyError` and a `KeyTypeError`."""
+
+
 class DuplicateKeyError(InvalidKeyError):
     """One write holds the same key twice: the write's rows have no order to pick a winner."""
 

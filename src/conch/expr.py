@@ -10,6 +10,8 @@ for Vortex and evaluates it on fragment statistics.
 
 from __future__ import annotations
 
+import datetime
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.errors import ExpressionError
+from conch.errors import ConchError, ExpressionError
+from conch.keys import key_array
 from conch.schema import type_family
 
 
@@ -155,6 +158,14 @@ def _expr(v: Any) -> Expr:
     return v if isinstance(v, Expr) else Lit(v)
 
 
+def as_expr(v: Any) -> Any:
+    """A filter in this tree: an `Expr` as it is, an object with `__conch_expr__()` (the nested
+    API's `t.x > 1`) lowered to the same nodes `t["x"] > 1` builds; anything else unchanged."""
+    if not isinstance(v, Expr) and hasattr(type(v), "__conch_expr__"):
+        return v.__conch_expr__()
+    return v
+
+
 def _cmp(op: str, left: Expr, right: Any) -> Cmp:
     """A comparison; checked now when its column knows its type (`t["x"]`), else when planned."""
     e = Cmp(op, left, _expr(right))
@@ -189,6 +200,38 @@ def check_types(e: Expr, type_of: Callable[[Col], pa.DataType | None]) -> None:
         check_types(e.operand, type_of)
 
 
+_NUMBERS = (int, float, np.integer, np.floating, Decimal)
+
+
+def literal_fits(v: Any, t: pa.DataType) -> bool:
+    """Whether literal `v` is exactly a value of type `t`: of the type's kind (a number for
+    numbers, `str` for strings, `bytes` for binary, a date/datetime for dates and timestamps, a
+    bool for bools) and unchanged by the conversion (`5.5` and `-1` do not fit `uint64`, `2**53 + 1`
+    does not fit `float64`). None never fits; NaN fits only a float type."""
+    if v is None:
+        return False
+    if isinstance(v, bool | np.bool_):
+        return pa.types.is_boolean(t)
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        if not isinstance(v, _NUMBERS):
+            return False
+        if isinstance(v, float | np.floating) and math.isnan(v):
+            return pa.types.is_floating(t)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        return isinstance(v, str)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return isinstance(v, bytes)
+    elif pa.types.is_timestamp(t) or pa.types.is_date(t):
+        if not isinstance(v, datetime.date) or (pa.types.is_date(t) and isinstance(v, datetime.datetime)):
+            return False
+    elif pa.types.is_boolean(t):
+        return False
+    try:
+        return bool(key_array([v], pa.field("v", t))[0].as_py() == v)
+    except (ConchError, pa.ArrowException, TypeError, ValueError, OverflowError):
+        return False
+
+
 def _kind(t: pa.DataType) -> str:
     """Numbers, strings and bools compare only within their family; anything else ("other") is
     checked by casting the literal."""
@@ -204,6 +247,8 @@ _LITERAL_KINDS: dict[str, tuple[type, ...]] = {
 
 
 def _check_literal(col: Col, t: pa.DataType | None, value: Any, e: Expr) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        raise ExpressionError(f"literal {value!r} in {e!r} is outside every Arrow integer type")
     if t is None or value is None:
         return
     kind = _kind(t)
@@ -263,10 +308,13 @@ def evaluate(e: Expr, get: Callable[[str], pa.Array]) -> pa.Array:
     if isinstance(e, Col):
         return get(e.path)
     if isinstance(e, Lit):
-        return pa.scalar(e.value)
+        try:
+            return pa.scalar(e.value)
+        except OverflowError as err:
+            raise ExpressionError(f"literal {e.value!r} is outside every Arrow integer type") from err
     if isinstance(e, Cmp):
         left, right = evaluate(e.left, get), evaluate(e.right, get)
-        left, right = _align(left, right)
+        left, right = align(left, right)
         return _ARROW[e.op](left, right)
     if isinstance(e, And):
         return pc.and_kleene(evaluate(e.left, get), evaluate(e.right, get))
@@ -278,15 +326,20 @@ def evaluate(e: Expr, get: Callable[[str], pa.Array]) -> pa.Array:
         return pc.is_null(evaluate(e.operand, get))
     if isinstance(e, IsIn):
         arr = evaluate(e.operand, get)
-        values = pa.array(list(e.values), type=arr.type)
+        # a value that is not exactly of the column's type equals no value (2.5 is not 2)
+        numeric = pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)
+        vals = [v for v in e.values if not numeric or literal_fits(v, arr.type)]
+        values = pa.array(vals, type=arr.type)
         res = pc.is_in(computable(arr), value_set=computable(values))
         # SQL: `null IN (...)` is null, not false.
         return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), res)
     raise ExpressionError(f"cannot evaluate {e!r}")
 
 
-def _align(left: Any, right: Any) -> tuple[Any, Any]:
-    """Cast a literal to its column's type so comparisons are typed, not Python-coerced."""
+def align(left: Any, right: Any) -> tuple[Any, Any]:
+    """Cast a literal to its column's type so comparisons are typed, not Python-coerced (0.8
+    against a float32 column is 0.8f); a literal that does not cast exactly stays as it is and
+    compares by value (`id < 2.5` on an integer column). The nested API compares the same way."""
     if isinstance(right, pa.Scalar) and isinstance(left, pa.Array | pa.ChunkedArray):
         right = _cast_scalar(right, left.type)
     elif isinstance(left, pa.Scalar) and isinstance(right, pa.Array | pa.ChunkedArray):

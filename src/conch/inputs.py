@@ -2,7 +2,9 @@
 
 Accepted input, and what it means:
 - Arrow tables, record batches and readers (streamed), anything with `__arrow_c_stream__`;
-- a list of dicts, one per record (`[]` is an empty write: it commits no rows);
+- a list of dicts, one per record (`[]` is an empty write: it commits no rows). The rows'
+  fields are the **union** of every row's fields, in first-seen order, at every depth (structs
+  and child records too); a field a row lacks is null in that row, as in a DataFrame;
 - a dict of columns (lists of equal length); a dict whose values are all single values is one
   record (`{"id": 9, "x": 1.0}`); a dict mixing both is refused, since it is ambiguous;
 - pandas and Polars data frames (a pandas index is not written: `reset_index()` first).
@@ -10,6 +12,11 @@ Accepted input, and what it means:
 Fields that carry no type (an all-null column, `[]` lists) write nothing unless the schema knows
 their type: an empty or null child list means "no children written", not a new column.
 Every refusal is a `SchemaError` naming the column and the fix, raised before any file is written.
+
+This is the one input path: the nested API's writes and the Spark writer build Arrow and come
+through `read_input` too, so every form of the same rows writes the same table (a row lacking a
+field writes a null cell there, the only thing an Arrow, pandas or Polars table can say; see
+docs/inputs-and-filters.md).
 """
 
 from __future__ import annotations
@@ -75,10 +82,7 @@ def to_record_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
         return t.schema, iter(t.to_batches())
     mod = type(data).__module__.split(".")[0]
     if mod == "pandas":
-        try:
-            t = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-            raise SchemaError(f"cannot convert the DataFrame to Arrow: {e}; give each column one type") from e
+        t = _from_pandas(data)
         return t.schema, iter(t.to_batches())
     if mod == "polars":
         t = data.to_arrow()
@@ -93,15 +97,38 @@ def to_record_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
 
 
 def _from_rows(rows: list[Any]) -> pa.Table:
-    if not all(isinstance(r, dict) for r in rows):
-        raise SchemaError("a list written to a table must hold dicts (one per row)")
+    """Rows as columns over the union of their fields (`pa.Table.from_pylist` would keep only the
+    first row's fields and drop the others' values silently)."""
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise SchemaError(
+            f"a list written to a table must hold dicts (one per row); row {bad} is {type(rows[bad]).__name__}"
+        )
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    odd = [n for n in names if not isinstance(n, str)]
+    if odd:
+        raise SchemaError(f"field names must be str; got {odd[:3]!r}")
+    # pa.array infers nested dicts (structs, lists of child records) over the union of their keys
+    return pa.table({name: _column(name, [r.get(name) for r in rows]) for name in names})
+
+
+def _from_pandas(df: Any) -> pa.Table:
+    twice = sorted({str(n) for n, k in Counter(list(df.columns)).items() if k > 1})
+    if twice:
+        raise SchemaError(f"column(s) {twice} appear more than once in the input; give each column once")
     try:
-        return pa.Table.from_pylist(rows)
+        return pa.Table.from_pandas(df, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as e:
-        names = list(dict.fromkeys(k for r in rows for k in r))
-        for name in names:
-            _column(name, [r.get(name) for r in rows])
-        raise SchemaError(f"cannot convert the rows to Arrow: {e}") from e
+        for name in df.columns:  # name the column that does not convert
+            try:
+                pa.Array.from_pandas(df[name])
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as inner:
+                seen = sorted({type(v).__name__ for v in df[name] if v is not None})
+                raise SchemaError(
+                    f"column {name!r} of the DataFrame holds values of types {seen}, which do not convert to one "
+                    f"Arrow type ({inner}); give the column one type"
+                ) from e
+        raise SchemaError(f"cannot convert the DataFrame to Arrow: {e}; give each column one type") from e
 
 
 def _is_column(v: Any) -> bool:

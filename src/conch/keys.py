@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.errors import DuplicateKeyError, InvalidKeyError, KeyTypeError, SchemaError
+from conch.errors import DuplicateKeyError, InexactKeyError, InvalidKeyError, KeyTypeError, SchemaError
 
 MAX_KEY_BYTES = 1024
 
@@ -75,7 +75,70 @@ def _cast_key(col: pa.ChunkedArray, f: pa.Field) -> pa.ChunkedArray:
     try:
         return col.cast(f.type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise KeyTypeError(f"key column {f.name!r}: cannot cast {src} to {f.type} safely ({e})") from e
+        bad = _first_inexact(col.to_pylist(), f.type)
+        raise InexactKeyError(
+            f"key column {f.name!r}: cannot cast {src} to {f.type} exactly"
+            f"{'' if bad is _NONE else f' (value {bad!r} is not a {f.type})'} ({e}); keys are never rounded or wrapped"
+        ) from e
+
+
+_NONE = object()
+_CASTABLE = (pa.types.is_integer, pa.types.is_floating, pa.types.is_timestamp)
+
+
+def _castable(t: pa.DataType) -> bool:
+    return any(p(t) for p in _CASTABLE)
+
+
+def _first_inexact(values: Sequence[Any], t: pa.DataType) -> Any:
+    """The first value that is not exactly a value of type `t` (or `_NONE`)."""
+    for v in values:
+        if v is None:
+            continue
+        try:
+            pa.array([v]).cast(t, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            return v
+    return _NONE
+
+
+def key_array(values: Sequence[Any], f: pa.Field) -> pa.Array:
+    """Python key values of column `f` as an array of its type, converted only exactly.
+
+    The rule for every key argument (`scan(keys=)`, `delete(keys)`, `KeyRange` / `KeyPrefix`
+    bounds, nested `level[key]`): a number or time is accepted when it *is* a value of the key
+    type (`5.0` on a `uint64` key is key 5); `5.5`, `-1` or `2**64` on a `uint64` key raise
+    `InexactKeyError` (never rounded, truncated or wrapped); a value of another kind (`"5"`, `True`
+    on an integer key) raises `KeyTypeError`.
+    """
+    values = list(values)
+    try:
+        inferred: pa.Array | None = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        inferred = None
+    if inferred is not None and inferred.type == f.type:
+        return inferred
+    if inferred is not None and _castable(inferred.type) and _castable(f.type):
+        try:
+            return inferred.cast(f.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # an inexact value (named below), or a cast Arrow lacks (tried directly below)
+    numbers = _castable(f.type) and all(
+        isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool | np.bool_)
+        for v in values
+        if v is not None
+    )
+    bad = _first_inexact(values, f.type) if numbers else _NONE
+    if bad is not _NONE:
+        raise InexactKeyError(
+            f"key column {f.name!r} is {f.type}: {bad!r} is not exactly a value of it; "
+            "keys are never rounded or wrapped (pass a whole number in the type's range)"
+        )
+    try:
+        return pa.array(values, f.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as e:
+        shown = next((v for v in values if v is not None), None)
+        raise KeyTypeError(f"key column {f.name!r} must be {f.type}, got {shown!r} ({e})") from e
 
 
 def _is_stringy(t: pa.DataType) -> bool:
@@ -246,10 +309,7 @@ def encode_key(values: Sequence[Any], fields: Sequence[pa.Field]) -> bytes:
     for v, f in zip(values, fields, strict=False):
         if v is None:
             raise InvalidKeyError(f"key column {f.name!r} is null; keys are never null")
-        try:
-            arr = pa.array([v], f.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-            raise KeyTypeError(f"key column {f.name!r} must be {f.type}, got {v!r}") from e
+        arr = key_array([v], f)
         if pa.types.is_floating(f.type) and v != v:
             raise InvalidKeyError(f"key column {f.name!r} is NaN; NaN is not a key")
         out += _as_binary(encode_column(arr))[0].as_py()
@@ -345,12 +405,7 @@ def key_table(keys: Any, fields: Sequence[pa.Field]) -> pa.Table:
                     if len(r) != len(fields):
                         raise InvalidKeyError(f"key {r} does not match key columns {names}")
                 cols: list[Any] = list(zip(*tuples, strict=True)) if tuples else [() for _ in names]
-                try:
-                    table = pa.table(
-                        {n: pa.array(list(c), f.type) for n, c, f in zip(names, cols, fields, strict=True)}
-                    )
-                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-                    raise KeyTypeError(f"keys {tuples[:3]}... do not match key columns {fields}: {e}") from e
+                table = pa.table({n: key_array(c, f) for n, c, f in zip(names, cols, fields, strict=True)})
     missing = [n for n in names if n not in table.column_names]
     if missing:
         raise SchemaError(f"key table is missing key columns {missing}")

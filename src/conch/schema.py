@@ -115,7 +115,8 @@ def check_key_type(name: str, t: pa.DataType) -> pa.DataType:
 
 
 def parse_key_schema(key_schema: Any) -> pa.Schema:
-    """Accept a `pyarrow.Schema`, a list of `(name, type)` pairs, or a dict."""
+    """Accept a `pyarrow.Schema`, a list of `(name, type)` pairs (or `pa.Field`s), or a dict
+    `{name: type}`; anything else (a bare name, `["id"]`) is a `SchemaError` naming the entry."""
     if isinstance(key_schema, pa.Schema):
         fields = list(key_schema)
     elif isinstance(key_schema, Mapping):
@@ -125,9 +126,14 @@ def parse_key_schema(key_schema: Any) -> pa.Schema:
         for item in key_schema:
             if isinstance(item, pa.Field):
                 fields.append(item)
-            else:
+            elif isinstance(item, tuple | list) and len(item) == 2 and isinstance(item[0], str):
                 name, t = item
                 fields.append(pa.field(name, as_arrow_type(name, t)))
+            else:  # a bare name ("id") would unpack into ("i", "d"): a float64 key named "i"
+                raise SchemaError(
+                    f"key_schema entry {item!r} is not a (name, type) pair: give each key column a type, "
+                    'e.g. [("id", pa.uint64())], or pass a pyarrow.Schema'
+                )
     else:
         raise KeyTypeError(f"key_schema must be a pyarrow.Schema, list or dict, got {key_schema!r}")
     names = [f.name for f in fields]

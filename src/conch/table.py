@@ -4,7 +4,7 @@ A thin layer over `conch.tablelog.TableLog` (state, time travel, commits) and th
 (`conch.write`); it holds no state of its own.
 
 Attribute access is the nested API's entry point (`t.scenes`, spec/002), so a column or level
-named like a `Table` attribute (`name`, `id`, `log`, `schema`, `scan`, ...) is reached with
+named like a `Table` attribute (`name`, `id`, `log`, `schema`, `scan`, `select`, `where`, ...) is reached with
 `t.col("name")` (nested API) or `t["name"]` (a column reference for `where=` and scans).
 """
 
@@ -26,7 +26,7 @@ from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expire import ExpireResult, OlderThan, expire_table
 from conch.expr import Col, Expr
 from conch.manifest import TableState
-from conch.nested.api import root_member
+from conch.nested.api import as_filter, root_member, root_path
 from conch.nested.writes import BatchWriter
 from conch.policy import Policy
 from conch.scan import Scan
@@ -124,6 +124,17 @@ class Table:
             raise AttributeError(name)
         return root_member(self, name)
 
+    def select(self, *args: Any, **kwargs: Any) -> Any:
+        """A nested select at the root level (spec/002): one row per root record.
+
+        >>> t.select(cultivar=t.cultivar, n=t.scenes.count()).scan().to_arrow()  # doctest: +SKIP
+        """
+        return root_path(self).select(*args, **kwargs)
+
+    def where(self, predicate: Any) -> Any:
+        """The root level's rows that match `predicate` (a nested `Path`): `t.where(_.x > 1)`."""
+        return root_path(self).where(predicate)
+
     def col(self, name: str) -> Any:
         """`t.<name>` for a name a `Table` attribute shadows: `t.col("name")`, `t.col("schema")`."""
         return root_member(self, name)
@@ -206,7 +217,7 @@ class Table:
         Deleting a key removes its whole subtree of child levels.
         """
         if where is not None or keys is None:
-            return delete_where(self, keys, where, level)
+            return delete_where(self, keys, as_filter(where, self, level), level)
         with self.log.staging():
             staged = stage_delete(self.log.files, self.state(), keys, level or "")
         n = staged.rows.get(level or "", 0)
@@ -226,8 +237,11 @@ class Table:
     ) -> Scan:
         """A lazy scan of fresh records (spec/000). Nothing is read until a `to_*` call.
 
-        `columns`: column paths or groups (default: every column of the level); `where`: a value
-        filter on fresh records; `keys`: exact keys, a `KeyRange` or a `KeyPrefix`; `asof` /
+        `columns`: column paths or groups (default: every column of the level); `where`: a filter
+        on fresh records, built from `t["x"]`, `t.x` or `_.x` (the same tree; terms on the first
+        key column become a key range); `keys`: exact keys, a `KeyRange` or a `KeyPrefix`, whose
+        values must convert exactly to the key types (`5.5` on an integer key raises
+        `InexactKeyError`, it never matches key 5); `asof` /
         `since`: inclusive commit-time bounds (datetime, ISO string, or int µs since the epoch:
         `conch.timeparse`); `version`: the table as of commit number N (`Commit.seq`), instead of
         `asof`; `level`: a child level such as "scenes.clips". An `asof` before the table's first
@@ -241,7 +255,7 @@ class Table:
         return Scan(
             self.log,
             columns,
-            where=where,
+            where=as_filter(where, self, level),
             keys=keys,
             asof=to_time(asof, "asof"),
             since=to_time(since, "since"),
@@ -254,6 +268,8 @@ class Table:
         incrementally and resumably; see `conch.enrich` for the options."""
         from conch.enrich import enrich
 
+        if options.get("where") is not None:  # t.x / _.x filters: the same tree as t["x"]
+            options["where"] = as_filter(options["where"], self, options.get("level"))
         return enrich(self, fn, inputs, into, **options)
 
     def to_arrow(self, *, progress: bool | None = None) -> pa.Table:

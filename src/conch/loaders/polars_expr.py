@@ -16,7 +16,6 @@ bounds), so the scan prunes key spaces and fragments before it reads them.
 
 from __future__ import annotations
 
-import datetime
 import io
 import json
 from dataclasses import dataclass
@@ -25,7 +24,8 @@ from typing import Any
 import pyarrow as pa
 
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
-from conch.keys import KeyPrefix, KeyRange
+from conch.keys import KeyPredicate
+from conch.scan.keyfilter import extract, literal_fits
 
 _OPS = {"Lt": "<", "LtEq": "<=", "Gt": ">", "GtEq": ">=", "Eq": "==", "NotEq": "!="}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
@@ -36,7 +36,7 @@ class Pushdown:
     """What of a Polars predicate the Conch scan evaluates itself."""
 
     where: Expr | None  # a value filter implied by the predicate
-    keys: KeyRange | KeyPrefix | None  # a key range implied by the predicate
+    keys: KeyPredicate | None  # keys implied by the predicate (`scan/keyfilter.extract`)
     exact: bool  # the translation is the whole predicate (no term was left to Polars)
 
 
@@ -52,7 +52,7 @@ class PolarsTranslator:
         tree = json.loads(predicate.meta.serialize(format="json"))
         terms = _conjuncts(tree)
         where: list[Expr] = []
-        key_terms: list[tuple[str, Any]] = []
+        key_terms: list[Expr] = []
         exact = True
         for term in terms:
             key = self._key_term(term)
@@ -100,7 +100,7 @@ class PolarsTranslator:
                 values = _literal(args[1])
                 if path is None or not isinstance(values, list) or not values:
                     return None
-                if not all(_fits(v, self.columns[path]) for v in values):
+                if not all(literal_fits(v, self.columns[path]) for v in values):
                     return None
                 return IsIn(Col(path), tuple(values))
             if isinstance(fn, dict) and isinstance(fn.get("Boolean"), dict) and "IsBetween" in fn["Boolean"]:
@@ -119,7 +119,7 @@ class PolarsTranslator:
                 return None
         value = _literal(right)
         t = self.columns[path]
-        if value is _NOT_LITERAL or value is None or not _fits(value, t):
+        if value is _NOT_LITERAL or value is None or not literal_fits(value, t):
             return None
         if pa.types.is_floating(t):
             if value != value:  # NaN literal: Polars' NaN equality is not SQL's
@@ -147,8 +147,8 @@ class PolarsTranslator:
         return path if path in self.columns else None
 
     # ----- keys -----------------------------------------------------------------------------
-    def _key_term(self, node: Any) -> tuple[str, Any] | None:
-        """(op, value) of a comparison of the first key column with a literal, or None."""
+    def _key_term(self, node: Any) -> Expr | None:
+        """A comparison of the first key column with a literal, as a Conch term, or None."""
         if not self.key_fields or "BinaryExpr" not in node:
             return None
         b = node["BinaryExpr"]
@@ -158,41 +158,20 @@ class PolarsTranslator:
         op, left, right = _OPS[b["op"]], b["left"], b["right"]
         if left != {"Column": first.name}:
             op, left, right = _FLIP[op], right, left
-        if left != {"Column": first.name} or op == "!=":
+        if left != {"Column": first.name}:
             return None
         value = _literal(right)
-        if value is _NOT_LITERAL or value is None or not _fits(value, first.type):
+        if value is _NOT_LITERAL:
             return None
-        if pa.types.is_floating(first.type) and value != value:
-            return None
-        return op, value
+        return Cmp(op, Col(first.name), Lit(value))
 
-    def _key_range(self, terms: list[tuple[str, Any]]) -> KeyRange | KeyPrefix | None:
-        """The tightest key range the first-key terms imply (a superset is fine: Polars filters)."""
-        if not terms:
-            return None
-        for op, v in terms:
-            if op == "==":
-                return KeyPrefix((v,))
-        start: Any = None
-        end: Any = None
-        integer = pa.types.is_integer(self.key_fields[0].type)
-        for op, v in terms:
-            if op in (">", ">="):
-                lo = v + 1 if (op == ">" and integer) else v
-                start = lo if start is None else max(start, lo)
-            elif op == "<" or (op == "<=" and integer):
-                hi = v + 1 if op == "<=" else v
-                end = hi if end is None else min(end, hi)
-        if start is not None and integer and not _fits(start, self.key_fields[0].type):
-            return None
-        if end is not None and integer and not _fits(end, self.key_fields[0].type):
-            end = None  # past the type's largest value: no upper bound
-        if start is None and end is None:
-            return None
-        if start is not None and end is not None and start >= end:
-            end = start  # empty, but let the scan say so (a range Conch can encode)
-        return KeyRange(None if start is None else (start,), None if end is None else (end,))
+    def _key_range(self, terms: list[Expr]) -> KeyPredicate | None:
+        """The key range the first-key terms imply (the one rule: `scan/keyfilter`); a superset
+        is fine, Polars filters exactly afterwards."""
+        out: Expr | None = None
+        for e in terms:
+            out = e if out is None else And(out, e)
+        return extract(out, self.key_fields).predicate(self.key_fields)
 
 
 _NOT_LITERAL = object()
@@ -219,25 +198,3 @@ def _literal(node: Any) -> Any:
     except Exception:  # an unknown literal: leave the term to Polars
         return _NOT_LITERAL
     return value.to_list() if isinstance(value, pl.Series) else value
-
-
-def _fits(value: Any, t: pa.DataType) -> bool:
-    """Does a literal convert exactly to a column's type (else the term stays with Polars)?"""
-    if isinstance(value, bool):
-        return pa.types.is_boolean(t)
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        if not isinstance(value, int | float):
-            return False
-    elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        return isinstance(value, str)
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return isinstance(value, bytes)
-    elif pa.types.is_timestamp(t) or pa.types.is_date(t):
-        return isinstance(value, datetime.date)  # a datetime is a date too
-    else:
-        return False
-    try:
-        s = pa.scalar(value)
-        return bool(s.cast(t).cast(s.type) == s) if pa.types.is_integer(t) or pa.types.is_floating(t) else True
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
-        return False

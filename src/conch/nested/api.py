@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from conch import expr as core_expr
 from conch.errors import ColumnNotFoundError, ExpressionError, InvalidKeyError, LevelError
-from conch.keys import key_table, sorted_unique
+from conch.keys import key_array, key_table, sorted_unique
 from conch.nested import nodes as N
+from conch.nested.lower import lift, lower
 from conch.nested.nodes import Agg, Binary, Domain, Node, RekeyDomain, Unary, is_ancestor, level_name
 from conch.schema import join_path
 
@@ -116,9 +118,13 @@ def resolve(v: Any, path: Path) -> Any:
 
 
 # ----- node conversion --------------------------------------------------------------------------
-def to_node(v: Any) -> Node:
+def to_node(v: Any, at: Path | None = None) -> Node:
     if isinstance(v, Expr):
         return v.node
+    if isinstance(v, core_expr.Expr):  # `t["x"] > 1`: the same filter, on the level at hand
+        if at is None:
+            raise ExpressionError(f"{v!r} combines with a nested expression only inside select()/where()")
+        return to_node(lift(v, at))
     if isinstance(v, Path):
         return N.Group(v.domain, "")
     if isinstance(v, Node):
@@ -163,7 +169,7 @@ def check_at(n: Node, at: Domain) -> None:
 
 
 def at_level(v: Any, at: Domain) -> Node:
-    n = bind(to_node(resolve(v, Path(at))), at)
+    n = bind(to_node(resolve(v, Path(at)), Path(at)), at)
     check_at(n, at)
     return n
 
@@ -208,6 +214,11 @@ class Expr:
     def __bool__(self) -> bool:
         raise ExpressionError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
 
+    def __conch_expr__(self) -> core_expr.Expr:
+        """This row filter as the `conch.expr` tree every `where=` takes (`nested.lower`):
+        `t.x > 1` is the same filter as `t["x"] > 1`."""
+        return lower(self.node)
+
     __hash__ = object.__hash__
     __add__, __radd__ = _binop("+"), _binop("+", True)
     __sub__, __rsub__ = _binop("-"), _binop("-", True)
@@ -242,6 +253,11 @@ class Expr:
 
     def is_not_null(self) -> Expr:
         return Expr(Unary("not", Unary("is_null", self.node)))
+
+    def isin(self, values: Any) -> Expr:
+        """True where the value is one of `values` (null stays null): `t.id.isin([1, 3])`, the
+        same filter as `t["id"].isin([1, 3])`."""
+        return Expr(Binary.make("in", self.node, N.Lit(tuple(values))))
 
     def len(self) -> Expr:
         """Length of a list (or string/binary) column, at the same level."""
@@ -424,11 +440,16 @@ def _member(d: Domain, name: str) -> Any:
         return Expr(N.Group(d, name))
     if name in ("id", "$") and d.level:
         return Expr(N.Key(d))
-    known = [lvl.name for lvl in schema.children(d.level)] + sorted(
-        {c.path.split(".")[0] for c in schema.columns_of(d.level)}
+    root_keys = {f.name: f for f in schema.key_fields("")}
+    if name in root_keys and isinstance(d, Domain):  # `t.cultivar`: every level's rows carry it
+        return Expr(N.Field(d, name, root_keys[name].type, key=True))
+    known = (
+        list(root_keys)
+        + [lvl.name for lvl in schema.children(d.level)]
+        + sorted({c.path.split(".")[0] for c in schema.columns_of(d.level)})
     )
     raise NoSuchName(
-        f"level {d.level or '<root>'!r} has no child level, column or group {name!r}; it has: {', '.join(known)}"
+        f"level {d.level or '<root>'!r} has no key, child level, column or group {name!r}; it has: {', '.join(known)}"
     )
 
 
@@ -536,7 +557,9 @@ class Path:
             if not given or names[: p + len(given)][p:] != given:
                 raise InvalidKeyError(f"a key table for {d.describe()} needs leading key columns from {names[p:]}")
             table = key.select(given)
-        elif isinstance(key, list | tuple | np.ndarray | pa.Array | pa.ChunkedArray):
+        elif isinstance(key, list | tuple):  # Python values convert only exactly (5.5 is no uint64 key)
+            table = pa.table({fields[p].name: key_array(key, fields[p])})
+        elif isinstance(key, np.ndarray | pa.Array | pa.ChunkedArray):
             table = pa.table({fields[p].name: key})
         else:
             if d.keys is None:
@@ -617,5 +640,25 @@ class RekeyPath:
 
 
 def root_member(table: Any, name: str) -> Any:
-    """`t.<name>`: a child level, column or group of the table's root (the nested API's entry)."""
+    """`t.<name>`: a key column, child level, column or group of the table's root (the nested
+    API's entry)."""
     return _member(Domain(table, ""), name)
+
+
+def root_path(table: Any, level: str = "") -> Path:
+    """The rows of `level` (default the root) as a `Path`: `t.select(...)` / `t.where(...)`."""
+    p = Path(Domain(table, ""))
+    for part in level.split(".") if level else ():
+        p = p.col(part)
+    return p
+
+
+def as_filter(where: Any, table: Any, level: str | None) -> Any:
+    """A `where=` argument as a `conch.expr` tree: core trees as they are, nested expressions
+    lowered, `_` resolved against the scanned level first. Anything else is returned unchanged
+    (the scan names it in its error)."""
+    if isinstance(where, Deferred):
+        where = where.resolve(root_path(table, level or ""))
+    if isinstance(where, Expr):
+        return where.__conch_expr__()
+    return where

@@ -36,6 +36,7 @@ from conch import expr as core_expr
 from conch.errors import ConchError, LevelError
 from conch.keys import KeyPrefix, KeyRange, equal_adjacent
 from conch.nested import kernels as K
+from conch.nested.lower import lower_at as pushable
 from conch.nested.nodes import (
     Agg,
     AnyDomain,
@@ -164,31 +165,6 @@ def agg_target(n: Agg) -> Domain:
     return src.parent
 
 
-def pushable(e: Node, level: str) -> core_expr.Expr | None:
-    """The filter as a core value filter, when it only compares this level's own columns."""
-    if isinstance(e, Field) and isinstance(e.domain, Domain) and e.domain.level == level:
-        return core_expr.Col(join_path(level, e.path))
-    if isinstance(e, Lit):
-        return core_expr.Lit(e.value)
-    if isinstance(e, Binary) and e.op in ("==", "!=", "<", "<=", ">", ">=", "&", "|"):
-        left, right = pushable(e.left, level), pushable(e.right, level)
-        if left is None or right is None:
-            return None
-        if e.op == "&":
-            return core_expr.And(left, right)
-        if e.op == "|":
-            return core_expr.Or(left, right)
-        if isinstance(left, core_expr.Lit) and isinstance(right, core_expr.Lit):
-            return None
-        return core_expr.Cmp(e.op, left, right)
-    if isinstance(e, Unary) and e.op in ("not", "is_null"):
-        inner = pushable(e.operand, level)
-        if inner is None:
-            return None
-        return core_expr.Not(inner) if e.op == "not" else core_expr.IsNull(inner)
-    return None
-
-
 class Executor:
     """Evaluates expression nodes against one table state. Scans, row sets and values are cached
     per domain, so a level is read once however many expressions use it."""
@@ -221,7 +197,7 @@ class Executor:
 
     # ----- column collection ----------------------------------------------------------------
     def collect(self, n: Node) -> None:
-        if isinstance(n, Field):
+        if isinstance(n, Field) and not n.key:  # key columns come with every scan
             lvl = n.domain.source.level if isinstance(n.domain, RekeyDomain) else n.domain.level
             self.needed.setdefault(lvl, set()).add(join_path(lvl, n.path))
         elif isinstance(n, Group):
@@ -471,25 +447,11 @@ _ARITH = {"+": pc.add, "-": pc.subtract, "*": pc.multiply, "**": pc.power}
 _CMP = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
 
 
-def _align_literal(a: Any, b: Any) -> tuple[Any, Any]:
-    """Compare a column with a literal in the column's type (0.8 vs an f32 column is 0.8f)."""
-    if isinstance(b, pa.Scalar) and not isinstance(a, pa.Scalar):
-        return a, _cast_scalar(b, a.type)
-    if isinstance(a, pa.Scalar) and not isinstance(b, pa.Scalar):
-        return _cast_scalar(a, b.type), b
-    return a, b
-
-
-def _cast_scalar(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:
-    try:
-        return s.cast(t) if s.is_valid and s.type != t else s
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return s
-
-
 def binary(op: str, a: Any, b: Any) -> Any:
+    if op == "in":  # `x.isin([...])`: the core filter's evaluation (SQL nulls, no rounding)
+        return core_expr.evaluate(core_expr.IsIn(core_expr.Col(""), tuple(b.as_py())), lambda _: a)
     if op in _CMP:
-        a, b = _align_literal(a, b)
+        a, b = core_expr.align(a, b)
         return _CMP[op](a, b)
     if op == "&":
         return pc.and_kleene(a, b)

@@ -144,11 +144,13 @@ class Node:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Field(Node):
-    """A column of a domain: `path` is relative to the level ("duration", "metadata.weather")."""
+    """A column of a domain: `path` is relative to the level ("duration", "metadata.weather"),
+    or a root key column's name (`key=True`: `t.cultivar`; every level's rows carry it)."""
 
     domain: AnyDomain
     path: str
     type: pa.DataType
+    key: bool = False
 
     @property
     def level(self) -> str:

@@ -1,79 +1,133 @@
-"""Filter terms on key columns turned into a key range (key columns are first-class in `where=`).
+"""Filter terms on key columns turned into keys to seek: the one place that decides it.
 
-A conjunct comparing the first key column with a literal bounds the keys the scan can return:
-`id >= 10`, `id < 20`, `id == 7` (and, for integer keys, `id > 9`, `id <= 19`) become a
-`KeyRange`, which prunes key spaces by their key spans and selects rows of sorted runs by binary
-search, and which also lets the streamed path run. A term the range states exactly leaves the
-filter; any other term on keys (other key columns, `!=`, `isin`, mixed with values, a literal
-that does not fit the key type) stays in the filter and is evaluated exactly on the keys.
+The core scan (`where=`), Spark's `where` option, the Polars and DuckDB pushdown all translate
+their own syntax into `conch.expr` and ask `extract` which keys the filter can match; nothing
+else decides it, so the engines cannot disagree (NaN, None, out-of-range or mixed-type literals).
+
+A conjunct bounds the first key column when it compares it with a literal that *is* a value of
+the key type (`conch.expr.literal_fits`): `id >= 10`, `id < 20`, `id == 7`, `id > 9` (integers and strings
+have a successor, so `>`, `<=` and `==` are exact for them), and `id.isin([...])`. A term the
+result states exactly leaves the filter; any other term on keys (other key columns, `!=`, a
+literal that does not fit, NaN, None, a bool on a number) stays in the residual and is evaluated
+exactly on the keys. Engines whose own filter runs afterwards (Spark, Polars) use only `range`.
+
+>>> f = extract(Col("id") >= 10, [pa.field("id", pa.uint64())])  # doctest: +SKIP
+>>> f.range, f.residual  # doctest: +SKIP
+(KeyRange(start=(10,), end=None), None)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from conch.expr import And, Cmp, Expr, col_op_lit, conjuncts
-from conch.keys import KeyRange
+from conch.expr import And, Cmp, Col, Expr, IsIn, col_op_lit, conjuncts, literal_fits
+from conch.keys import KeyPredicate, KeyRange, to_key_predicate
+
+__all__ = ["KeyFilter", "extract", "key_fits", "key_range_of", "literal_fits", "successor"]
 
 
-def key_range_of(filt: Expr, key_fields: Sequence[pa.Field]) -> tuple[KeyRange | None, Expr | None]:
-    """(the key range the conjuncts on the first key column imply, or None; the remaining filter,
-    or None if every term became part of the range)."""
+def key_fits(v: Any, t: pa.DataType) -> bool:
+    """Whether `v` can be a key of type `t`: it fits (`literal_fits`) and is not NaN."""
+    return literal_fits(v, t) and not (isinstance(v, float | np.floating) and math.isnan(v))
+
+
+def successor(v: Any, t: pa.DataType) -> Any:
+    """The smallest key of type `t` above `v` (integers and strings/binary), else None (floats,
+    times, or past the type's largest value)."""
+    if pa.types.is_integer(t):
+        return v + 1 if key_fits(v + 1, t) else None
+    if isinstance(v, str):
+        return v + "\x00"
+    if isinstance(v, bytes):
+        return v + b"\x00"
+    return None
+
+
+@dataclass(frozen=True)
+class KeyFilter:
+    """What a filter says about the keys it can match (`extract`)."""
+
+    range: KeyRange | None = None  # every matching key's first column lies in it (None: unbounded)
+    keys: tuple[tuple[Any, ...], ...] | None = None  # exactly these keys (one-column keys, `isin`)
+    residual: Expr | None = None  # the terms `range`/`keys` do not state exactly (None: none left)
+
+    @property
+    def empty(self) -> bool:
+        """Whether no key can match."""
+        if self.keys is not None:
+            return not self.keys
+        r = self.range
+        return r is not None and r.start is not None and r.end is not None and r.start >= r.end
+
+    def predicate(self, fields: Sequence[pa.Field]) -> KeyPredicate | None:
+        """The key predicate for a scan's `keys=` (a key set for exact keys, else the range)."""
+        if self.keys is not None:
+            return to_key_predicate(list(self.keys), fields)
+        return self.range
+
+
+def extract(filt: Expr | None, key_fields: Sequence[pa.Field]) -> KeyFilter:
+    """The keys the conjuncts of `filt` on the first key column allow, and the residual filter."""
+    if filt is None or not key_fields:
+        return KeyFilter(residual=filt)
     first = key_fields[0]
-    integer = pa.types.is_integer(first.type)
+    t = first.type
     lo: Any = None
-    hi: Any = None
+    hi: Any = None  # exclusive
+    values: set[Any] | None = None
     rest: list[Expr] = []
     for term in conjuncts(filt):
+        if isinstance(term, IsIn) and isinstance(term.operand, Col) and term.operand.path == first.name:
+            vs = set(term.values)
+            if not vs or not all(key_fits(v, t) for v in vs):
+                rest.append(term)
+                continue
+            values = vs if values is None else values & vs
+            lo = _max(lo, min(vs))
+            nxt = successor(max(vs), t)
+            hi = _min(hi, nxt) if nxt is not None else hi
+            if len(key_fields) > 1:  # only the first column's range: the term stays
+                rest.append(term)
+            continue
         norm = col_op_lit(term) if isinstance(term, Cmp) else None
-        if norm is None or norm[0] != first.name or not _fits(norm[2], first.type):
+        if norm is None or norm[0] != first.name or norm[1] == "!=" or not key_fits(norm[2], t):
             rest.append(term)
             continue
         _, op, v = norm
-        nxt = v + 1 if integer and _fits(v + 1, first.type) else None
-        exact = True
+        nxt = successor(v, t)
         if op == ">=":
             lo = _max(lo, v)
         elif op == "<":
             hi = _min(hi, v)
         elif op == ">":
-            lo, exact = (_max(lo, nxt), True) if nxt is not None else (_max(lo, v), False)
-        elif op == "<=":
+            lo = _max(lo, nxt if nxt is not None else v)
+        else:  # "<=" and "=="
+            if op == "==":
+                lo = _max(lo, v)
             if nxt is not None:
                 hi = _min(hi, nxt)
-            else:
-                exact = False
-        elif op == "==":
-            lo = _max(lo, v)
-            if nxt is not None:
-                hi = _min(hi, nxt)
-            else:
-                exact = False
-        else:  # "!=": no range
-            exact = False
-        if not exact:
-            rest.append(term)
-    if lo is None and hi is None:
-        return None, filt
-    rng = KeyRange(None if lo is None else (lo,), None if hi is None else (hi,))
-    out: Expr | None = None
-    for t in rest:
-        out = t if out is None else And(out, t)
-    return rng, out
+        if nxt is None and op in (">", "<=", "=="):
+            rest.append(term)  # the range holds v itself (or everything up from it): not exact
+    residual: Expr | None = None
+    for e in rest:
+        residual = e if residual is None else And(residual, e)
+    rng = None if lo is None and hi is None else KeyRange(None if lo is None else (lo,), None if hi is None else (hi,))
+    if values is not None and len(key_fields) == 1:
+        keep = sorted(v for v in values if (lo is None or v >= lo) and (hi is None or v < hi))
+        return KeyFilter(rng, tuple((v,) for v in keep), residual)
+    return KeyFilter(rng, None, residual)
 
 
-def _fits(v: Any, t: pa.DataType) -> bool:
-    """Whether literal `v` is exactly a value of key type `t` (else the term is not a range)."""
-    if v is None or isinstance(v, bool) or (isinstance(v, float) and math.isnan(v)):
-        return False
-    try:
-        return bool(pa.array([v], t)[0].as_py() == v)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError):
-        return False
+def key_range_of(filt: Expr, key_fields: Sequence[pa.Field]) -> tuple[KeyPredicate | None, Expr | None]:
+    """(the key predicate the filter implies, or None; the remaining filter, or None)."""
+    f = extract(filt, key_fields)
+    return f.predicate(key_fields), f.residual
 
 
 def _max(a: Any, b: Any) -> Any:

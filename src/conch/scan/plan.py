@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from conch.errors import ColumnNotFoundError, ExpressionError, LevelError, TimeTravelError
-from conch.expr import Expr, check_types, columns, rename
+from conch.expr import Expr, as_expr, check_types, columns, rename
 from conch.keys import EncodedRange, KeyPredicate, KeySet, predicate_bounds, span_overlaps, to_key_predicate
 from conch.manifest import Fragment, KeySpace, TableState
 from conch.scan.keyfilter import key_range_of
@@ -120,6 +120,7 @@ def plan_scan(
     key_names = schema.key_names(lvl)
     filt, filt_cols, filt_keys = None, [], []
     if where is not None:
+        where = as_expr(where)
         if not isinstance(where, Expr):
             raise ExpressionError(f"where= takes a Conch expression like t['x'] < 1, got {where!r}")
 

@@ -26,15 +26,13 @@ Pushed(where=(x < 0.5), key_filter=(id >= 10), key_range=KeyRange(start=(10,), e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from conch.errors import FilterSyntaxError
-from conch.expr import And, Cmp, Col, Expr, IsIn, Lit, columns, conjuncts
+from conch.expr import And, Expr, columns, conjuncts
 from conch.keys import KeyRange
-
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "=="}
+from conch.scan.keyfilter import extract
 
 
 @dataclass(frozen=True)
@@ -71,71 +69,6 @@ def split_where(expr: Expr | None, key_fields: list[pa.Field]) -> Pushed:
             )
         else:
             values.append(term)
-    bound = _key_range(keys, key_fields[0]) if key_fields else None
+    # the one key-range rule (scan/keyfilter); the per-batch key filter stays exact
+    bound = extract(and_all(keys), key_fields).range if key_fields else None
     return Pushed(and_all(values), and_all(keys), bound)
-
-
-def _key_range(terms: list[Expr], first: pa.Field) -> KeyRange | None:
-    """Bounds on the first key column implied by key terms (a superset: exactness comes from
-    the per-batch key filter)."""
-    lo: Any = None
-    hi: Any = None  # exclusive
-    for term in terms:
-        if isinstance(term, IsIn) and isinstance(term.operand, Col) and term.operand.path == first.name:
-            vs = list(term.values)
-            if not vs or not all(_fits(v, first.type) for v in vs):
-                continue
-            lo = min(vs) if lo is None else max(lo, min(vs))
-            nxt = _successor(max(vs), first.type)
-            if nxt is not None and (hi is None or nxt < hi):
-                hi = nxt
-            continue
-        cmp = _col_op_lit(term, first.name)
-        if cmp is None or not _fits(cmp[1], first.type):
-            continue
-        op, v = cmp
-        if op in (">", ">=", "==") and (lo is None or v > lo):
-            lo = v  # `>` keeps v itself: a superset, the exact filter drops it
-        if op == "<" and (hi is None or v < hi):
-            hi = v
-        elif op in ("<=", "=="):
-            nxt = _successor(v, first.type)
-            if nxt is not None and (hi is None or nxt < hi):
-                hi = nxt
-    if lo is None and hi is None:
-        return None
-    return KeyRange(None if lo is None else (lo,), None if hi is None else (hi,))
-
-
-def _col_op_lit(term: Expr, name: str) -> tuple[str, Any] | None:
-    """(op, literal) of `name <op> literal` (either side), or None."""
-    if not isinstance(term, Cmp) or term.op not in _FLIP:
-        return None
-    if isinstance(term.left, Col) and term.left.path == name and isinstance(term.right, Lit):
-        return term.op, term.right.value
-    if isinstance(term.right, Col) and term.right.path == name and isinstance(term.left, Lit):
-        return _FLIP[term.op], term.left.value
-    return None
-
-
-def _fits(v: Any, t: pa.DataType) -> bool:
-    """Whether `v` is a value of type `t` (a bound of another type would compare wrongly)."""
-    if v is None or isinstance(v, bool):
-        return False
-    try:
-        pa.array([v], t)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError):
-        return False
-    return True
-
-
-def _successor(v: Any, t: pa.DataType) -> Any:
-    """The smallest value of the key type above `v`, where cheap to know (integers); else None."""
-    if not pa.types.is_integer(t) or not isinstance(v, int):
-        return None
-    nxt = v + 1
-    try:
-        pa.scalar(nxt, t)
-    except (pa.ArrowInvalid, OverflowError):
-        return None
-    return nxt
