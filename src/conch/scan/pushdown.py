@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch._deps import LazyModule
-from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit, computable
+from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit, computable, literal_fits
 from conch.fragments import column_name, decode_stats
 from conch.manifest import Fragment
 from conch.schema import Schema
@@ -160,10 +160,9 @@ def to_vortex(e: Expr, column_name: Callable[[str], str | None], types: Callable
         name, t = column_name(e.operand.path), types(e.operand.path)
         if name is None or pa.types.is_floating(t):
             return None  # Arrow's `is_in` matches floats by hash: -0.0 is not 0.0 there, unlike `==`
-        try:
-            values = [v for v in pa.array(list(e.values), type=t).to_pylist() if v is not None]
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, OverflowError):
-            return None
+        # a number not exactly of the column's type equals no value (`conch.expr.evaluate`)
+        numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+        values = [v for v in e.values if v is not None and (not numeric or literal_fits(v, t))]
         if not values or len(values) > MAX_IN:
             return None
         out = None

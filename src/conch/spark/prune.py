@@ -45,7 +45,7 @@ def sql(spark: Any, query: str, tables: Mapping[str, str], **options: str) -> An
         scan = table.scan(level=option(options, "level"))
         keys[name] = {f.name for f in scan.plan.key_fields}
         narrowest[name] = narrowest_column(scan.plan.columns) if scan.plan.columns else None
-        _reader(spark, opts[name]).load(path).createOrReplaceTempView(name)
+        _frame(spark, path, opts[name]).createOrReplaceTempView(name)
     needed = used_columns(spark.sql(query))
     for name, path in paths.items():
         cols = needed.get(path)
@@ -54,7 +54,7 @@ def sql(spark: Any, query: str, tables: Mapping[str, str], **options: str) -> An
         cheap = narrowest[name]
         if cheap is not None and all(c in keys[name] for c in cols):  # keys only: one cheap column too
             cols = [*cols, cheap]
-        _reader(spark, {**opts[name], "columns": ",".join(cols)}).load(path).createOrReplaceTempView(name)
+        _frame(spark, path, {**opts[name], "columns": ",".join(cols)}).createOrReplaceTempView(name)
     return spark.sql(query)
 
 
@@ -80,6 +80,24 @@ def used_columns(df: Any) -> dict[str, list[str]]:
             have = out.setdefault(path, [])
             have += [n for n, i in attrs if i in referenced and n not in have]
     return out
+
+
+_FRAMES: dict[tuple[Any, ...], Any] = {}  # (session, path, options) -> DataFrame, oldest first
+_MAX_FRAMES = 256
+
+
+def _frame(spark: Any, path: str, options: Mapping[str, str]) -> Any:
+    """The DataFrame reading `path` with `options` (which pin `asof`): made once per session and
+    options, since each `load()` costs Spark a Python worker round trip for the schema, and a
+    DataFrame pinned to the same commit reads the same state."""
+    key = (str(spark._jsparkSession.sessionUUID()), path, tuple(sorted(options.items())))
+    df = _FRAMES.get(key)
+    if df is None:
+        df = _reader(spark, options).load(path)
+        _FRAMES[key] = df
+        if len(_FRAMES) > _MAX_FRAMES:
+            del _FRAMES[next(iter(_FRAMES))]
+    return df
 
 
 def _reader(spark: Any, options: Mapping[str, str]) -> Any:
