@@ -2,7 +2,8 @@
 and tuned), Lance, Delta and DuckDB-over-Parquet on the workloads of issue 5, in one process on
 the same generated data; `b` adds the backends (bench/backends.py: metastores, S3 vs local);
 `runs` adds issue 11's tables before compaction vs Lance, with peak RSS (bench/runs.py); `commit`
-the one-row commit latency vs Lance and Delta appends (bench/commit_latency.py). Prints a table of medians and ratios to Conch, writes
+the one-row commit latency vs Lance and Delta appends (bench/commit_latency.py); `writes` issue 24's
+bulk load, wide table and write amplification (bench/writes.py). Prints a table of medians and ratios to Conch, writes
 bench/results/scan.json and bench/results/scan.png."""
 
 from __future__ import annotations
@@ -466,12 +467,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
     ap.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8,commit,runs,memory,loaders,compaction,b,tpch",
+        default="1,2,3,4,5,6,7,8,commit,runs,memory,loaders,gpu_loader,compaction,writes,b,tpch",
         help="workloads to run, e.g. 4,5,loaders (8: blob streaming; b: backends; commit: one-row commit latency "
         "vs Lance and Delta; runs: issue 11's many-runs rows with peak RSS; compaction: bench/compaction.py; "
-        "memory: peak RSS vs Lance as keys grow, bench/memory.py; tpch: TPC-H in DuckDB and Spark vs Parquet, "
-        "bench/tpch.py, SF 0.1 and 1 (SF 0.1 only, one timed run, with --scale below 1 or as tpch-quick)); "
-        "bench/goals.py's table of "
+        "memory: peak RSS vs Lance as keys grow, bench/memory.py; writes: bulk load, wide table, write "
+        "amplification, bench/writes.py; tpch: TPC-H in DuckDB and Spark vs Parquet, bench/tpch.py, SF 0.1 "
+        "and 1 (SF 0.1 only, one timed run, with --scale below 1 or as tpch-quick)); bench/goals.py's table of "
         "issues 10 and 11's goals closes every run",
     )
     ap.add_argument("--memory-rows", default="10M,50M,100M", help="row counts of `--only memory` (times --scale)")
@@ -510,6 +511,10 @@ def main() -> None:
         from bench import loaders
 
         loaders.run(args.work / "loaders", args.scale, args.reps, args.out)
+    if "gpu_loader" in only:  # feeding a GPU (issue 22), on CUDA where there is one: bench/results/gpu_loader.json
+        from bench import gpu_loader
+
+        gpu_loader.run(args.work / "gpu_loader", args.scale, args.reps, args.out)
     if "compaction" in only:  # the LSM tree maintained, vs Lance and Delta: bench/results/compaction.json
         from bench import compaction
 
@@ -518,6 +523,19 @@ def main() -> None:
 
         for payload in (100, 2_000, 20_000):
             print(minor_compaction.measure(max(int(20_000 * args.scale), 2_000), payload))
+    if "writes" in only:  # issue 24: bulk load (time, peak RSS), wide table, write amplification
+        from bench import writes
+
+        writes.main(
+            [
+                "--keys", str(max(100_000, int(5_000_000 * args.scale))),
+                "--wide-rows", str(max(5_000, int(100_000 * args.scale))),
+                "--reps", str(args.reps),
+                "--amp-scale", str(min(1.0, args.scale)),
+                "--work", str(args.work / "writes"),
+                "--out", str(args.out),
+            ]
+        )  # fmt: skip
     if "b" in only:  # backends: metastores' commits, local vs S3 scans (bench/backends.py)
         from bench import backends
 

@@ -88,16 +88,19 @@ def ingest(root: Path, commits: int, maintenance: Any) -> tuple[conch.Table, flo
 
 
 def bytes_by_kind(t: conch.Table) -> dict[str, int]:
-    """Bytes of the files each kind of commit added (from the WAL's records)."""
+    """Bytes of the files each kind of commit added (from the WAL's records; a file a record
+    names again, as a move to L1 does, is counted once, by the commit that wrote it)."""
     from conch.wal import AddFragment, AddKeySpace
 
     out: dict[str, int] = {}
+    seen: set[str] = set()
     for _, _, entry in t.log.entries():
-        n = sum(
-            op.key_space.bytes if isinstance(op, AddKeySpace) else op.fragment.bytes
-            for op in entry.ops
-            if isinstance(op, AddKeySpace | AddFragment)
-        )
+        n = 0
+        for op in entry.ops:
+            if isinstance(op, AddKeySpace | AddFragment):
+                rec = op.key_space if isinstance(op, AddKeySpace) else op.fragment
+                n += rec.bytes if rec.path not in seen else 0
+                seen.add(rec.path)
         out[entry.kind] = out.get(entry.kind, 0) + n
     return out
 

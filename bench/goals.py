@@ -16,7 +16,9 @@ whose benchmark did not run (or wrote no file) says "not run". Written to
 - `runs.json` (`--only runs`): full scan and 1 % filter after K appends, before compaction;
 - `memory.json` (`bench/memory.py`): peak RSS of write / scan / scan after a 0.1 % upsert /
   take as rows grow, vs Lance;
-- `spark.json` (`bench/spark_bench.py`): the value-filtered scan vs native Parquet.
+- `spark.json` (`bench/spark_bench.py`): the value-filtered scan vs native Parquet;
+- `writes.json` (`bench/writes.py`, issue 24): bulk load with the default policy vs maintenance
+  off and its peak RSS, bulk and wide-table write vs Parquet.
 
 Ratios come from one run each (same machine, same moment); absolute times do not compare
 across runs on a shared machine.
@@ -253,10 +255,43 @@ def spark_goals(doc: dict[str, Any] | None) -> list[Goal]:
     return [_vs(g, mine, pq, "parquet", bound=1.2)]
 
 
+def write_goals(doc: dict[str, Any] | None) -> list[Goal]:
+    """Issue 24 (`writes.json`, `bench/writes.py`): the bulk load with the default policy vs
+    automatic maintenance off (time) and its peak RSS; write throughput vs Parquet."""
+    rows = (doc or {}).get("rows", [])
+
+    def row(section: str, system: str, case: str = "") -> dict[str, Any] | None:
+        return next(
+            (r for r in rows if r["section"] == section and r["system"] == system and case in r.get("case", "")), None
+        )
+
+    bulk, off = row("bulk load", "conch default"), row("bulk load", "conch auto-off")
+    pq = row("bulk load", "parquet")
+    g_time = Goal("bulk load, default policy vs Policy(auto=False) (writes)", "default / auto-off <= 1.2")
+    g_rss = Goal("bulk load, default policy, peak RSS (writes)", "<= 700 MB")
+    g_pq = Goal("bulk load vs Parquet (writes)", "conch / parquet <= 1.0")
+    g_wide = Goal("wide table write vs Parquet (writes)", "conch / parquet <= 1.0")
+    if bulk and off:
+        _judge(
+            g_time,
+            bulk["seconds"] / off["seconds"],
+            lambda r: r <= 1.2,
+            f"{_ms(bulk['seconds'])} vs {_ms(off['seconds'])} (CPU {bulk.get('cpu_s')} vs {off.get('cpu_s')} s)",
+        )
+    if bulk:
+        _judge(g_rss, bulk["peak_rss_mb"] / 700, lambda r: r <= 1.0, f"{bulk['peak_rss_mb']} MB")
+    if bulk and pq:
+        _vs(g_pq, bulk["seconds"], pq["seconds"], "parquet")
+    wide, wide_pq = row("wide", "conch", "write"), row("wide", "parquet", "write")
+    if wide and wide_pq:
+        _vs(g_wide, wide["seconds"], wide_pq["seconds"], "parquet")
+    return [g_time, g_rss, g_pq, g_wide]
+
+
 def collect(out: Path) -> tuple[list[Goal], dict[str, str]]:
     """Every goal, judged from the result files in `out`; and which files were read (mtime)."""
     sources = {}
-    for name in ("scan.json", "compaction.json", "runs.json", "memory.json", "spark.json"):
+    for name in ("scan.json", "compaction.json", "runs.json", "memory.json", "spark.json", "writes.json"):
         p = out / name
         if p.exists():
             sources[name] = datetime.fromtimestamp(p.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -266,6 +301,7 @@ def collect(out: Path) -> tuple[list[Goal], dict[str, str]]:
         + runs_goals(_load(out, "runs.json"))
         + memory_goals(_load(out, "memory.json"))
         + spark_goals(_load(out, "spark.json"))
+        + write_goals(_load(out, "writes.json"))
     )
     return goals, sources
 
@@ -285,7 +321,9 @@ def report(out: Path = RESULTS) -> list[Goal]:
     """Print the goals table and write `out/goals.json`."""
     goals, sources = collect(out)
     print(
-        "\nissue 10 and 11 goals (" + (", ".join(f"{k} of {v}" for k, v in sources.items()) or "no result files") + ")"
+        "\nissue 10, 11 and 24 goals ("
+        + (", ".join(f"{k} of {v}" for k, v in sources.items()) or "no result files")
+        + ")"
     )
     print(render(goals))
     out.mkdir(parents=True, exist_ok=True)

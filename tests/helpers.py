@@ -108,11 +108,12 @@ def realign(table: Any, level: str = "", split_seed: int | None = None, runs: in
 
 def run_cli(warehouse: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`conch --warehouse W ARGS...` in a subprocess, with a wide, minimal environment (tables
-    render at 200 columns; nothing from the caller's environment leaks in)."""
+    render at 200 columns; nothing from the caller's environment leaks in). The subprocess
+    imports the `conch` this process imported (a checkout's src/ before an installed copy)."""
     return subprocess.run(
         [sys.executable, "-m", "conch.cli", "--warehouse", str(warehouse), *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(conch.__file__).parents[1])},
     )

@@ -74,9 +74,26 @@ def test_goals_judge_every_source_and_tolerate_missing_ones(tmp_path: Path) -> N
     assert status["peak RSS, scan, flat as keys grow (memory)"] == "missed"  # 3x from 10M to 100M
     assert status["peak RSS, write, at the most keys (memory)"] == "not run"
     assert status["Spark value-filtered scan vs native Parquet (spark_bench)"] == "not run"
+    assert status["bulk load, default policy, peak RSS (writes)"] == "not run"
     written = json.loads((tmp_path / "goals.json").read_text())
     assert [g["goal"] for g in written["goals"]] == list(got)
     assert set(written["sources"]) == {"scan.json", "runs.json", "memory.json"}
+
+
+def test_write_goals(tmp_path: Path) -> None:
+    rows = [
+        {"section": "bulk load", "case": "4 keys", "system": "conch default", "seconds": 1.1, "peak_rss_mb": 350},
+        {"section": "bulk load", "case": "4 keys", "system": "conch auto-off", "seconds": 1.0, "peak_rss_mb": 340},
+        {"section": "bulk load", "case": "4 keys", "system": "parquet", "seconds": 0.5, "peak_rss_mb": 200},
+        {"section": "wide", "case": "write 1 x 2", "system": "conch", "seconds": 1.0},
+        {"section": "wide", "case": "write 1 x 2", "system": "parquet", "seconds": 2.0},
+    ]
+    _write(tmp_path, "writes.json", {"rows": rows})
+    got = {g.goal: g for g in goals.report(tmp_path)}
+    assert got["bulk load, default policy vs Policy(auto=False) (writes)"].status == "met"
+    assert got["bulk load, default policy, peak RSS (writes)"].status == "met"
+    assert got["bulk load vs Parquet (writes)"].ratio == 2.2 and got["bulk load vs Parquet (writes)"].status == "missed"
+    assert got["wide table write vs Parquet (writes)"].status == "met"
 
 
 def test_spark_rows_form(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ schema changes (evolve, rename, drop) and time travel by time or version."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import UTC, date, datetime
@@ -10,10 +11,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import conch
+import conch.txn as conch_txn
 from conch.errors import (
     ColumnNotFoundError,
+    InvalidArgumentError,
     SchemaError,
     TableNotFoundError,
     TimeTravelError,
@@ -25,7 +30,8 @@ from conch.timeparse import to_time
 
 def cli(warehouse: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "conch.cli", "--warehouse", str(warehouse), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(Path(conch.__file__).parents[1])}  # this checkout's conch
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
 # ----- connect: reading never creates ------------------------------------------------------------
@@ -200,3 +206,66 @@ def test_asof_version_and_the_first_commit(tmp_path: Path) -> None:
     result = cli(catalog.uri, "scan", "t", "--asof", "2001-01-01")
     assert result.returncode != 0 and "first commit" in result.stdout + result.stderr
     assert "v" in cli(catalog.uri, "scan", "t", "--asof", c1.datetime.isoformat()).stdout
+
+
+# ----- issue 21: history(kind=...) -------------------------------------------------------------
+OPS = st.lists(st.sampled_from(["write", "delete", "compact", "flush", "vacuum", "schema", "expire"]), max_size=14)
+
+
+@settings(deadline=None, max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_history_by_kind_finds_the_write_before_the_last(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[str]
+) -> None:
+    """Model: the commits each call returned, by kind. Automatic compactions interleave (the
+    default policy compacts after writes), so `history()[-2]` is not the write before the last;
+    `history(kind="write")[-2]` is, and every filter keeps exactly the commits of its kinds."""
+    w = tmp_path_factory.mktemp("w")
+    with conch.connect(w, maintenance=conch.Policy(settle_after=None)) as cat:  # inline compaction only
+        t = cat.create_table("t", [("id", pa.uint64())])
+        made: dict[str, list[int]] = {}
+        for i, op in enumerate(["write", "write", *ops]):
+            if op == "write":
+                seq = t.write([{"id": i % 5, "x": float(i)}]).seq
+            elif op == "delete":
+                seq = t.delete([i % 5]).seq
+            elif op == "compact":
+                t.compact()
+                continue  # may commit nothing: read back below
+            elif op == "flush":
+                seq = t.flush() + 1  # the snapshot is of version n; its registration is commit n + 1
+            elif op == "vacuum":
+                t.vacuum(3600)
+                continue
+            elif op == "schema":
+                old = "x" if "x" in t.schema.columns else next(c for c in t.schema.columns if c.startswith("r"))
+                seq = t.rename_column(old, f"r{i}").seq
+            else:
+                t.expire(retain_last=50)
+                continue
+            made.setdefault(op, []).append(seq)
+        every = t.history()
+        assert [c.seq for c in t.history(kind="write")] == made["write"]
+        assert t.history(kind="write")[-2].seq == made["write"][-2]
+        for kind in ("delete", "flush", "schema"):
+            assert [c.seq for c in t.history(kind)] == made.get(kind, [])
+        for kinds in (["compact"], ["write", "delete"], ["data"], ["maintenance"], ["vacuum", "expire"]):
+            groups = {"data": conch_txn.DATA_KINDS, "maintenance": conch_txn.MAINTENANCE_KINDS}
+            wanted = {k2 for k in kinds for k2 in groups.get(k, (k,))}
+            assert t.history(kinds) == [c for c in every if c.kind in wanted]
+        assert {c.kind for c in every} <= set(conch_txn.COMMIT_KINDS)
+        with pytest.raises(InvalidArgumentError, match="no commit kind 'wirte'"):
+            t.history(kind="wirte")
+
+
+def test_cli_history_kind(tmp_path: Path) -> None:
+    w = tmp_path / "w"
+    t = conch.connect(w).create_table("t", [("id", pa.uint64())])
+    t.write([{"id": 1}])
+    t.compact()
+    t.delete([1])
+    out = cli(w, "history", "t", "--kind", "write", "--kind", "delete")
+    assert out.returncode == 0 and "write" in out.stdout and "delete" in out.stdout and "compact" not in out.stdout
+    assert "compact" in cli(w, "history", "t", "--kind", "maintenance").stdout
+    bad = cli(w, "history", "t", "--kind", "wirte")
+    assert bad.returncode == 2 and "no commit kind 'wirte'" in bad.stderr

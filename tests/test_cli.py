@@ -10,6 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import conch
 from helpers import run_cli
@@ -224,3 +226,131 @@ def test_compact_and_maintenance(tmp_path: Path) -> None:
     man = run_cli(w, "manifests", "ev").stdout
     assert "Compacted At" in man and "L1" in man
     assert "nothing to compact" in run_cli(w, "maintenance", "ev").stdout
+
+
+# ----- issue 21: user strings are shown literally (rich markup and emoji codes are off) ----------
+HOSTILE = ["/a/b.png", "[bold]", "[/]", "[red]x[/red]", "a:smile:", "[link=http://x]y", "\\[b]", "[", "]["]
+
+
+def test_user_strings_reach_the_terminal_literally(tmp_path: Path) -> None:
+    """Keys, column names and values that rich would read as markup or emoji: `get /a/b.png` was a
+    MarkupError traceback, `[bold]` vanished from titles and headers, `schema` printed
+    `timestamp[us]` as `timestamp`, `x:smile:` became an emoji."""
+    w = str(tmp_path / "w")
+    t = conch.connect(w).create_table("media", [("path", pa.string())])
+    t.write({"path": HOSTILE, "[bold]": HOSTILE, "x:smile:": list(range(len(HOSTILE))), "ts": [None] * len(HOSTILE)})
+    t.write({"path": ["[bold]"], "when": pa.array([0], pa.timestamp("us"))})
+    got = run_cli(w, "get", "media", *HOSTILE)
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr
+    for key in HOSTILE:
+        assert f"media[{key}]" in got.stdout, key  # the title
+        assert f"│ {key} " in got.stdout, key  # the cell
+    assert "│ [bold] " in got.stdout and "│ x:smile: " in got.stdout  # the column names
+    missing = run_cli(w, "get", "media", "[/]nope")
+    assert missing.returncode == 1 and "[/]nope: no such key" in missing.stdout
+    scan = run_cli(w, "scan", "media", "--where", "path = '[bold]'", "--explain")
+    assert scan.returncode == 0 and "┃ [bold] " in scan.stdout and "┃ x:smile: " in scan.stdout, scan.stderr
+    assert "[bold]" in scan.stdout.split("┘", 1)[1]  # the plan names the filter's literal
+    schema = run_cli(w, "schema", "media").stdout
+    assert "[bold]: utf8" in schema and "x:smile:" in schema and "timestamp[us]" in schema, schema
+    spans = run_cli(w, "manifests", "media").stdout.replace("\n", "")
+    assert "/a/b.png..a:smile:" in spans  # the key span
+    bad = run_cli(w, "get", "nope", "[/]")
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.text(st.sampled_from("[]/\\:=#@ab smile"), min_size=1, max_size=12), min_size=1, max_size=4))
+def test_any_cell_text_is_printed_as_it_is(values: list[str]) -> None:
+    """Model: what print_arrow shows of a string column is the strings themselves."""
+    from conch.cli import common
+
+    values = [v.strip() or "x" for v in values]
+    common.console.width = 200
+    with common.console.capture() as cap:
+        common.print_arrow(pa.table({v: [v] for v in dict.fromkeys(values)}), title=values[0])
+    out = cap.get()
+    assert out.splitlines()[0].strip() == values[0]
+    for v in values:
+        assert f" {v} " in out, (v, out)
+
+
+# ----- issue 21: CSV comment lines and timestamp formats ------------------------------------------
+PRICES = "Date,Open,Close\n19-Sep-03,1.5,2\n22-Sep-03,2.25,3\n23-Sep-03,2.5,4\n"
+
+
+def test_csv_comment_lines_and_timestamp_formats(tmp_path: Path) -> None:
+    """A `#` line failed with 'Expected 1 columns, got 11'; `19-Sep-03` stayed text, silently."""
+    w = str(tmp_path / "w")
+    top = tmp_path / "top.csv"
+    top.write_text("# Daily prices\n# source: a, b, c\n" + PRICES)
+    res = run_cli(w, "ingest", str(top), "-t", "top", "--key", "Date")
+    assert res.returncode == 0, res.stderr
+    assert "skipped 2 comment line(s)" in res.stderr
+    assert "column 'Date' of top.csv looks like dates ('19-Sep-03')" in res.stderr and "'%d-%b-%y'" in res.stderr
+    t = conch.connect(w).table("top")
+    assert t.key_schema.field("Date").type == pa.string() and t.scan().count() == 3
+    middle = tmp_path / "middle.csv"
+    middle.write_text(PRICES.replace("22-Sep", "# a note, in the middle\n22-Sep"))
+    res = run_cli(w, "ingest", str(middle), "-t", "mid", "--key", "Date")
+    assert res.returncode == 2 and "Expected 3 columns, got 2: # a note" in res.stderr and "--comment '#'" in res.stderr
+    res = run_cli(
+        w, "ingest", str(middle), "-t", "mid", "--key", "Date", "--comment", "#", "--timestamp-format", "%d-%b-%y"
+    )
+    assert res.returncode == 0 and "looks like dates" not in res.stderr, res.stderr
+    t = conch.connect(w).table("mid")
+    assert pa.types.is_timestamp(t.key_schema.field("Date").type)
+    rows = t.scan().to_pylist()
+    assert [(r["Date"].strftime("%Y-%m-%d"), r["Open"]) for r in rows] == [
+        ("2003-09-19", 1.5), ("2003-09-22", 2.25), ("2003-09-23", 2.5)
+    ]  # fmt: skip
+    assert "one character" in run_cli(w, "write", "mid", str(middle), "--comment", "//").stderr
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    st.lists(st.sampled_from([b"# c", b"#", b"a,b", b"1,#2", b"", b"x#", b"##", b"\r"]), max_size=30),
+    st.booleans(),
+    st.integers(1, 7),
+    st.booleans(),
+)
+def test_comment_lines_are_skipped_in_any_chunking(lines: list[bytes], everywhere: bool, chunk: int, eol: bool) -> None:
+    """Model: the stream is the lines kept, whatever the chunk boundaries (lines starting with '#':
+    every one, or only those before the first other line)."""
+    import io
+
+    from conch.file_input import _SkipLines
+
+    data = b"\n".join(lines) + (b"\n" if eol and lines else b"")
+    parts = data.split(b"\n")
+    kept, leading = [], True
+    for i, line in enumerate(parts):
+        full = line + (b"\n" if i < len(parts) - 1 else b"")
+        if (everywhere or leading) and line.startswith(b"#"):
+            continue
+        if full:
+            leading = False
+        kept.append(full)
+    out = io.BufferedReader(_SkipLines(io.BytesIO(data), b"#", everywhere, chunk=chunk), buffer_size=3).read()
+    assert out == b"".join(kept)
+
+
+def test_help_texts_survive_rich_markup() -> None:
+    """Typer renders help as rich markup: `timestamp[us]` in a help line printed `timestamp`.
+    Every command's and option's help must read the same after markup (brackets escaped)."""
+    import typer
+    from rich.markup import render
+
+    from conch.cli import app
+
+    def helps(cmd: object) -> list[str]:
+        out = [getattr(cmd, "help", None) or ""]
+        out += [getattr(p, "help", None) or "" for p in getattr(cmd, "params", [])]
+        for sub in getattr(cmd, "commands", {}).values():
+            out += helps(sub)
+        return out
+
+    texts = [t for t in helps(typer.main.get_command(app)) if t]
+    assert len(texts) > 40
+    for text in texts:
+        assert render(text).plain == text.replace("\\[", "["), text

@@ -86,14 +86,14 @@ CRASH_MID_WRITE = """
 import os, signal, sys, pyarrow as pa, conch
 from conch.fragments import VortexFormat
 written = []
-original = VortexFormat.write
-def dying_write(self, *args, **kwargs):
-    written.append(args[1])
+original = VortexFormat._encode  # every file's encoding, whichever thread runs it
+def dying_write(self, job, *args, **kwargs):
+    written.append(job.path)
     if len(written) == 2:  # the key space is written, its fragment is not
         os.kill(os.getpid(), signal.SIGKILL)
-    return original(self, *args, **kwargs)
-VortexFormat.write = dying_write
-opts = conch.WriteOptions(chunk_rows=10)
+    return original(self, job, *args, **kwargs)
+VortexFormat._encode = dying_write
+opts = conch.WriteOptions(chunk_rows=10, write_threads=1)  # one file after the other
 t = conch.connect(sys.argv[1], write_options=opts).table("t")
 t.write(pa.table({"id": pa.array(range(100, 200), pa.int64()), "v": pa.array(range(100), pa.int64())}))
 """

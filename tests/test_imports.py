@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).parents[1]
 
 # Distribution name -> importable module, where they differ.
-MODULE_OF = {"pylance": "lance", "psycopg-pool": "psycopg_pool", "moto": "moto", "pyyaml": "yaml"}
+MODULE_OF = {"pylance": "lance", "pillow": "PIL", "psycopg-pool": "psycopg_pool", "moto": "moto", "pyyaml": "yaml"}
 # Tooling that is never imported by library code at all.
 NOT_LIBRARIES = {"pytest", "pytest-xdist", "hypothesis", "ruff", "mypy", "schemathesis"}
 # Core dependencies that are loaded lazily, on first use (the CLI's, and the fragment format's).

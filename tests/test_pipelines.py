@@ -56,6 +56,21 @@ def test_ingest_files(spark: Any, tmp_path: Path, fmt: str) -> None:
     assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
 
 
+def test_ingest_csv_comments_and_timestamp_format_on_spark(spark: Any, tmp_path: Path) -> None:
+    """`conch ingest --spark`: a leading `#` block is skipped, `--timestamp-format` (strptime) is
+    translated to Spark's pattern (`%d-%b-%y` → `dd-MMM-yy`)."""
+    from conch.pipelines.ingest import csv_options, ingest, spark_pattern
+
+    assert spark_pattern("%Y-%m-%dT%H:%M:%S") == "yyyy-MM-dd'T'HH:mm:ss"
+    src = tmp_path / "prices.csv"
+    src.write_text("# Daily prices\n# source: a, b\nDate,Open\n19-Sep-03,1.5\n# later\n22-Sep-03,2.25\n")
+    res = ingest(spark, str(src), str(tmp_path / "wh"), "p", key=["Date"], csv=csv_options(None, ["%d-%b-%y"]))
+    t = conch.connect(tmp_path / "wh").table("p")
+    assert res.rows == 2 and pa.types.is_timestamp(t.key_schema.field("Date").type)
+    rows = t.scan().to_pylist()
+    assert [(r["Date"].strftime("%Y-%m-%d"), r["Open"]) for r in rows] == [("2003-09-19", 1.5), ("2003-09-22", 2.25)]
+
+
 def test_enrich_adds_a_group_without_rewriting(spark: Any, tmp_path: Path) -> None:
     from conch.pipelines.enrich import audio_features
 

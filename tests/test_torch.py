@@ -276,3 +276,98 @@ def test_a_small_mlp_trains_end_to_end(tmp_path: Path) -> None:
     finally:
         torch.set_num_threads(threads)
     assert acc > 0.9
+
+
+# ----- issue 22: every reader busy, batches through a ring, tensors on the device -------------------
+def test_default_split_count_follows_the_readers() -> None:
+    assert ct.default_split_count(40_000, 1) == 3  # one reader: by size (16k rows a split)
+    assert ct.default_split_count(40_000, 14) == 39  # 4 per reader, capped by 1,024 rows a split
+    assert ct.default_split_count(2_000, 2) == 2  # at least one split per reader, rows allowing
+    assert ct.default_split_count(3, 8) == 3 and ct.default_split_count(0, 4) == 1
+    assert ct.default_split_count(10_000_000, 2) == 611  # large tables: by size (16k rows a split)
+
+
+class WorkerId:
+    """A decode hook tagging each row with the DataLoader worker that read it."""
+
+    def __call__(self, value: bytes) -> torch.Tensor:
+        info = torch.utils.data.get_worker_info()
+        return torch.tensor(-1 if info is None else info.id)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_every_worker_gets_work_on_a_small_table(tmp_path: Path, workers: int) -> None:
+    """6,000 rows were one default split (16k rows a split): one worker read, the others idled."""
+    t = conch.connect(tmp_path / "wh").create_table("s", [("id", pa.int64())])
+    n = 6_000
+    t.write({"id": list(range(n)), "tag": [b"x"] * n})
+    ds = ct.dataset(t.scan("tag"), batch_size=128, decode={"tag": WorkerId()})
+    batches = list(DataLoader(ds, batch_size=None, num_workers=workers))
+    assert sorted(i for b in batches for i in b["id"].tolist()) == list(range(n))
+    per_worker = {w: sum(int((b["tag"] == w).sum()) for b in batches) for w in range(workers)}
+    assert all(per_worker.values()), per_worker
+    assert len(ds.splits) == ct.default_split_count(n, 1) == 1  # in this process: one reader
+    assert ds.state_dict()["splits"] == 1
+
+
+def test_ring_reuses_slots_and_frees_them_when_batches_die() -> None:
+    import gc
+
+    from conch.loaders import ring
+
+    ring._ring = None
+    got = []
+    for i in range(ring.SLOTS):
+        fn, args = ring.send({"a": torch.arange(10) + i, "s": ["x"], "b": torch.ones(3, dtype=torch.bfloat16)})  # type: ignore[misc]
+        got.append(fn(*args))
+    assert [g["a"].tolist() for g in got] == [list(range(i, i + 10)) for i in range(ring.SLOTS)]
+    assert got[0]["s"] == ["x"] and got[0]["b"].dtype == torch.bfloat16 and list(got[0]) == ["a", "s", "b"]
+    assert ring.send({"a": torch.arange(10)}) is None  # every slot in use: the caller sends it another way
+    view = got[2]["a"][3:5]  # a view keeps its batch's slot
+    del got[2]
+    gc.collect()
+    assert ring.send({"a": torch.arange(10)}) is None
+    del view
+    gc.collect()
+    fn, args = ring.send({"a": torch.arange(10) * 2})  # type: ignore[misc]
+    again = fn(*args)
+    assert again["a"].tolist() == [2 * i for i in range(10)]
+    assert [g["a"].tolist() for g in got] == [list(range(i, i + 10)) for i in range(ring.SLOTS) if i != 2]  # intact
+    token = ring._ring.token  # type: ignore[union-attr]
+    fn, args = ring.send({"big": torch.full((100_000,), 7, dtype=torch.int64)})  # larger than a slot: a new ring
+    assert ring._ring.token != token and fn(*args)["big"].sum().item() == 700_000  # type: ignore[union-attr]
+    ring._ring = None
+
+
+def test_batches_leave_workers_through_reused_shared_slots(table: conch.Table) -> None:
+    from conch.loaders import ring
+
+    ds = ct.dataset(table.scan("x", "v"), batch_size=4, splits=6)
+    ptrs, n = set(), 0
+    for b in DataLoader(ds, batch_size=None, num_workers=2):
+        ptrs.add(b["x"].untyped_storage().data_ptr())
+        n += len(b["id"])
+        segments = [(a.ctypes.data, a.ctypes.data + a.nbytes) for _, a in ring._RECEIVED.values()]
+        assert any(lo <= b["x"].data_ptr() < hi for lo, hi in segments)  # a view of a worker's segment
+        del b
+    assert n == len(EXPECTED) and len(ptrs) <= 2 * ring.SLOTS < n // 4
+
+
+def test_batches_kept_by_the_loop_are_never_overwritten(table: conch.Table) -> None:
+    """More batches held than a ring has slots: the rest leave the old way, none is reused."""
+    ds = ct.dataset(table.scan("x", "v"), batch_size=4, splits=6, shuffle=True, shuffle_buffer=50)
+    inline = list(DataLoader(ds, batch_size=None))
+    held = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert len(held) > 4 * 6 and _by_id(held) == _by_id(inline)
+
+
+def test_to_device_on_the_cpu_passes_batches_through(table: conch.Table) -> None:
+    ds = ct.dataset(table.scan("x", "v", "blob"), batch_size=32, splits=4)
+    loader = DataLoader(ds, batch_size=None, num_workers=1)
+    moved = ct.to_device(loader, "cpu")
+    batches = list(moved)
+    assert _by_id(batches) == _by_id(list(loader))
+    assert all(v.device.type == "cpu" for b in batches for v in b.values() if isinstance(v, torch.Tensor))
+    nested = list(ct.to_device([(torch.ones(2), {"a": [torch.zeros(1)], "s": "x"})], "cpu"))
+    assert nested[0][1]["s"] == "x" and nested[0][0].tolist() == [1.0, 1.0]
+    assert len(ct.to_device([1, 2, 3], "cpu")) == 3

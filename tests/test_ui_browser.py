@@ -7,6 +7,7 @@ go to `$CONCH_SCREENSHOTS` (default: the test's tmp dir) and must not be blank.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 from PIL import Image, ImageStat
 
 import conch
-from media_fixtures import make_media
+from media_fixtures import FEATURES, make_first_hour, make_media, photo
 from nested_fixtures import make_recordings
 
 CHROMIUM = "/usr/bin/chromium"
@@ -54,6 +55,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cat = conch.connect(wh, maintenance=conch.Policy(auto=False))
     make_media(cat)
     make_recordings(cat)
+    make_first_hour(cat)
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "conch.cli", "--warehouse", wh, "ui", "--port", str(port)],
@@ -113,7 +115,7 @@ def snap(page: Any, shots: Path, name: str) -> Path:
 
 def test_tables_and_overview_lsm_tree(server: str, page: Any, shots: Path) -> None:
     page.goto(server + "/")
-    assert page.locator("#tables tr").count() == 3  # header + media + recordings
+    assert page.locator("#tables tr").count() == 4  # header + media + recordings + scans
     snap(page, shots, "01-tables")
     page.click("text=media")
     page.wait_for_selector("svg.lsm")
@@ -188,3 +190,94 @@ def test_errors_render_as_pages(server: str, page: Any) -> None:
     assert resp.status == 404 and "no table 'nope'" in page.inner_text(".error")
     resp = page.goto(server + "/t/media/scan?where=score+%3E")
     assert resp.status == 400 and "cannot parse filter" in page.inner_text(".error")
+
+
+# ----- issue 21: the first hour (13 photos, 24-bit audio, a 13-field struct, an expired history) ----
+WIDE = {"width": 1400, "height": 900}
+PAGE_BYTES = 200_000  # the 13-row scan page: was 1.6 MB of full images as base64
+
+
+def _load(page: Any, url: str) -> tuple[int, int]:
+    """Load `url`; (bytes of every response the page fetched, the HTML's bytes)."""
+    sizes: list[int] = []
+
+    def count(resp: Any) -> None:
+        with contextlib.suppress(Exception):  # a redirect or an aborted media request has no body
+            sizes.append(len(resp.body()))
+
+    page.on("response", count)
+    try:
+        resp = page.goto(url)
+        page.wait_for_load_state("networkidle")
+    finally:
+        page.remove_listener("response", count)
+    return sum(sizes), len(resp.body())
+
+
+def _no_overflow(page: Any, content: bool = False) -> None:
+    """The page is no wider than the window; with `content`, nothing in it needs a horizontal
+    scroll either (no table wider than its box)."""
+    scroll, inner = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert scroll <= inner, f"the page overflows: {scroll} px wide in a {inner} px window"
+    if content:
+        boxes = page.evaluate(
+            "Array.from(document.querySelectorAll('section, section .scroll')).map(e => [e.scrollWidth, e.clientWidth])"
+        )
+        assert all(w <= c for w, c in boxes), f"content wider than its box: {boxes}"
+
+
+def test_first_hour_scan_page_is_light_and_fits(server: str, page: Any, shots: Path) -> None:
+    page.set_viewport_size(WIDE)
+    try:
+        total, html = _load(page, server + "/t/scans/scan")
+        assert page.locator("#results > tbody > tr").count() == 14  # header + 13
+        assert total < PAGE_BYTES and html < PAGE_BYTES, (total, html)
+        # real thumbnails: bounded, each linked to its full image
+        sizes = page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+        assert len(sizes) == 13 and all(ok and 0 < w <= 128 and 0 < h <= 128 for ok, w, h in sizes), sizes
+        href = page.locator("a.full").first.get_attribute("href")
+        full = urllib.request.urlopen(server + href, timeout=30).read()
+        assert full.startswith(b"\x89PNG") and full in [photo(i) for i in range(13)]
+        # 24-bit WAV: a waveform each, the player fetches the blob only on play
+        assert page.locator("svg.wave polyline").count() == 13
+        assert page.locator("audio[src^='data:']").count() == 0
+        # a 13-field struct: a compact grid, not 13 table rows
+        assert page.locator(".struct").count() == 13
+        assert all(n in page.inner_text(".struct >> nth=0") for n in FEATURES)
+        heights = page.evaluate(
+            "Array.from(document.querySelectorAll('.struct')).map(e => e.getBoundingClientRect().height)"
+        )
+        assert max(heights) < 140, heights
+        _no_overflow(page, content=True)
+        snap(page, shots, "09-first-hour-scan-1400")
+        for url in ("/t/scans", "/t/scans/manifests", "/t/recordings/scan?level=scenes.clips", "/t/media/scan", "/"):
+            _load(page, server + url)
+            _no_overflow(page, content=url.startswith("/t/scans"))
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def test_expired_commits_are_marked_and_not_links(server: str, page: Any, shots: Path) -> None:
+    page.set_viewport_size(WIDE)
+    try:
+        page.goto(server + "/t/scans")
+        assert page.locator("svg.timeline g.commit.expired").count() == 3  # versions 1-3 expired
+        assert page.locator("svg.timeline a.commit").count() == 3  # versions 4, 5 and the expire's own commit
+        assert page.locator("svg.timeline line.horizon").count() == 1
+        note = page.inner_text(".horizon-note")
+        assert "version #4" in note and "3 older commits" in note
+        page.click("details.history summary")
+        assert page.locator("details.history tr.expired").count() == 3
+        assert page.locator("details.history tr.expired a").count() == 0
+        _no_overflow(page)
+        snap(page, shots, "10-first-hour-horizon")
+        # an old bookmark: the error names the horizon and links to it
+        page.locator("svg.timeline a.commit circle").first.click()
+        page.wait_for_selector(".asof")
+        asof = int(page.url.split("asof=")[1])
+        resp = page.goto(server + f"/t/scans?asof={asof - 1}")
+        assert resp.status == 400 and "horizon" in page.inner_text(".error")
+        page.click("text=view as of the horizon")
+        assert page.locator("svg.lsm").count() >= 1 and page.locator(".error").count() == 0
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 900})

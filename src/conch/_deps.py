@@ -14,6 +14,7 @@ _EXTRAS = {
     "pyspark": "spark",
     "psycopg": "postgres",
     "torch": "torch",
+    "PIL": "torch",  # conch.torch.decoders.image
     "psycopg_pool": "postgres",
     "obstore": "s3",
     "httpx": "http",

@@ -6,15 +6,24 @@ separates column groups: `Adj. Close*`) are renamed to a suggested snake_case na
 `--rename 'OLD=NEW'` chooses the name instead (OLD may be a glob). Dates cannot be keys (spec/004
 lists integers, floats, timestamps, strings and bytes), so a `date32` key column becomes
 `timestamp[us]` (midnight) with a notice; `--cast COL=TYPE` chooses another type.
+
+CSV: lines at the top of a file that start with `#` (a comment block before the header) are
+skipped with a notice; `--comment CHAR` skips every line that starts with CHAR, anywhere in the
+file (also inside a quoted value that spans lines). Columns are typed by pyarrow's inference, which
+reads ISO 8601 times; `--timestamp-format FMT` (strptime, e.g. `%d-%b-%y` for `19-Sep-03`; may be
+repeated) adds formats. A text column whose first values all parse with a common date format gets
+a notice naming the `--timestamp-format` to pass.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import io
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -33,6 +42,15 @@ class FileInput:
     cast: dict[str, pa.DataType] = field(default_factory=dict)
     key: Sequence[str] = ()
     notices: list[str] = field(default_factory=list)
+    comment: str | None = None  # CSV: skip every line starting with this (None: only a leading '#' block)
+    timestamp_formats: Sequence[str] = ()  # CSV: strptime formats tried besides ISO 8601
+
+
+# what a text column of dates is probably written in: checked on a CSV's first batch, for a notice
+DATE_FORMATS = (
+    "%d-%b-%y", "%d-%b-%Y", "%d %b %Y", "%b %d %Y", "%b %d, %Y", "%m/%d/%Y", "%m/%d/%y", "%d/%m/%Y", "%d.%m.%Y",
+    "%Y/%m/%d", "%Y%m%d", "%m/%d/%Y %H:%M", "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S",
+)  # fmt: skip
 
 
 def expand(sources: Sequence[str]) -> list[Path]:
@@ -146,17 +164,14 @@ def conform(spec: FileInput, schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _raw_batches(path: Path, fmt: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+def _raw_batches(path: Path, fmt: str, spec: FileInput) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         pf = pq.ParquetFile(path)
         return pf.schema_arrow, pf.iter_batches(batch_size=65_536)
     if fmt == "csv":
-        import pyarrow.csv as pacsv
-
-        reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=16 << 20))
-        return reader.schema, iter(reader)
+        return _csv_batches(path, spec)
     import pyarrow.json as pajson
 
     table = pajson.read_json(path)
@@ -165,15 +180,20 @@ def _raw_batches(path: Path, fmt: str) -> tuple[pa.Schema, Iterator[pa.RecordBat
 
 def read_files(spec: FileInput, on_schema: Callable[[pa.Schema], None] | None = None) -> pa.RecordBatchReader:
     """One stream over every file of `spec`, in the first file's (conformed) schema."""
-    first_raw, first_batches = _read(spec.paths[0], spec.format)
-    target = conform(spec, first_raw)
-    if on_schema is not None:
-        on_schema(target)
+    first_raw, first_batches = _read(spec.paths[0], spec)
+    try:
+        target = conform(spec, first_raw)
+        if on_schema is not None:
+            on_schema(target)
+    except BaseException:
+        if hasattr(first_batches, "close"):
+            first_batches.close()  # a CSV's reader and file, now (see `_csv_batches`)
+        raise
 
     def batches() -> Iterator[pa.RecordBatch]:
         yield from _cast_all(first_batches, target, spec.paths[0])
         for p in spec.paths[1:]:
-            raw, bs = _read(p, spec.format)
+            raw, bs = _read(p, spec)
             if len(raw) != len(target):
                 raise SchemaError(
                     f"{p} has columns {raw.names}, but {spec.paths[0]} has {len(target)}: ingest them apart"
@@ -183,11 +203,156 @@ def read_files(spec: FileInput, on_schema: Callable[[pa.Schema], None] | None = 
     return pa.RecordBatchReader.from_batches(target, batches())
 
 
-def _read(path: Path, fmt: str | None) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+def _read(path: Path, spec: FileInput) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     try:
-        return _raw_batches(path, format_of(path, fmt))
+        return _raw_batches(path, format_of(path, spec.format), spec)
     except pa.ArrowInvalid as e:
-        raise SchemaError(f"cannot read {path}: {str(e).splitlines()[0]}") from e
+        raise SchemaError(f"cannot read {path}: {_csv_hint(str(e).splitlines()[0])}") from e
+
+
+def _csv_hint(message: str) -> str:
+    """A CSV parse error, with the fix when the row it names looks like a comment line."""
+    m = re.search(r"Expected \d+ columns, got \d+: (\S)", message)
+    if m and not m.group(1).isalnum() and m.group(1) not in "\"'-+.":
+        return f"{message} (a comment line? skip lines starting with {m.group(1)!r}: --comment '{m.group(1)}')"
+    return message
+
+
+def _csv_batches(path: Path, spec: FileInput) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    import pyarrow.csv as pacsv
+
+    leading = _leading_comment_lines(path, spec.comment or "#")
+    if spec.comment is None and leading:
+        spec.notices.append(
+            f"skipped {leading} comment line(s) starting with '#' at the top of {path.name}; "
+            f"lines starting with '#' further down need --comment '#'"
+        )
+    filtered = spec.comment is not None or leading > 0
+    # A file with no comment lines is read natively (by path); otherwise through the line filter,
+    # a Python stream, which pyarrow must stop reading before the interpreter exits: the batches
+    # close the reader and the file when exhausted, failed or closed (`read_files` closes them
+    # on a schema error).
+    raw: Any = open(path, "rb") if filtered else None  # noqa: SIM115 (closed by the batches)
+    source: Any = (
+        _SkipLines(raw, (spec.comment or "#").encode(), everywhere=spec.comment is not None) if filtered else str(path)
+    )
+    convert = pacsv.ConvertOptions(timestamp_parsers=[*spec.timestamp_formats, pacsv.ISO8601])
+    options = pacsv.ReadOptions(block_size=16 << 20, use_threads=not filtered)
+    try:
+        reader = pacsv.open_csv(source, read_options=options, convert_options=convert)
+    except BaseException:
+        if raw is not None:
+            raw.close()
+        raise
+
+    def batches() -> Generator[pa.RecordBatch, None, None]:
+        try:
+            try:
+                first = reader.read_next_batch()
+            except StopIteration:
+                return
+            _note_dates(first, path, spec)
+            yield first
+            try:
+                yield from reader
+            except pa.ArrowInvalid as e:  # a later block: say which file, and the fix
+                raise SchemaError(f"cannot read {path}: {_csv_hint(str(e).splitlines()[0])}") from e
+        finally:
+            reader.close()
+            if raw is not None:
+                raw.close()
+
+    return reader.schema, _peeked(batches())
+
+
+def _peeked(it: Generator[pa.RecordBatch, None, None]) -> Iterator[pa.RecordBatch]:
+    """`it`, whose first batch is read now (so that its notices are known before writing starts);
+    closing the result closes `it`."""
+    try:
+        first = next(it)
+    except StopIteration:
+        return iter(())
+
+    def rest() -> Iterator[pa.RecordBatch]:
+        try:
+            yield first
+            yield from it
+        finally:
+            it.close()
+
+    return rest()
+
+
+def _leading_comment_lines(path: Path, char: str) -> int:
+    """How many lines at the top of `path` start with `char` (a comment block before the header)."""
+    n = 0
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.startswith(char.encode()):
+                break
+            n += 1
+    return n
+
+
+class _SkipLines(io.RawIOBase):
+    """A byte stream of `raw` without the lines that start with `prefix`: every such line
+    (`everywhere`), or only those before the first other line. Streams: holds one partial line."""
+
+    def __init__(self, raw: Any, prefix: bytes, everywhere: bool, chunk: int = 1 << 20) -> None:
+        self._raw, self._prefix, self._everywhere, self._chunk = raw, prefix, everywhere, chunk
+        self._pending = b""  # filtered bytes not yet returned
+        self._partial = b""  # the start of a line whose end is not read yet
+        self._leading = True
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = self._raw.read(self._chunk)
+            if not chunk:
+                self._pending, self._partial = self._keep(self._partial), b""
+                if not self._pending:
+                    return 0
+                break
+            if not self._everywhere and not self._leading:  # past the leading block: pass through
+                self._pending, self._partial = self._partial + chunk, b""
+                break
+            *lines, self._partial = (self._partial + chunk).split(b"\n")
+            self._pending = b"".join(self._keep(line + b"\n") for line in lines)
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _keep(self, line: bytes) -> bytes:
+        if (self._everywhere or self._leading) and line.startswith(self._prefix):
+            return b""
+        if line:
+            self._leading = False
+        return line
+
+
+def _note_dates(batch: pa.RecordBatch, path: Path, spec: FileInput) -> None:
+    """A notice for each text column of `batch` whose first values are all dates in one common format."""
+    import pyarrow.compute as pc
+
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+            continue
+        sample = col.slice(0, 100).drop_null()
+        if len(sample) == 0:
+            continue
+        for fmt in DATE_FORMATS:
+            try:
+                pc.strptime(sample, format=fmt, unit="s")
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            spec.notices.append(
+                f"column {name!r} of {path.name} looks like dates ({sample[0].as_py()!r}) but is read as text; "
+                f"to read it as timestamps pass --timestamp-format '{fmt}'"
+            )
+            break
 
 
 def _cast_all(batches: Iterator[pa.RecordBatch], target: pa.Schema, path: Path) -> Iterator[pa.RecordBatch]:

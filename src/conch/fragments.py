@@ -19,10 +19,14 @@ recorded) have neither and are read unverified.
 from __future__ import annotations
 
 import base64
+import collections
+import contextlib
 import errno
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -72,6 +76,32 @@ class WrittenFile:
 
     bytes: int
     checksum: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FileJob:
+    """One file for `VortexFormat.write_many`: the table, its storage path, the columns stored
+    out of line, whether to add the ordinal column."""
+
+    table: pa.Table
+    path: str
+    blob_columns: tuple[str, ...] = ()
+    ordinal: bool = False
+    stats: bool = False  # compute `column_stats` of every column (a fragment's `c<id>` columns)
+
+
+_pools: dict[int, tuple[int, ThreadPoolExecutor]] = {}  # threads -> (pid that made it, pool)
+_pools_lock = threading.Lock()
+
+
+def _encode_pool(threads: int) -> ThreadPoolExecutor:
+    """A process-wide pool of `threads` encoder threads (made again in a forked child)."""
+    with _pools_lock:
+        made = _pools.get(threads)
+        if made is None or made[0] != os.getpid():
+            made = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix="conch-encode"))
+            _pools[threads] = made
+        return made[1]
 
 
 class VortexFormat:
@@ -158,27 +188,91 @@ class VortexFormat:
         Vortex 0.90 has no row-number expression, so a filter pushed into the file returns
         `_ord` to say which rows matched.
         """
-        total = 0
-        if blob_columns:
-            with self.storage.staged(path + BLOB_SUFFIX) as local:
-                table, total = _write_blobs(table, local, blob_columns)
-        if ordinal:
-            table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
-        with self.storage.staged(path) as local:
-            # Through Vortex's object-store writer, not its local-file one: that one issues ~50
-            # small writes per file through its async runtime (futex storms), 2.5-4 ms for a
-            # one-row file against ~1 ms here; large files write at the same speed either way
-            # (docs/performance.md, "Commit latency").
+        ((written, _),) = self.write_many([FileJob(table, path, tuple(blob_columns), ordinal)])
+        return written
+
+    def write_many(
+        self, jobs: Sequence[FileJob], threads: int = 1, after: Callable[[FileJob], Any] | None = None
+    ) -> list[tuple[WrittenFile, Any]]:
+        """Write files as `write` does, encoding up to `threads` of them at once (Vortex's writer
+        releases the GIL: docs/performance.md), and return `(written, extra)` in job order:
+        `extra` is the columns' statistics for a job with `stats`, else `after(job)`, both
+        computed in the worker beside the encoding. Storage is only touched
+        from the calling thread (scratch paths handed out, then published in job order, inside
+        the caller's `Storage.batch`), and at most `threads` encodings are in flight, so memory
+        is bounded by `threads` files. On an error every scratch file is discarded and nothing
+        appears at the jobs' paths that was not published before it."""
+        out: list[tuple[WrittenFile, Any]] = []
+        if threads <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                with contextlib.ExitStack() as stack:
+                    blob_local = (
+                        stack.enter_context(self.storage.staged(job.path + BLOB_SUFFIX)) if job.blob_columns else ""
+                    )
+                    local = stack.enter_context(self.storage.staged(job.path))
+                    res = self._encode(job, local, blob_local, after)
+                out.append((WrittenFile(res[0] + self.storage.size(job.path), res[1]), res[2]))
+            return out
+        pool = _encode_pool(threads)
+        inflight: collections.deque[tuple[FileJob, contextlib.ExitStack, Any]] = collections.deque()
+
+        def finish() -> None:
+            job, stack, fut = inflight.popleft()
             try:
-                vx.io.write(table, local, store=self._scratch_store())
-            except RuntimeError as e:
-                if "os error 2" not in str(e):
-                    raise
-                # its scratch file vanished (a vacuum with grace 0 ran meanwhile): the same
-                # error as any other staged file that vanished (`TableLog.staging`)
-                raise FileNotFoundError(errno.ENOENT, f"the scratch file vanished while written ({e})", local) from e
-            checksum = seal_file(local, total)
-        return WrittenFile(total + self.storage.size(path), checksum)
+                total, checksum, extra = fut.result()
+            except BaseException as e:
+                stack.__exit__(type(e), e, e.__traceback__)
+                raise
+            stack.close()  # publishes the files (in the batch, from this thread)
+            out.append((WrittenFile(total + self.storage.size(job.path), checksum), extra))
+
+        try:
+            for job in jobs:
+                stack = contextlib.ExitStack()
+                blob_local = (
+                    stack.enter_context(self.storage.staged(job.path + BLOB_SUFFIX)) if job.blob_columns else ""
+                )
+                local = stack.enter_context(self.storage.staged(job.path))
+                inflight.append((job, stack, pool.submit(self._encode, job, local, blob_local, after)))
+                if len(inflight) >= threads:
+                    finish()
+            while inflight:
+                finish()
+        except BaseException as e:
+            while inflight:  # wait for the others, then discard their scratch files
+                _, stack, fut = inflight.popleft()
+                with contextlib.suppress(BaseException):
+                    fut.result()
+                stack.__exit__(type(e), e, e.__traceback__)
+            raise
+        return out
+
+    def _encode(
+        self, job: FileJob, local: str, blob_local: str, after: Callable[[FileJob], Any] | None
+    ) -> tuple[int, str, Any]:
+        """Encode one file into its scratch path(s); returns (blob bytes, checksum, after(job))."""
+        table, total = job.table, 0
+        if job.blob_columns:
+            table, total = _write_blobs(table, blob_local, job.blob_columns)
+        if job.ordinal:
+            table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
+        # Through Vortex's object-store writer, not its local-file one: that one issues ~50
+        # small writes per file through its async runtime (futex storms), 2.5-4 ms for a
+        # one-row file against ~1 ms here; large files write at the same speed either way
+        # (docs/performance.md, "Commit latency").
+        try:
+            vx.io.write(table, local, store=self._scratch_store())
+        except RuntimeError as e:
+            if "os error 2" not in str(e):
+                raise
+            # its scratch file vanished (a vacuum with grace 0 ran meanwhile): the same
+            # error as any other staged file that vanished (`TableLog.staging`)
+            raise FileNotFoundError(errno.ENOENT, f"the scratch file vanished while written ({e})", local) from e
+        checksum = seal_file(local, total)
+        if job.stats:
+            stats = {int(name[1:]): column_stats(job.table.column(name)) for name in job.table.column_names}
+            return total, checksum, stats
+        return total, checksum, after(job) if after is not None else None
 
     def _scratch_store(self) -> Any:
         """The Vortex object store that writes `Storage.staged` scratch files (absolute paths)."""

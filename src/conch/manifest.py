@@ -45,6 +45,25 @@ class KeySpace:
     min_time: int = 0
 
 
+def subtree_end(key: bytes) -> bytes | None:
+    """The least byte string above every key that starts with `key` (None: no such bound). A
+    child key's encoding starts with its parent's (`conch.keys`), so `[key, subtree_end(key))`
+    holds a key and its whole subtree, and no other key of its level (prefix-free encoding)."""
+    k = key.rstrip(b"\xff")
+    return k[:-1] + bytes([k[-1] + 1]) if k else None
+
+
+def extent(ks: KeySpace) -> tuple[bytes, bytes | None]:
+    """`[lo, hi)` holding a run's keys and the subtrees of its largest key (hi None: unbounded):
+    two runs whose extents are disjoint share no key, nor a key and a descendant of it."""
+    return bytes.fromhex(ks.min_key), subtree_end(bytes.fromhex(ks.max_key))
+
+
+def overlaps(a: tuple[bytes, bytes | None], b: tuple[bytes, bytes | None]) -> bool:
+    """Whether two extents (`extent`) intersect."""
+    return (b[1] is None or a[0] < b[1]) and (a[1] is None or b[0] < a[1])
+
+
 @dataclass(frozen=True, slots=True)
 class Fragment:
     """Rows of one key space for one column group: `[start, start + rows)`, file row i = fragment

@@ -88,37 +88,70 @@ def _jpeg_size(blob: bytes) -> tuple[int | None, int | None]:
 
 
 def parse_wav(blob: bytes) -> tuple[int, int, int, bytes] | None:
-    """`(rate, channels, bits, pcm bytes)` of a PCM WAV file, or None."""
-    i, fmt, data = 12, None, None
+    """`(rate, channels, bits, pcm bytes)` of a PCM or float WAV file, or None."""
+    wav = _wav(blob)
+    return None if wav is None else wav[1:]
+
+
+def _wav(blob: bytes) -> tuple[int, int, int, int, bytes] | None:
+    """`(format, rate, channels, bits, sample bytes)`: format 1 (integer PCM) or 3 (IEEE float),
+    also when written as WAVE_FORMAT_EXTENSIBLE (its sub-format names which)."""
+    i, fmt, data, sub = 12, None, None, None
     while i + 8 <= len(blob):
         cid, size = blob[i : i + 4], struct.unpack("<I", blob[i + 4 : i + 8])[0]
         body = blob[i + 8 : i + 8 + size]
         if cid == b"fmt " and len(body) >= 16:
             fmt = struct.unpack("<HHIIHH", body[:16])
+            sub = struct.unpack("<H", body[24:26])[0] if len(body) >= 26 else None
         elif cid == b"data":
             data = body
         i += 8 + size + (size & 1)
-    if fmt is None or data is None or fmt[0] not in (1, 3, 0xFFFE):
+    if fmt is None or data is None:
         return None
-    return fmt[2], fmt[1], fmt[5], data
+    tag = sub if fmt[0] == 0xFFFE else fmt[0]
+    if tag not in (1, 3):
+        return None
+    return tag, fmt[2], fmt[1], fmt[5], data
+
+
+def wav_samples(blob: bytes) -> np.ndarray | None:
+    """The samples of a WAV blob as float64 in [-1, 1], one row per frame and one column per
+    channel: integer PCM of 8 (unsigned), 16, 24 or 32 bits, or 32/64-bit float. None for other
+    blobs and other encodings."""
+    wav = _wav(blob)
+    if wav is None:
+        return None
+    tag, _rate, channels, bits, pcm = wav
+    if channels < 1 or bits % 8:
+        return None
+    width = bits // 8
+    usable = len(pcm) - len(pcm) % (width * channels)
+    raw = pcm[:usable]
+    if tag == 3:
+        if bits not in (32, 64):
+            return None
+        samples = np.frombuffer(raw, dtype="<f4" if bits == 32 else "<f8").astype(np.float64)
+        samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+    elif bits == 8:
+        samples = (np.frombuffer(raw, dtype=np.uint8).astype(np.float64) - 128.0) / 128.0
+    elif bits in (16, 32):
+        samples = np.frombuffer(raw, dtype="<i2" if bits == 16 else "<i4").astype(np.float64) / 2.0 ** (bits - 1)
+    elif bits == 24:  # three little-endian bytes: widen to int32 with the sign in the top byte
+        b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        ints = (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8 >> 8
+        samples = ints.astype(np.float64) / 2.0**23
+    else:
+        return None
+    return samples.reshape(-1, channels)
 
 
 def waveform(blob: bytes, points: int = 200) -> np.ndarray | None:
-    """Peak amplitudes in [0, 1] of a PCM WAV blob in `points` buckets (None: not PCM WAV)."""
-    wav = parse_wav(blob)
-    if wav is None:
+    """Peak amplitudes in [0, 1] of a WAV blob in `points` buckets (None: not a WAV that
+    `wav_samples` reads)."""
+    frames = wav_samples(blob)
+    if frames is None:
         return None
-    _rate, channels, bits, pcm = wav
-    dtypes: dict[int, type[np.integer[Any]]] = {8: np.uint8, 16: np.int16, 32: np.int32}
-    dtype = dtypes.get(bits)
-    if dtype is None:
-        return None
-    usable = len(pcm) - len(pcm) % (np.dtype(dtype).itemsize * channels)
-    samples = np.frombuffer(pcm[:usable], dtype=dtype).astype(np.float64)
-    if bits == 8:
-        samples -= 128
-    full = float(np.iinfo(dtype).max) if bits != 8 else 128.0
-    mono = np.abs(samples.reshape(-1, channels)).max(axis=1) / full if samples.size else np.zeros(1)
+    mono = np.minimum(np.abs(frames).max(axis=1), 1.0) if frames.size else np.zeros(1)
     buckets = np.array_split(mono, min(points, max(1, mono.size)))
     return np.array([float(b.max()) if b.size else 0.0 for b in buckets])
 

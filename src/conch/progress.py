@@ -70,7 +70,7 @@ class Progress:
         from rich.progress import Progress as RichProgress
 
         self._bar = RichProgress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             TaskProgressColumn(),
             TextColumn("{task.completed:,.0f} rows, {task.fields[size]}"),

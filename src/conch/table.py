@@ -10,6 +10,7 @@ named like a `Table` attribute (`name`, `id`, `log`, `schema`, `scan`, `select`,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -277,9 +278,16 @@ class Table:
         return self.scan().to_arrow(progress=progress)
 
     # ----- history and metadata ------------------------------------------------------------
-    def history(self) -> list[Commit]:
-        """Every commit, oldest first (with the columns each added)."""
-        return self.log.history()
+    def history(self, kind: str | Iterable[str] | None = None) -> list[Commit]:
+        """Every commit, oldest first (with the columns each added): maintenance commits too
+        (`compact`, also the automatic ones after a write; `flush`, `vacuum`, `expire`), so
+        `history()[-2]` need not be the write before the last. `kind` keeps one kind or several
+        (`"write"`, `("write", "delete")`), or a group: `"data"` (write, delete, enrich, schema)
+        or `"maintenance"`.
+
+        >>> t.history(kind="write")[-2]  # the write before the last  # doctest: +SKIP
+        """
+        return self.log.history(kind)
 
     def manifests(self, asof: int | str | datetime | None = None, version: int | None = None) -> dict[str, pa.Table]:
         """Manifests as Arrow tables: `"key_spaces"`, then one per column group

@@ -19,7 +19,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from conch.errors import CommitConflictError, CorruptFileError, TableNotFoundError, TimeTravelError
 from conch.fragments import VortexFormat
@@ -32,7 +32,7 @@ from conch.schema import Schema
 from conch.sinceview import since_view
 from conch.storage.base import Storage
 from conch.timeparse import format_time, to_time
-from conch.txn import Commit
+from conch.txn import Commit, kinds_filter
 from conch.wal import (
     Entry,
     RegisterSnapshot,
@@ -230,9 +230,14 @@ class TableLog:
         for e in self.warehouse.metastore.read_log(self.id, after_seq, upto_seq):
             yield e.seq, e.time, decode(e.entry, f"log entry {e.seq} of table {self.name!r}")
 
-    def history(self) -> list[Commit]:
-        """Every commit, oldest first."""
-        return [Commit(s, t, e.kind, e.summary, e.added_columns) for s, t, e in self.entries()]
+    def history(self, kind: str | Iterable[str] | None = None) -> list[Commit]:
+        """Every commit, oldest first; only those of `kind` (see `conch.txn.kinds_filter`)."""
+        keep = kinds_filter(kind)
+        return [
+            Commit(s, t, e.kind, e.summary, e.added_columns)
+            for s, t, e in self.entries()
+            if keep is None or e.kind in keep
+        ]
 
     # ----- commits ----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -298,7 +303,7 @@ class TableLog:
             raise
         hook = self.warehouse.after_commit
         if hook is not None and done.kind in MAINTAINED_KINDS and self.warehouse.maintenance.auto:
-            hook(self)  # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
+            hook(self, done)  # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
         return done
 
     def flush(self) -> int:

@@ -6,8 +6,40 @@ conflict rules in `conch.wal`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from conch.errors import InvalidArgumentError
+
+# The kinds of commit in a table's history. Data: a write, a delete, an enrichment's columns, a
+# schema change. Maintenance (the table's content is unchanged): a compaction (major or minor;
+# automatic ones too), a WAL flush, a vacuum's cutoff, an expire's horizon.
+DATA_KINDS = ("write", "delete", "enrich", "schema")
+MAINTENANCE_KINDS = ("compact", "flush", "vacuum", "expire")
+COMMIT_KINDS = DATA_KINDS + MAINTENANCE_KINDS
+
+
+def kinds_filter(kind: str | Iterable[str] | None) -> frozenset[str] | None:
+    """The commit kinds `history(kind=...)` keeps: one kind, several, or `"data"` /
+    `"maintenance"` for the groups above; None keeps every commit. An unknown kind is an
+    `InvalidArgumentError` (a typo would otherwise list nothing)."""
+    if kind is None:
+        return None
+    names = [kind] if isinstance(kind, str) else list(kind)
+    out: set[str] = set()
+    for k in names:
+        if k == "data":
+            out.update(DATA_KINDS)
+        elif k == "maintenance":
+            out.update(MAINTENANCE_KINDS)
+        elif k in COMMIT_KINDS:
+            out.add(k)
+        else:
+            raise InvalidArgumentError(
+                f"no commit kind {k!r}: use one of {', '.join(COMMIT_KINDS)}, or 'data' / 'maintenance'"
+            )
+    return frozenset(out)
 
 
 @dataclass(frozen=True, slots=True)

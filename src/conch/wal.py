@@ -25,7 +25,7 @@ from typing import Any
 
 from conch.errors import CommitConflictError, ConchError, CorruptFileError
 from conch.integrity import open_entry, open_json, seal_json
-from conch.manifest import Fragment, FrozenMap, KeySpace, TableState, record_from_dict, record_to_dict
+from conch.manifest import Fragment, FrozenMap, KeySpace, TableState, extent, overlaps, record_from_dict, record_to_dict
 from conch.metastore.base import LogEntry
 from conch.schema import Schema
 
@@ -358,11 +358,36 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
     ]
     if gone:
         return f"its inputs {gone[:3]} were removed by a concurrent commit"
+    placed = _placed_over(txn, newer, current)
+    if placed:
+        return f"a concurrent compaction placed L1 runs {placed[:3]} over the keys of its outputs"
     try:
         _rebased_schema(txn, current.schema)
     except _Clash as e:
         return str(e)
     return None
+
+
+def _placed_over(txn: Transaction, newer: Sequence[Entry], current: TableState) -> list[str]:
+    """L1 runs that newer compactions added, still live, overlapping `txn`'s L1 outputs (L1 runs
+    of one level are disjoint: a compaction planned before a concurrent one moved or wrote L1
+    runs over its range plans again). Its own inputs are not counted: it removes them."""
+    outs = [extent(op.key_space) for op in txn.ops if isinstance(op, AddKeySpace) and op.key_space.lsm >= 1]
+    if not outs:
+        return []
+    mine = {op.key_space.id for op in txn.ops if isinstance(op, AddKeySpace)}
+    mine |= {op.id for op in txn.ops if isinstance(op, RemoveKeySpace)}
+    return [
+        op.key_space.id
+        for e in newer
+        if e.kind == "compact"
+        for op in e.ops
+        if isinstance(op, AddKeySpace)
+        and op.key_space.lsm >= 1
+        and op.key_space.id not in mine
+        and op.key_space.id in current.key_spaces
+        and any(overlaps(extent(op.key_space), o) for o in outs)
+    ]
 
 
 def rebase(txn: Transaction, current: TableState, newer: Sequence[Entry], table: str) -> Entry:

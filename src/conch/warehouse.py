@@ -56,7 +56,7 @@ class Warehouse:
         self.evolve = evolve
         self.flush_every = flush_every
         self.maintenance = maintenance or Policy()
-        self.after_commit: Callable[[Any], None] | None = None
+        self.after_commit: Callable[[Any, Any], None] | None = None
         # how `connect()` reached this warehouse (uri, metastore, token, storage_options): what
         # another process needs to reopen it exactly so (Spark executors of `enrich`)
         self.connection: dict[str, Any] = {"uri": storage.uri, "reopenable": False}

@@ -21,6 +21,7 @@ Rules a user can rely on:
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +34,15 @@ import pyarrow.compute as pc
 from conch.budget import DEFAULT_SPLIT
 from conch.dedup import RunCheck
 from conch.errors import SchemaError
-from conch.fragments import BLOB_SUFFIX, VortexFormat, blob_storable, column_name, column_stats, encode_stats
+from conch.fragments import (
+    BLOB_SUFFIX,
+    FileJob,
+    VortexFormat,
+    WrittenFile,
+    blob_storable,
+    column_name,
+    encode_stats,
+)
 from conch.inputs import read_input, split_levels, value_fields
 from conch.keys import (
     check_unique_sorted,
@@ -62,6 +71,9 @@ class WriteOptions:
     # rows, so an inline take costs 8192 x value size per touched chunk: 4 MB at 512 B (measured
     # in docs/performance.md); out of line a take reads exactly the taken values.
     large_value_bytes: int = 512
+    # fragments encoded at once (Vortex's writer releases the GIL; each encoding also uses a few
+    # cores of its own): memory holds this many fragments being encoded
+    write_threads: int = field(default_factory=lambda: min(8, max(2, (os.cpu_count() or 2) // 2)))
 
 
 @dataclass
@@ -216,7 +228,8 @@ def _write_sorted_run(
     files: TableFiles, schema: Schema, level: str, flat: pa.Table, staged: StagedWrite, opts: WriteOptions
 ) -> KeySpace:
     key_names = schema.key_names(level)
-    ks = _stage_key_space(files, level, flat.select(key_names), staged, "data")
+    ks_job = _key_space_job(files, flat.select(key_names))
+    ks_id = _id_of(files, ks_job.path)
     columns_by_group: dict[str, list[tuple[Column, pa.ChunkedArray]]] = {}
     for name in flat.column_names:
         if name in key_names:
@@ -231,8 +244,11 @@ def _write_sorted_run(
         elif data.type != col.type:
             data = data.cast(col.type)
         columns_by_group.setdefault(col.group, []).append((col, data))
-    for group, cols in columns_by_group.items():
-        write_fragments(files, level, group, ks.id, cols, staged, opts)
+    at = len(staged.ops)  # the key space's op goes before its fragments'
+    written = write_groups(files, level, ks_id, columns_by_group, staged, opts, first=ks_job)
+    assert written is not None
+    ks = _key_space(ks_id, level, ks_job.path, flat.select(key_names), "data", written)
+    staged.ops.insert(at, AddKeySpace(ks))
     staged.rows[level] = staged.rows.get(level, 0) + flat.num_rows
     return ks
 
@@ -244,14 +260,28 @@ def write_key_space(files: TableFiles, level: str, keys: pa.Table, staged: Stage
 
 
 def _stage_key_space(files: TableFiles, level: str, keys: pa.Table, staged: StagedWrite, kind: str) -> KeySpace:
-    ks_id = new_id()
-    rel = files.key_space_path(ks_id)
+    job = _key_space_job(files, keys)
+    written = files.format.write(job.table, job.path)
+    staged.files.append(job.path)
+    ks = _key_space(_id_of(files, job.path), level, job.path, keys, kind, written)
+    staged.ops.append(AddKeySpace(ks))
+    return ks
+
+
+def _key_space_job(files: TableFiles, keys: pa.Table) -> FileJob:
+    """The key space file of sorted, unique `keys` (positional column names), at a new id."""
     positional = keys.rename_columns([f"k{i}" for i in range(keys.num_columns)])
-    written = files.format.write(positional, rel)
-    staged.files.append(rel)
+    return FileJob(positional, files.key_space_path(new_id()))
+
+
+def _id_of(files: TableFiles, key_space_path: str) -> str:
+    return key_space_path.rsplit("/", 1)[-1].removesuffix(files.format.suffix)
+
+
+def _key_space(ks_id: str, level: str, rel: str, keys: pa.Table, kind: str, written: WrittenFile) -> KeySpace:
     first = encode_keys([c.slice(0, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
     last = encode_keys([c.slice(keys.num_rows - 1, 1) for c in keys.columns])[0].as_py() if keys.num_columns else b""
-    ks = KeySpace(
+    return KeySpace(
         id=ks_id,
         level=level,
         path=rel,
@@ -262,8 +292,6 @@ def _stage_key_space(files: TableFiles, level: str, keys: pa.Table, staged: Stag
         bytes=written.bytes,
         checksum=written.checksum,
     )
-    staged.ops.append(AddKeySpace(ks))
-    return ks
 
 
 def write_fragments(
@@ -275,40 +303,80 @@ def write_fragments(
     staged: StagedWrite,
     opts: WriteOptions,
 ) -> None:
-    table = pa.table({column_name(c.id): data for c, data in cols})
-    n = table.num_rows
-    bytes_per_row = max(1, table.nbytes // max(n, 1))
-    rows_per_fragment = max(1, opts.fragment_bytes // bytes_per_row)
-    # Large values go out of line so a take reads only the bytes of the rows it takes.
-    blob_ids = [c.id for c, data in cols if blob_storable(c.type) and data.nbytes / max(n, 1) >= opts.large_value_bytes]
-    types = {c.id: c.type for c, _ in cols}
-    for start in range(0, n, rows_per_fragment):
-        part = table.slice(start, rows_per_fragment)
-        frag_id = new_id()
-        rel = files.fragment_path(level, group, frag_id)
-        written = files.format.write(part, rel, [column_name(i) for i in blob_ids], ordinal=True)
-        staged.files.append(rel)
-        if blob_ids:
-            staged.files.append(rel + BLOB_SUFFIX)
-        stats = {c.id: column_stats(part.column(column_name(c.id))) for c, _ in cols}
+    """Write one column group's byte-bounded fragments of a run and stage their `AddFragment`s."""
+    write_groups(files, level, ks_id, {group: cols}, staged, opts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A fragment about to be written: its group, id, first row and columns."""
+
+    group: str
+    frag_id: str
+    start: int
+    cols: list[tuple[Column, pa.ChunkedArray]]
+    blob_ids: tuple[int, ...]
+
+
+def write_groups(
+    files: TableFiles,
+    level: str,
+    ks_id: str,
+    groups: dict[str, list[tuple[Column, pa.ChunkedArray]]],
+    staged: StagedWrite,
+    opts: WriteOptions,
+    first: FileJob | None = None,
+) -> WrittenFile | None:
+    """Write the fragments of every column group of one run (groups x byte-bounded row slices),
+    `opts.write_threads` encoded at once (`VortexFormat.write_many`), and stage their
+    `AddFragment`s in a fixed order (group, then row), whatever the threads' timing. `first`:
+    another file written in the same batch (the run's key space: a one-row commit's two files
+    are encoded at once); returns how it was written."""
+    pieces: list[_Piece] = []
+    jobs: list[FileJob] = [first] if first is not None else []
+    for group, cols in groups.items():
+        table = pa.table({column_name(c.id): data for c, data in cols})
+        n = table.num_rows
+        bytes_per_row = max(1, table.nbytes // max(n, 1))
+        rows_per_fragment = max(1, opts.fragment_bytes // bytes_per_row)
+        # Large values go out of line so a take reads only the bytes of the rows it takes.
+        blob_ids = tuple(
+            c.id for c, data in cols if blob_storable(c.type) and data.nbytes / max(n, 1) >= opts.large_value_bytes
+        )
+        for start in range(0, n, rows_per_fragment):
+            piece = _Piece(group, new_id(), start, cols, blob_ids)
+            rel = files.fragment_path(level, group, piece.frag_id)
+            blobs = tuple(column_name(i) for i in blob_ids)
+            jobs.append(FileJob(table.slice(start, rows_per_fragment), rel, blobs, ordinal=True, stats=True))
+            pieces.append(piece)
+    for job in jobs:
+        staged.files.append(job.path)
+        if job.blob_columns:
+            staged.files.append(job.path + BLOB_SUFFIX)
+    done = files.format.write_many(jobs, opts.write_threads)
+    head = done[0][0] if first is not None else None
+    frags = jobs[1:] if first is not None else jobs
+    for job, piece, (written, stats) in zip(frags, pieces, done[len(done) - len(pieces) :], strict=True):
+        types = {c.id: c.type for c, _ in piece.cols}
         staged.ops.append(
             AddFragment(
                 Fragment(
-                    id=frag_id,
+                    id=piece.frag_id,
                     level=level,
-                    group=group,
+                    group=piece.group,
                     key_space=ks_id,
-                    start=start,
-                    rows=part.num_rows,
-                    path=rel,
-                    column_ids=tuple(c.id for c, _ in cols),
+                    start=piece.start,
+                    rows=job.table.num_rows,
+                    path=job.path,
+                    column_ids=tuple(c.id for c, _ in piece.cols),
                     stats=encode_stats(stats, types),
                     bytes=written.bytes,
                     checksum=written.checksum,
-                    blob_columns=tuple(blob_ids),
+                    blob_columns=piece.blob_ids,
                 )
             )
         )
+    return head
 
 
 def stage_delete(files: TableFiles, state: TableState, keys: Any, level: str = "") -> StagedWrite:

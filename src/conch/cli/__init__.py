@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.markup import escape
+from rich.text import Text
 
 from conch.cli import edit, look, maintain, serve  # noqa: F401  (importing them registers their commands)
 from conch.cli.common import app, err_console
@@ -61,5 +61,5 @@ def _message(e: BaseException) -> str:
 def _fail(message: str, debug: bool) -> None:
     if debug:
         raise
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
     sys.exit(2)

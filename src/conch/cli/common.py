@@ -1,5 +1,13 @@
 """What every command shares: the Typer app, consoles, global options, the catalog and how
-values, keys and times are shown."""
+values, keys and times are shown.
+
+**User data is shown literally.** Table names, keys, column names, cell values, file paths and
+filters reach the terminal through rich, whose markup would read `[bold]` as a style (the text
+vanishes), `/a/b.png` in a title as a closing tag (a `MarkupError` traceback) and `:smile:` as an
+emoji. Both consoles here therefore have markup and emoji codes off: every `str` given to them or
+to a rich `Table` on them (titles, headers, cells, messages) is printed as it is. Styling is done
+with `rich.text.Text` objects (`styled`), never with markup in a string.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
+from rich.text import Text
 
 import conch
 from conch.errors import InvalidKeyError
@@ -17,8 +26,15 @@ from conch.keys import decode_key
 from conch.previews import describe
 
 app = typer.Typer(help="Conch: keyed, column-grouped tables for ML data.", no_args_is_help=True, add_completion=False)
-console = Console()
-err_console = Console(stderr=True)
+# markup=False, emoji=False: see the module docstring (every str is user data, shown literally)
+console = Console(markup=False, emoji=False)
+err_console = Console(stderr=True, markup=False, emoji=False)
+
+
+def styled(text: object, style: str) -> Text:
+    """`text` in a rich `style` (e.g. "dim", "red"), never read as markup."""
+    return Text(str(text), style=style)
+
 
 Warehouse = Annotated[
     str, typer.Option("--warehouse", "-w", envvar="CONCH_WAREHOUSE", help="Warehouse directory (default .conch)")
@@ -83,10 +99,10 @@ def print_arrow(table: pa.Table, title: str) -> None:
     console.print(out)
 
 
-def cell_text(v: Any) -> str:
+def cell_text(v: Any) -> str | Text:
     if v is None:
-        return "[dim]null[/dim]"
-    return describe(v).replace("[", "\\[")
+        return styled("null", "dim")
+    return describe(v)
 
 
 def json_default(v: Any) -> Any:

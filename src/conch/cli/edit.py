@@ -8,7 +8,6 @@ from typing import Annotated
 
 import pyarrow as pa
 import typer
-from rich.markup import escape
 
 from conch.cli.common import (
     app,
@@ -22,7 +21,17 @@ from conch.filter_syntax import parse
 from conch.key_text import parse_key
 
 Rename = Annotated[list[str], typer.Option(help="OLD=NEW column renames (OLD may be a glob)")]
-Cast = Annotated[list[str], typer.Option(help="COLUMN=TYPE casts, e.g. Date=timestamp[us]")]
+Cast = Annotated[
+    list[str], typer.Option(help=r"COLUMN=TYPE casts, e.g. Date=timestamp\[us]")
+]  # \[: help is rich markup
+Comment = Annotated[
+    str | None,
+    typer.Option(help="CSV: skip every line starting with this character (a leading '#' block is always skipped)"),
+]
+TimestampFormat = Annotated[
+    list[str],
+    typer.Option(help="CSV: strptime format of timestamp text besides ISO 8601, e.g. '%d-%b-%y' (repeatable)"),
+]
 
 command = partial(app.command, rich_help_panel="Change tables")  # `conch --help` groups commands by panel
 
@@ -78,7 +87,14 @@ def create(
 
 
 def _write_files(
-    table: str, sources: list[str], key: list[str] | None, fmt: str | None, rename: list[str], cast: list[str]
+    table: str,
+    sources: list[str],
+    key: list[str] | None,
+    fmt: str | None,
+    rename: list[str],
+    cast: list[str],
+    comment: str | None = None,
+    timestamp_format: list[str] | None = None,
 ) -> None:
     from conch.file_input import FileInput, expand, parse_pairs, parse_type, read_files
 
@@ -90,10 +106,14 @@ def _write_files(
     if exists:
         key_names = [f.name for f in cat.table(table).key_schema]
     casts = {k: parse_type(v) for k, v in parse_pairs(cast, "--cast").items()} | key_types
-    spec = FileInput(expand(sources), fmt, parse_pairs(rename, "--rename"), casts, key_names)
+    if comment is not None and len(comment) != 1:
+        raise InvalidArgumentError(f"--comment takes one character, e.g. --comment '#', got {comment!r}")
+    spec = FileInput(
+        expand(sources), fmt, parse_pairs(rename, "--rename"), casts, key_names, [], comment, timestamp_format or []
+    )
     reader = read_files(spec)
     for note in spec.notices:
-        err_console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+        err_console.print(f"note: {note}", highlight=False, soft_wrap=True)
     missing = [k for k in key_names if k not in reader.schema.names]
     if missing:
         raise InvalidArgumentError(
@@ -112,9 +132,11 @@ def write(
     fmt: Annotated[str | None, typer.Option("--format", help="parquet | csv | json (default: by extension)")] = None,
     rename: Rename = [],  # noqa: B006 (typer reads the default, never mutates it)
     cast: Cast = [],  # noqa: B006
+    comment: Comment = None,
+    timestamp_format: TimestampFormat = [],  # noqa: B006
 ) -> None:
     """Upsert files into a table in one commit (streamed, in this process)."""
-    _write_files(table, source, key, fmt, rename, cast)
+    _write_files(table, source, key, fmt, rename, cast, comment, timestamp_format)
 
 
 @command()
@@ -125,6 +147,8 @@ def ingest(
     fmt: Annotated[str | None, typer.Option("--format", help="parquet | json | csv (default: by extension)")] = None,
     rename: Rename = [],  # noqa: B006
     cast: Cast = [],  # noqa: B006
+    comment: Comment = None,
+    timestamp_format: TimestampFormat = [],  # noqa: B006
     spark: Annotated[bool, typer.Option("--spark", help="Run as a Spark job (the `spark` extra)")] = False,
     mode: Annotated[str, typer.Option(help="append (upsert) or overwrite (--spark)")] = "append",
     partitions: Annotated[int | None, typer.Option(help="Spark write tasks (key ranges; --spark)")] = None,
@@ -134,15 +158,19 @@ def ingest(
     if not spark:
         if mode != "append" or partitions is not None or merge_schema:
             raise InvalidArgumentError("--mode, --partitions and --merge-schema are Spark options: add --spark")
-        _write_files(table, source, [key], fmt, rename, cast)
+        _write_files(table, source, [key], fmt, rename, cast, comment, timestamp_format)
         return
     if rename or cast:
         raise InvalidArgumentError("--rename and --cast are not supported with --spark: drop --spark")
     import conch.spark
+    from conch.pipelines.ingest import csv_options
     from conch.pipelines.ingest import ingest as run_ingest
 
     session = conch.spark.session("conch-ingest")
-    res = run_ingest(session, source, settings["warehouse"], table, key.split(","), fmt, mode, partitions, merge_schema)
+    csv = csv_options(comment, timestamp_format)
+    res = run_ingest(
+        session, source, settings["warehouse"], table, key.split(","), fmt, mode, partitions, merge_schema, csv=csv
+    )
     console.print(f"ingested {res.rows} rows into {table!r} with {res.partitions} tasks: commit {res.seq}")
 
 

@@ -27,6 +27,7 @@ from conch.cli.common import (
     print_arrow,
     same_key,
     settings,
+    styled,
     when,
 )
 from conch.errors import InvalidArgumentError
@@ -64,12 +65,25 @@ def schema(table: str) -> None:
 
 
 @command()
-def history(table: str) -> None:
-    """List a table's commits (use a Time with `scan --asof`)."""
-    out = RichTable(title=f"History of {table}")
+def history(
+    table: str,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Only commits of this kind (repeatable): write, delete, enrich, schema, compact, flush, vacuum, "
+            "expire, or the groups data / maintenance"
+        ),
+    ] = None,
+) -> None:
+    """List a table's commits, maintenance (compactions, flushes, vacuums, expires) included (use a
+    Time with `scan --asof`)."""
+    kinds = [k.strip() for flag in kind or [] for k in flag.split(",") if k.strip()] or None
+    t = open_catalog().table(table)
+    commits = t.history(kinds)
+    out = RichTable(title=f"History of {table}" + (f" ({', '.join(kinds)} commits)" if kinds else ""))
     for col in ("Seq", "Time (µs)", "Committed At", "Kind", "Summary"):
         out.add_column(col)
-    for c in open_catalog().table(table).history():
+    for c in commits:
         out.add_row(str(c.seq), str(c.time), when(c.time, short=console.width < 150), c.kind, c.summary)
     console.print(out)
 
@@ -270,7 +284,7 @@ def get(
     for k in keys:
         rec = next((r for kk, r in found.items() if same_key(kk, k)), None)
         if rec is None:
-            console.print(f"[yellow]{key_text(k)}: no such key[/yellow]")
+            console.print(styled(f"{key_text(k)}: no such key", "yellow"))
             continue
         out = RichTable(title=f"{table}[{key_text(k)}]", show_header=False, title_justify="left")
         out.add_column("column", style="bold")

@@ -44,6 +44,7 @@ from conch.errors import CommitConflictError, TableNotFoundError
 from conch.manifest import TableState
 from conch.policy import Policy
 from conch.tablelog import TableLog
+from conch.txn import Commit
 
 EXIT_WAIT_SECONDS = 10.0  # at most this long for a running settle at interpreter exit
 MAX_TASKS = 256  # per settle (a safety bound)
@@ -223,10 +224,11 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 atexit.register(lambda: _settler.stop())
 
 
-def after_commit(log: TableLog) -> None:
+def after_commit(log: TableLog, done: Commit | None = None) -> None:
     """The automatic maintenance after a write, delete or enrich (`Warehouse.after_commit`):
-    the bounded inline trigger (`run.auto`), then the settle after the writer's pause."""
-    auto(log)
+    the bounded inline trigger (`run.auto`, bounded by what the commit `done` wrote), then the
+    settle after the writer's pause."""
+    auto(log, done)
     schedule(log)
 
 

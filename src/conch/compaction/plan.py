@@ -36,17 +36,23 @@ the ingest CPU and 3.4× the write amplification: `docs/compaction.md`.) A large
 waits for `l0_trigger` runs,
 major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet, or when a merge
 would not reduce the run count; else merge. The automatic trigger after
-commits runs at most `auto_budget_bytes` of input per commit (a writer never stalls long);
-larger tasks are listed by `maintenance_plan()` and run by `Table.compact()` or `conch compact`.
+commits runs at most `commit_budget` of input per commit: a small multiple of what the commit
+wrote (a writer never stalls long); larger tasks are listed by `maintenance_plan()` and run by
+the settle, `Table.compact()` or `conch compact`.
+
+A third kind of task rewrites nothing: **move** (`move_task`), L0 runs that overlap no other run
+re-labelled L1 as they are (a bulk load lands as disjoint runs; merging them would rewrite every
+byte for nothing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from conch.compaction.ranges import Ranges, ranges_of
-from conch.manifest import Fragment, KeySpace
+from conch.manifest import Fragment, KeySpace, extent
 from conch.policy import Policy
 
 
@@ -54,7 +60,7 @@ from conch.policy import Policy
 class CompactionTask:
     """One compaction: merge `inputs` (key-space ids) over the key range `[lo, hi)`."""
 
-    kind: str  # "major" | "merge"
+    kind: str  # "major" | "merge" | "move" (to L1 as they are: no rewrite)
     lo: bytes
     hi: bytes | None
     inputs: tuple[str, ...]  # key spaces removed (data and tombstone runs)
@@ -153,16 +159,27 @@ def plan(
     fragments: Mapping[str, Fragment],
     policy: Policy,
     force: bool = False,
+    budget: int | None = None,
 ) -> MaintenancePlan:
     """The compaction tasks the policy asks for now (`force`: a major compaction of every
     component with any L0 run or more than one L1 run of one level, whatever the thresholds; a
     component already holding one L1 run per level is left as it is, so a repeated `compact()`
-    rewrites nothing)."""
+    rewrites nothing). Runs that overlap nothing come first, as one `move` task (`move_task`),
+    and the rest is planned as if it were done. `budget`: the input bytes a rewrite may take (the
+    commit-time trigger's, `commit_budget`): a component whose major would exceed it gets the
+    size-tiered merge of its newest L0 runs that fits, if any (the major waits for the settle or
+    `compact()`)."""
     ks_list = list(key_spaces.values())
-    ranges = table_ranges(ks_list)
     sizes = run_bytes(ks_list, fragments.values())
     tasks: list[CompactionTask] = []
     n_l0, n_l1 = lsm_counts(ks_list)
+    move = move_task(ks_list, sizes, policy)
+    if move is not None:
+        tasks.append(move)
+        moved = set(move.inputs)
+        ks_list = [dataclasses.replace(k, lsm=1) if k.id in moved else k for k in ks_list]
+    ranges = table_ranges(ks_list)
+    cap = policy.auto_budget_bytes if budget is None else min(budget, policy.auto_budget_bytes)
     for comp in components(ks_list, ranges):
         l0 = sorted((k for k in comp.runs if not is_l1(k)), key=lambda k: (k.time, k.seq, k.id))
         l1 = [k for k in comp.runs if is_l1(k)]
@@ -177,10 +194,15 @@ def plan(
         if not force and small and not l1 and len(l0) == 1:
             continue  # one run and nothing to merge it with: rewriting it would gain nothing
         lo, hi = ranges.bounds(comp.first, comp.last)
-        window = [] if force else _tier_window(l0, sizes, policy)
+        window = [] if force else _tier_window(l0, sizes, policy, cap)
         if window and l1 and oldest_time(window[0]) < max(k.time for k in l1):
             window = []  # not contiguous in time with the L1 runs it would stay above: major
-        if force or small or not l1 or l0_bytes >= policy.l1_ratio * l1_bytes or len(window) < 2:
+        major = force or small or not l1 or l0_bytes >= policy.l1_ratio * l1_bytes or len(window) < 2
+        if major and not force and budget is not None and l0_bytes + l1_bytes > budget:
+            if len(window) < 2:
+                continue  # nothing within this trigger's budget: the settle or compact() runs the major
+            major = False  # the merge that fits; the major waits for the settle or compact()
+        if major:
             why = (
                 "forced"
                 if force
@@ -233,10 +255,10 @@ def _task(
     )
 
 
-def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> list[KeySpace]:
+def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy, cap: int) -> list[KeySpace]:
     """The newest L0 runs of similar size: walking from the newest, an older run joins while its
     bytes are at most `size_ratio` × the window's so far (universal compaction's size rule) and
-    the window stays within `auto_budget_bytes`.
+    the window stays within `cap` bytes (the automatic budget).
     Empty when it would merge fewer than two runs."""
     window: list[KeySpace] = []
     total = 0
@@ -244,7 +266,7 @@ def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -
         b = sizes[k.id]
         # within the automatic budget too: otherwise a geometric series of runs would make every
         # window span them all, exceed the budget, and let L0 grow without bound
-        if window and (b > policy.size_ratio * total or total + b > policy.auto_budget_bytes):
+        if window and (b > policy.size_ratio * total or total + b > cap):
             break
         window.append(k)
         total += b
@@ -253,5 +275,64 @@ def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -
     return window[::-1]
 
 
-def within_budget(task: CompactionTask, policy: Policy) -> bool:
-    return task.input_bytes <= policy.auto_budget_bytes
+def within_budget(task: CompactionTask, policy: Policy, budget: int | None = None) -> bool:
+    """Whether an automatic trigger may run `task`: a move rewrites nothing, so always."""
+    limit = policy.auto_budget_bytes if budget is None else budget
+    return task.kind == "move" or task.input_bytes <= limit
+
+
+def commit_budget(written: int, policy: Policy) -> int:
+    """The input bytes the commit-time trigger may rewrite after a commit that wrote `written`
+    bytes: `commit_rewrite_ratio` × that, at least `small_bytes` (a small table is still folded at
+    its read-cost trigger), at most `auto_budget_bytes`. So the work a commit does inline is
+    bounded by what it wrote; larger merges run in the settle or `compact()`."""
+    return min(policy.auto_budget_bytes, max(policy.small_bytes, int(policy.commit_rewrite_ratio * written)))
+
+
+def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: Policy) -> CompactionTask | None:
+    """L0 runs that overlap nothing, moved to L1 as they are (RocksDB's "trivial move"): a bulk
+    load lands as disjoint runs, and merging them would rewrite every byte for nothing.
+
+    Runs are grouped by overlapping extents (`manifest.extent`: a run's keys and the subtrees of
+    its largest key), over every run of every level and kind. A group moves when it holds only L0
+    data runs, at most one per level, its root-level run starts it (that run's first key becomes a
+    range boundary, `ranges.ranges_of`, and the group lies inside the range it starts: any run
+    holding a key between it and the next boundary would overlap it), and it holds at least
+    `move_bytes` (smaller runs are cheaper to fold than to read as runs of their own). Each run
+    keeps its files, time and `min_time`: no cell is relabelled, so DESIGN §6's invariant holds
+    trivially. One task moves every such group; None when there is none."""
+    runs = sorted((k for k in key_spaces if k.rows), key=lambda k: extent(k)[0])
+    groups: list[list[KeySpace]] = []
+    hi: bytes | None = b""
+    for k in runs:
+        lo, end = extent(k)
+        if groups and (hi is None or lo < hi):
+            groups[-1].append(k)
+            hi = None if hi is None or end is None else max(hi, end)
+        else:
+            groups.append([k])
+            hi = end
+    moved = [g for g in groups if _movable(g, sizes, policy)]
+    if not moved:
+        return None
+    ins = [k for g in moved for k in g]
+    return CompactionTask(
+        "move",
+        b"",
+        None,
+        tuple(k.id for k in ins),
+        min(oldest_time(k) for k in ins),
+        max(k.time for k in ins),
+        sum(sizes[k.id] for k in ins),
+        len(ins),
+        f"{len(moved)} group(s) of runs overlapping no other run: moved to L1 as they are, no rewrite",
+    )
+
+
+def _movable(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> bool:
+    if any(k.lsm != 0 or k.kind != "data" for k in group) or not _one_run_per_level(group):
+        return False
+    root = next((k for k in group if k.level == ""), None)
+    if root is None or root.min_key != group[0].min_key:
+        return False
+    return sum(sizes[k.id] for k in group) >= policy.move_bytes

@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 from conch._deps import optional_import
 from conch.errors import ConchError
 from conch.keys import KeySet, encode_keys
+from conch.loaders import ring
 from conch.loaders.columns import narrowest_column
 from conch.loaders.source import ScanSpec, open_split
 from conch.scan import Scan
@@ -89,17 +90,32 @@ def dataset(
         raise ConchError(f"format={format!r}: use 'torch' (dicts of tensors) or 'arrow' (record batches)")
     if (batch_size is not None and batch_size < 1) or shuffle_buffer < 1 or prefetch < 0:
         raise ConchError("batch_size and shuffle_buffer must be positive, prefetch >= 0")
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
+        raise ConchError(f"splits={splits!r}: give a positive number of splits, or None (follows the readers)")
     spec = ScanSpec.from_scan(scan)
-    if splits is None:
-        rows = sum(ks.rows for ks in scan.plan.key_spaces)
-        splits = max(1, -(-rows // SPLIT_ROWS))
+    rows = sum(ks.rows for ks in scan.plan.key_spaces)
     return ConchIterableDataset(
         spec,
-        scan.splits(splits),
+        scan.splits(splits) if splits is not None else None,
         _Options(batch_size, shuffle, seed, shuffle_buffer, format, dict(decode or {}), prefetch, drop_last),
         rank,
         world_size,
+        rows,
     )
+
+
+SPLITS_PER_READER = 4  # default splits per reader, rows allowing: slow splits even out
+MIN_SPLIT_ROWS = 1_024  # below this a split costs more to open than it balances
+
+
+def default_split_count(rows: int, readers: int) -> int:
+    """The number of splits when `splits=None`: about `SPLIT_ROWS` rows each, but with several
+    readers (world size × DataLoader workers) at least `SPLITS_PER_READER` per reader while
+    splits keep `MIN_SPLIT_ROWS` rows, and never fewer than the readers (rows allowing): no
+    reader idles. One reader reads its splits one after the other: sized by rows only."""
+    by_size = -(-rows // SPLIT_ROWS)
+    busy = min(readers * SPLITS_PER_READER, max(readers, rows // MIN_SPLIT_ROWS)) if readers > 1 else 1
+    return max(1, min(max(rows, 1), max(by_size, busy)))
 
 
 @dataclass(frozen=True)
@@ -128,10 +144,18 @@ class ConchIterableDataset(_IterableDataset):
     """Iterable, sharded, shuffled and resumable; build with `conch.torch.dataset`."""
 
     def __init__(
-        self, spec: ScanSpec, splits: list[Split], opts: _Options, rank: int | None, world_size: int | None
+        self,
+        spec: ScanSpec,
+        splits: list[Split] | None,
+        opts: _Options,
+        rank: int | None,
+        world_size: int | None,
+        rows: int = 0,
     ) -> None:
         self.spec = spec
-        self.splits = splits
+        self.fixed_splits = splits  # None: the count follows the readers (`default_split_count`)
+        self.rows = rows  # the scan's rows as planned (an upper bound under a filter)
+        self._by_count: dict[int, list[Split]] = {}
         self.opts = opts
         self._rank, self._world = rank, world_size
         self.epoch = 0
@@ -139,7 +163,19 @@ class ConchIterableDataset(_IterableDataset):
         self._cursor: dict[str, Any] = {"epoch": 0, "block": 0, "pos": 0, "offset": 0, "done": 0}
 
     def __repr__(self) -> str:
-        return f"conch.torch.dataset({self.spec.table_name!r}, {len(self.splits)} splits, asof={self.spec.asof})"
+        n = "splits following the readers" if self.fixed_splits is None else f"{len(self.fixed_splits)} splits"
+        return f"conch.torch.dataset({self.spec.table_name!r}, {n}, asof={self.spec.asof})"
+
+    @property
+    def splits(self) -> list[Split]:
+        """The splits read by this process's readers: the `splits` given, else
+        `default_split_count(rows, readers)` of them, planned once per process and count."""
+        if self.fixed_splits is not None:
+            return self.fixed_splits
+        n = default_split_count(self.rows, self.reader()[1])
+        if n not in self._by_count:
+            self._by_count[n] = self.spec.scan().splits(n)
+        return self._by_count[n]
 
     # ----- epochs and state -----------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -152,14 +188,24 @@ class ConchIterableDataset(_IterableDataset):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at a cursor from `state_dict` (same table version, splits and seed)."""
-        if state.get("asof") != self.spec.asof or state.get("splits") != len(self.splits):
+        if state.get("asof") != self.spec.asof:
             raise ConchError(
-                "this state was saved by a dataset over another table version or split count: "
-                f"state asof={state.get('asof')} splits={state.get('splits')}, dataset asof={self.spec.asof} "
-                f"splits={len(self.splits)}; build the dataset with the same scan (asof=...) and splits"
+                "this state was saved by a dataset over another table version: "
+                f"state asof={state.get('asof')}, dataset asof={self.spec.asof}; build the dataset with the same scan "
+                "(asof=...)"
             )
+        if self.fixed_splits is not None:  # else checked when iterating, where the readers are known
+            self._check_splits(state)
         self._resume = dict(state)
         self.epoch = int(state["epoch"])
+
+    def _check_splits(self, state: Mapping[str, Any]) -> None:
+        if state.get("splits") != len(self.splits):
+            raise ConchError(
+                f"this state was saved by a dataset read in {state.get('splits')} splits; this one reads "
+                f"{len(self.splits)} (splits follow the world size and worker count unless given): build it with "
+                "the same splits=, world size and workers"
+            )
 
     # ----- sharding ---------------------------------------------------------------------------
     def reader(self) -> tuple[int, int]:
@@ -180,6 +226,8 @@ class ConchIterableDataset(_IterableDataset):
     # ----- iterating --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         resume, self._resume = self._resume, None
+        if resume:
+            self._check_splits(resume)
         epoch = int(resume["epoch"]) if resume else self.epoch
         me, _ = self.reader()
         splits = self.my_splits(epoch)
@@ -195,9 +243,7 @@ class ConchIterableDataset(_IterableDataset):
                     rows = rows.take(pa.array(rng.permutation(rows.num_rows)))
                 skip = int(start["done"]) if block.index == start["block"] else 0
                 # Convert once per block; batches are then views (tensor slices) of it.
-                piece: Any = (
-                    rows.slice(skip) if arrow else _Cols.of(rows.slice(skip), self.opts.decode, self.opts.batch_size)
-                )
+                piece: Any = rows.slice(skip) if arrow else _Cols.of(rows.slice(skip), self.opts.decode)
                 at = {"epoch": epoch, "block": block.index, "pos": block.pos, "offset": block.offset}
                 for item, n_done in out.push(piece):
                     if self.opts.batch_size is not None or arrow:
@@ -249,22 +295,11 @@ class ConchIterableDataset(_IterableDataset):
 
 
 # ----- leaving a DataLoader worker -----------------------------------------------------------
-# Torch pickles every tensor that crosses processes as a shared-memory storage: the worker hands
-# the main process a file descriptor through a side connection (`resource_sharer`), one round
-# trip per storage and message, and the main process maps it. For the batches a loader yields
-# (tens of KB) that costs more than reading them: it is what made 1–2 workers slower than none.
-# Batches whose tensors fit in WIRE_MAX bytes therefore travel as one byte buffer through the
-# worker's pipe (`_Wire`); larger ones keep shared memory, one segment per block (`_compact`).
+# A batch leaves a worker through the worker's ring of shared-memory slots (`conch.loaders.ring`):
+# one copy into a reused slot in the worker, a few hundred bytes through the pipe, and views of
+# the slot in the main process. When every slot is still in use, a batch whose tensors fit in
+# WIRE_MAX bytes travels as one byte buffer through the pipe; a larger one as torch pickles it.
 WIRE_MAX = 1 << 20
-_ALIGN = 64  # byte offsets of the tensors packed in one buffer: any dtype can view them
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
-def _tensor_bytes(cols: Mapping[str, Any]) -> int:
-    return sum(_aligned(v.numel() * v.element_size()) for v in cols.values() if isinstance(v, torch.Tensor))
 
 
 def _in_worker() -> bool:
@@ -274,21 +309,21 @@ def _in_worker() -> bool:
 def _emit(cols: dict[str, Any]) -> dict[str, Any]:
     """A batch (or sample) as yielded: as is in the main process; from a worker, wrapped to
     leave it cheaply (above)."""
-    if not _in_worker():
-        return cols
-    return _Wire(cols if _tensor_bytes(cols) <= WIRE_MAX else _compact(cols))
+    return _Wire(cols) if _in_worker() else cols
 
 
 class _Wire(dict[str, Any]):
-    """A dict of columns leaving a DataLoader worker: its tensors, when they fit in WIRE_MAX
-    bytes, travel as one byte buffer (larger ones as torch pickles them: shared memory), other
-    values as pickle does. The receiver unpickles a plain dict (`_unwire`)."""
+    """A dict of columns leaving a DataLoader worker (see above). The receiver unpickles a
+    plain dict."""
 
     def __copy__(self) -> _Wire:  # DataLoader's collate copies mappings: keep the wrapper
         return _Wire(self)
 
     def __reduce__(self) -> Any:
-        total = _tensor_bytes(self)
+        sent = ring.send(self)
+        if sent is not None:
+            return sent
+        total = ring.tensor_bytes(self)
         if not total or total > WIRE_MAX:
             return (dict, (dict(self),))
         try:  # numpy views: a few µs per column, where torch ops cost tens
@@ -302,7 +337,7 @@ class _Wire(dict[str, Any]):
             a = np.ascontiguousarray(a)
             flat[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
             layout.append((k, off, a.dtype.str, a.shape))
-            off += _aligned(a.nbytes)
+            off += ring.aligned(a.nbytes)
         rest = {k: v for k, v in self.items() if not isinstance(v, torch.Tensor)}
         return (_unwire, (buf, layout, rest, list(self)))
 
@@ -315,28 +350,6 @@ def _unwire(buf: bytearray, layout: list[Any], rest: dict[str, Any], order: list
     return {k: out[k] for k in order}
 
 
-def _compact(cols: dict[str, Any]) -> dict[str, Any]:
-    """Pack the tensors of a block (or of a batch straddling blocks) into one shared storage, so
-    a block costs one shared-memory segment and its batches are views of it (the receiver reuses
-    a storage it has seen); in the main process, nothing to do."""
-    if not _in_worker():
-        return cols
-    tensors = {k: v for k, v in cols.items() if isinstance(v, torch.Tensor)}
-    if not tensors or all(v.is_shared() for v in tensors.values()):
-        return cols
-    offsets, total = {}, 0
-    for k, v in tensors.items():
-        offsets[k] = total
-        total += -(-v.numel() * v.element_size() // 64) * 64  # 64-byte aligned views
-    buf = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_()
-    out = dict(cols)
-    for k, v in tensors.items():
-        n = v.numel() * v.element_size()
-        view = buf[offsets[k] : offsets[k] + n].view(v.dtype).view(v.shape)
-        out[k] = view.copy_(v)
-    return out
-
-
 class _Cols:
     """Converted columns of some rows (tensors or lists by path), sliced without copying."""
 
@@ -345,12 +358,9 @@ class _Cols:
         self.num_rows = num_rows
 
     @classmethod
-    def of(cls, table: pa.Table, decode: Mapping[str, Callable[[Any], Any]], batch_size: int | None) -> _Cols:
-        """The columns of a block; in a worker whose batches are too large for the pipe, packed
-        in shared memory once for the whole block (see WIRE_MAX)."""
-        cols = to_tensors(table, decode)
-        per_batch = _tensor_bytes(cols) * (batch_size or 1) // max(table.num_rows, 1)
-        return cls(_compact(cols) if per_batch > WIRE_MAX else cols, table.num_rows)
+    def of(cls, table: pa.Table, decode: Mapping[str, Callable[[Any], Any]]) -> _Cols:
+        """The columns of a block (batches are then views of them)."""
+        return cls(to_tensors(table, decode), table.num_rows)
 
     def slice(self, offset: int, length: int) -> _Cols:
         n = max(0, min(length, self.num_rows - offset))

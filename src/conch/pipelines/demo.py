@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table as RichTable
+from rich.text import Text
 
 import conch
 from conch.pipelines.generate import AUDIO_SCHEMA, audio_batches
@@ -45,12 +46,13 @@ from conch.pipelines.progress import spark_progress
 @contextmanager
 def step(console: Console, title: str, timings: list[tuple[str, float]]) -> Iterator[dict[str, Any]]:
     info: dict[str, Any] = {}
-    console.rule(f"[bold]{title}")
+    console.rule(Text(title, style="bold"))  # Text, not markup: the CLI's console has markup off
     t0 = time.perf_counter()
     yield info
     dt = time.perf_counter() - t0
     timings.append((title, dt))
-    console.print(f"[green]✓[/green] {title}: {info.get('what', '')} [dim]({dt:.2f}s)[/dim]", highlight=False)
+    line = Text.assemble(("✓", "green"), f" {title}: {info.get('what', '')} ", (f"({dt:.2f}s)", "dim"))
+    console.print(line, highlight=False)
 
 
 def has_filter_node(plan: str) -> bool:
@@ -233,7 +235,7 @@ def _pipeline(
     grid = RichTable("step", "seconds")
     for title, dt in timings:
         grid.add_row(title, f"{dt:.2f}")
-    grid.add_row("[bold]total", f"[bold]{time.perf_counter() - started:.2f}")
+    grid.add_row(Text("total", style="bold"), Text(f"{time.perf_counter() - started:.2f}", style="bold"))
     console.print(grid)
     results["seconds"] = time.perf_counter() - started
     return results

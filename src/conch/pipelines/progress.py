@@ -21,7 +21,7 @@ def spark_progress(spark: Any, console: Console, description: str) -> Iterator[N
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
     seen: dict[int, tuple[int, int]] = {}
-    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(description, total=None)
 

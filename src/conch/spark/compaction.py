@@ -79,6 +79,9 @@ def compact(
             except CommitConflictError:  # an input was removed meanwhile: its files are deleted
                 total, lost = total + CompactionResult(conflicts=1), True
                 continue
+            if task.kind == "move":  # to L1 as they are: nothing written
+                total = total + CompactionResult(moved=len(task.inputs))
+                continue
             outs = sum(1 for s in staged[i] for op in s.ops if isinstance(op, AddKeySpace))
             written = sum(s.bytes_written for s in staged[i])
             total = total + CompactionResult(1, len(task.inputs), outs, task.input_bytes, written)

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 import conch
 from conch._deps import optional_import
-from conch.errors import ConchError, TableNotFoundError
+from conch.errors import ConchError, TableNotFoundError, TimeTravelError
 from conch.filter_syntax import parse
 from conch.key_text import key_text, parse_key
 from conch.keys import KeyPrefix, decode_key, encode_key
@@ -120,31 +120,68 @@ class Inspector:
         return self.page(name, body, name, asof, "overview")
 
     def timeline(self, t: conch.Table, asof: int | None) -> str:
+        """The commits as dots (a link each to the table as of it) and a table of the last 50.
+        Commits before the time-travel horizon (`Table.expire`) are drawn hollow, left of a
+        dashed line, and link nowhere: reading as of them is an error."""
         commits = t.history()
         if not commits:
             return '<p class="muted">no commits yet</p>'
+        horizon = t.log.horizon()
+        first_kept = next((c for c in commits if c.time >= horizon), None) if horizon else None
         width, step = 900, 900 / max(len(commits), 1)
         current = max((c.seq for c in commits if asof is None or c.time <= asof), default=0)
         dots = []
         for i, c in enumerate(commits):
             cx = step * i + step / 2
             on = " on" if c.seq == current else ""
+            tip = f"#{c.seq} {escape(c.kind)} at {_when(c.time)}: {escape(c.summary)}"
+            if c.time < horizon:
+                dots.append(
+                    f'<g class="commit expired" data-seq="{c.seq}"><title>{tip} (expired: before the time-travel '
+                    f'horizon)</title><circle cx="{cx:.1f}" cy="22" r="6"/>'
+                    f'<text x="{cx:.1f}" y="48" text-anchor="middle">#{c.seq}</text></g>'
+                )
+                continue
             dots.append(
                 f'<a href="/t/{escape(t.name)}{_q(asof=c.time)}" class="commit {KIND_CLASS.get(c.kind, "c-other")}{on}" '
-                f'data-seq="{c.seq}"><title>#{c.seq} {escape(c.kind)} at {_when(c.time)}: {escape(c.summary)}</title>'
+                f'data-seq="{c.seq}"><title>{tip}</title>'
                 f'<circle cx="{cx:.1f}" cy="22" r="{9 if on else 7}"/>'
                 f'<text x="{cx:.1f}" y="48" text-anchor="middle">#{c.seq}</text></a>'
             )
+        marker, note = "", ""
+        if first_kept is not None and first_kept is not commits[0]:
+            hx = step * commits.index(first_kept)
+            marker = (
+                f'<line class="horizon" x1="{hx:.1f}" y1="4" x2="{hx:.1f}" y2="40"/>'
+                f'<text class="horizon" x="{hx + 4:.1f}" y="10">horizon</text>'
+            )
+            note = (
+                f'<p class="horizon-note">Time travel reaches back to the expire horizon: version #{first_kept.seq} '
+                f"at {_when(horizon)}. The {commits.index(first_kept)} older commits are listed but cannot be read "
+                "(<code>Table.expire</code>).</p>"
+            )
         svg = (
             f'<svg class="timeline" viewBox="0 0 {width} 56" width="{width}" height="56" xmlns="http://www.w3.org/2000/svg">'
-            f'<line x1="{step / 2:.1f}" y1="22" x2="{width - step / 2:.1f}" y2="22"/>{"".join(dots)}</svg>'
+            f'<line x1="{step / 2:.1f}" y1="22" x2="{width - step / 2:.1f}" y2="22"/>{marker}{"".join(dots)}</svg>'
         )
-        rows = "".join(
-            f'<tr class="{"on" if c.seq == current else ""}"><td>#{c.seq}</td><td>{_when(c.time)}</td><td>{escape(c.kind)}</td>'
-            f'<td>{escape(c.summary)}</td><td><a class="asof-link" href="/t/{escape(t.name)}{_q(asof=c.time)}">view as of</a></td></tr>'
-            for c in reversed(commits[-50:])
+
+        def row(c: Any) -> str:
+            link = (
+                '<span class="muted">expired</span>'
+                if c.time < horizon
+                else f'<a class="asof-link" href="/t/{escape(t.name)}{_q(asof=c.time)}">view as of</a>'
+            )
+            cls = "on" if c.seq == current else ("expired" if c.time < horizon else "")
+            return (
+                f'<tr class="{cls}"><td>#{c.seq}</td><td>{_when(c.time)}</td><td>{escape(c.kind)}</td>'
+                f"<td>{escape(c.summary)}</td><td>{link}</td></tr>"
+            )
+
+        rows = "".join(row(c) for c in reversed(commits[-50:]))
+        return (
+            f'{svg}{note}<details class="history"><summary>{len(commits)} commits</summary>'
+            f'<div class="scroll"><table class="grid">{rows}</table></div></details>'
         )
-        return f'{svg}<details class="history"><summary>{len(commits)} commits</summary><table class="grid">{rows}</table></details>'
 
     def schema_tree(self, st: TableState) -> str:
         schema = st.schema
@@ -219,7 +256,7 @@ class Inspector:
             f"<td>{r[4]}</td><td>L{r[5]}</td><td>{_when(r[6])}</td><td>{_when(r[7])}</td></tr>"
             for r in rows
         )
-        return f'<h2>{escape(title)} <span class="muted">({len(rows)})</span></h2><table class="grid manifest">{head}{body}</table>'
+        return f'<h2>{escape(title)} <span class="muted">({len(rows)})</span></h2><div class="scroll"><table class="grid manifest">{head}{body}</table></div>'
 
     def scan(self, name: str, p: dict[str, str]) -> str:
         asof = int(p["asof"]) if p.get("asof") else None
@@ -251,14 +288,19 @@ class Inspector:
             key = tuple(rec[k] for k in key_names)
             khex = encode_key(key, fields).hex()
             cells = []
+
+            def blob_url(path: str, khex: str = khex) -> str:
+                return f"/t/{name}/blob{_q(level=level, key=khex, col=path, asof=asof)}"
+
             for col, value in rec.items():
-                url = f"/t/{name}/blob{_q(level=level, key=khex, col=col, asof=asof)}"
-                cells.append(f"<td>{render(value, url)}</td>")
+                cells.append(f"<td>{render(value, blob_url, col)}</td>")
             for c in children:
                 href = f"/t/{name}/scan{_q(level=c.path, prefix=khex, asof=asof)}"
                 cells.append(f'<td><a class="child" href="{escape(href)}">{escape(c.name)} →</a></td>')
             rows.append(f"<tr>{''.join(cells)}</tr>")
-        table = f'<table class="grid scan" id="results"><tr>{head}</tr>{"".join(rows)}</table>'
+        table = (
+            f'<div class="scroll"><table class="grid scan" id="results"><tr>{head}</tr>{"".join(rows)}</table></div>'
+        )
         m = s.metrics()
         metrics = "".join(
             f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>"
@@ -348,7 +390,11 @@ def create_app(warehouse: str) -> Any:
             except TableNotFoundError as e:
                 return HTMLResponse(ins.page("Not found", f'<p class="error">{escape(str(e))}</p>'), 404)
             except (ConchError, ValueError) as e:
-                return HTMLResponse(ins.page("Error", f'<p class="error">error: {escape(str(e))}</p>', name), 400)
+                more = ""
+                if isinstance(e, TimeTravelError) and name is not None:  # before the expire horizon: where to go
+                    h = ins.catalog.table(name).log.horizon()
+                    more = f'<p><a href="/t/{escape(name)}{_q(asof=h)}">view as of the horizon</a></p>'
+                return HTMLResponse(ins.page("Error", f'<p class="error">error: {escape(str(e))}</p>{more}', name), 400)
 
         return endpoint
 

@@ -69,8 +69,12 @@ def level_svg(state: TableState, level: str) -> str:
     y = 20
     lo_text = key_text(decode_key(bytes.fromhex(min(k.min_key for k in spaces)), fields))
     hi_text = key_text(decode_key(bytes.fromhex(max(k.max_key for k in spaces)), fields))
-    parts.append(f'<text x="{LABEL}" y="12" class="axis">{escape(lo_text)}</text>')
-    parts.append(f'<text x="{WIDTH - 10}" y="12" class="axis" text-anchor="end">{escape(hi_text)}</text>')
+    room = max(8, (WIDTH - LABEL - 30) // 2 // 7)  # characters each end label has (~7 px each): no overlap
+    for at, anchor, text in ((LABEL, "start", lo_text), (WIDTH - 10, "end", hi_text)):
+        short = text if len(text) <= room else text[: room - 1] + "…"
+        parts.append(
+            f'<text x="{at}" y="12" class="axis" text-anchor="{anchor}"><title>{escape(text)}</title>{escape(short)}</text>'
+        )
     lanes: dict[int, list[KeySpace]] = {}
     for k in spaces:
         lanes.setdefault(k.lsm, []).append(k)

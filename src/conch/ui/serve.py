@@ -14,5 +14,7 @@ def serve(warehouse: str, host: str = "127.0.0.1", port: int = 8765, console: An
 
     app = create_app(warehouse)
     if console is not None:
-        console.print(f"Conch inspector of {warehouse} at http://{host}:{port}/ (Ctrl-C to stop)", highlight=False)
+        console.print(
+            f"Conch inspector of {warehouse} at http://{host}:{port}/ (Ctrl-C to stop)", highlight=False, markup=False
+        )
     uvicorn.run(app, host=host, port=port, log_level="warning")

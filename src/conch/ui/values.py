@@ -1,13 +1,22 @@
-"""Cell values as HTML: image thumbnails, audio players with waveforms, tensor heat maps, folded text.
+"""Cell values as HTML: image thumbnails, audio players with waveforms, tensor heat maps, folded
+text, structs as compact field grids.
 
-Blobs up to `INLINE_BYTES` are inlined as data URIs (one request per page); larger ones are
-described and linked to the blob endpoint. Waveforms and heat maps are SVG computed here with
-NumPy, so the browser needs no script to draw them.
+A page never carries a blob: an image is a thumbnail (at most `THUMB_PX` on its longer side,
+made with Pillow once per distinct image and kept in a bounded cache) inlined as a data URI and
+linked to the full image at the blob endpoint; audio is a waveform and a player whose source is
+the blob endpoint (fetched on play). Waveforms and heat maps are SVG computed here with NumPy, so
+the browser needs no script to draw them. `blob_url(path)` gives the blob endpoint of the value
+at a column path (`image.png`), for blobs at any depth of a struct.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
@@ -15,17 +24,21 @@ import numpy as np
 
 from conch.previews import describe, sniff, tensor_shape, waveform
 
-INLINE_BYTES = 1 << 20
+BlobUrl = Callable[[str], str]
+THUMB_PX = 128  # a thumbnail's longer side
+SMALL_IMAGE_BYTES = 12_000  # an image within THUMB_PX and this size is its own thumbnail
+THUMB_CACHE = 1024  # thumbnails kept (each a few KB)
 TEXT_FOLD = 120
 HEAT_CELLS = 48  # a heat map shows at most this many rows and columns (strided)
+STRUCT_TABLE_FIELDS = 3  # a struct of at most this many fields stays a small table; wider: a grid
 
 
-def render(value: Any, blob_url: str | None = None) -> str:
-    """One cell as HTML."""
+def render(value: Any, blob_url: BlobUrl | None = None, path: str = "") -> str:
+    """One cell as HTML; `path` is the value's column path (for `blob_url`)."""
     if value is None:
         return '<span class="null">null</span>'
     if isinstance(value, bytes):
-        return render_blob(value, blob_url)
+        return render_blob(value, blob_url(path) if blob_url is not None else None)
     if isinstance(value, list):
         shape = tensor_shape(value)
         if shape is not None and len(shape) >= 1 and (len(shape) > 1 or shape[0] > 8):
@@ -34,8 +47,7 @@ def render(value: Any, blob_url: str | None = None) -> str:
             return f"<details><summary>[{len(value)} items]</summary>{escape(str(value))}</details>"
         return escape(str(value))
     if isinstance(value, dict):
-        rows = "".join(f"<tr><th>{escape(k)}</th><td>{render(v, None)}</td></tr>" for k, v in value.items())
-        return f'<table class="nested">{rows}</table>'
+        return render_struct(value, blob_url, path)
     if isinstance(value, str) and len(value) > TEXT_FOLD:
         return (
             f'<details class="fold"><summary>{escape(value[:TEXT_FOLD])}… '
@@ -46,20 +58,91 @@ def render(value: Any, blob_url: str | None = None) -> str:
     return escape(str(value))
 
 
+def render_struct(value: dict[str, Any], blob_url: BlobUrl | None, path: str) -> str:
+    """A struct: up to `STRUCT_TABLE_FIELDS` fields as a small table; wider ones as a grid of
+    `name value` cells that wraps into columns (a 13-field group is a few lines, not 13 rows).
+    Blobs, tensors and long text take a whole line of the grid."""
+
+    def sub(k: str) -> str:
+        return f"{path}.{k}" if path else k
+
+    if len(value) <= STRUCT_TABLE_FIELDS:
+        rows = "".join(f"<tr><th>{escape(k)}</th><td>{render(v, blob_url, sub(k))}</td></tr>" for k, v in value.items())
+        return f'<table class="nested">{rows}</table>'
+    cells = []
+    for k, v in value.items():
+        wide = isinstance(v, (bytes, dict, list)) or (isinstance(v, str) and len(v) > 40)
+        cells.append(
+            f'<div class="kv{" wide" if wide else ""}"><span class="k">{escape(k)}</span>'
+            f'<span class="v">{render(v, blob_url, sub(k))}</span></div>'
+        )
+    return f'<div class="struct">{"".join(cells)}</div>'
+
+
 def render_blob(blob: bytes, blob_url: str | None) -> str:
     info = sniff(blob)
     label = f'<div class="blob-info">{escape(info.describe())}</div>'
-    inline = len(blob) <= INLINE_BYTES
-    src = f"data:{info.mime};base64,{base64.b64encode(blob).decode()}" if inline else blob_url
-    if info.kind == "image" and src:
-        return f'<img class="thumb" alt="{escape(info.describe())}" src="{escape(src)}">{label}'
+    if info.kind == "image":
+        thumb = thumbnail(blob)
+        if thumb is not None:
+            mime, data, w, h = thumb
+            img = (
+                f'<img class="thumb" alt="{escape(info.describe())}" width="{w}" height="{h}" '
+                f'src="data:{mime};base64,{base64.b64encode(data).decode()}">'
+            )
+            if blob_url:
+                img = f'<a class="full" href="{escape(blob_url)}" target="_blank" title="full image">{img}</a>'
+            return img + label
     if info.kind == "audio":
         wave = waveform_svg(blob)
-        player = f'<audio controls preload="none" src="{escape(src)}"></audio>' if src else ""
+        player = f'<audio controls preload="none" src="{escape(blob_url)}"></audio>' if blob_url else ""
         return f'<div class="audio">{wave}{player}{label}</div>'
-    if blob_url and not inline:
+    if blob_url:
         return f'<a href="{escape(blob_url)}">{escape(describe(blob))}</a>'
     return f'<span class="blob">{escape(describe(blob))}</span>'
+
+
+_thumbs: OrderedDict[bytes, tuple[str, bytes, int, int] | None] = OrderedDict()
+_thumbs_lock = threading.Lock()
+
+
+def thumbnail(blob: bytes) -> tuple[str, bytes, int, int] | None:
+    """`(mime, bytes, width, height)` of a thumbnail of an image blob, at most `THUMB_PX` on its
+    longer side (a small image is its own), or None when Pillow is missing or cannot decode it.
+    Computed once per distinct image (a bounded LRU cache keyed by the image's digest)."""
+    digest = hashlib.blake2b(blob, digest_size=16).digest()
+    with _thumbs_lock:
+        if digest in _thumbs:
+            _thumbs.move_to_end(digest)
+            return _thumbs[digest]
+    thumb = _make_thumbnail(blob)
+    with _thumbs_lock:
+        _thumbs[digest] = thumb
+        while len(_thumbs) > THUMB_CACHE:
+            _thumbs.popitem(last=False)
+    return thumb
+
+
+def _make_thumbnail(blob: bytes) -> tuple[str, bytes, int, int] | None:
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    info = sniff(blob)
+    try:
+        with Image.open(io.BytesIO(blob)) as img:
+            w, h = img.size
+            if w <= THUMB_PX and h <= THUMB_PX and len(blob) <= SMALL_IMAGE_BYTES:
+                return info.mime, blob, w, h
+            img.draft("RGB", (THUMB_PX * 2, THUMB_PX * 2))  # JPEG: decode at a reduced scale
+            img.thumbnail((THUMB_PX, THUMB_PX))
+            alpha = img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info)
+            out = img.convert("RGBA" if alpha else "RGB")
+            buf = io.BytesIO()
+            out.save(buf, format="WEBP", quality=80, method=4)
+            return "image/webp", buf.getvalue(), out.width, out.height
+    except Exception:
+        return None
 
 
 def waveform_svg(blob: bytes, width: int = 240, height: int = 48) -> str:
