@@ -467,11 +467,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
     ap.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8,commit,runs,memory,loaders,gpu_loader,compaction,writes,b",
+        default="1,2,3,4,5,6,7,8,commit,runs,memory,loaders,gpu_loader,compaction,writes,b,tpch",
         help="workloads to run, e.g. 4,5,loaders (8: blob streaming; b: backends; commit: one-row commit latency "
         "vs Lance and Delta; runs: issue 11's many-runs rows with peak RSS; compaction: bench/compaction.py; "
         "memory: peak RSS vs Lance as keys grow, bench/memory.py; writes: bulk load, wide table, write "
-        "amplification, bench/writes.py); bench/goals.py's table of "
+        "amplification, bench/writes.py; tpch: TPC-H in DuckDB and Spark vs Parquet, bench/tpch.py, SF 0.1 "
+        "and 1 (SF 0.1 only, one timed run, with --scale below 1 or as tpch-quick)); bench/goals.py's table of "
         "issues 10 and 11's goals closes every run",
     )
     ap.add_argument("--memory-rows", default="10M,50M,100M", help="row counts of `--only memory` (times --scale)")
@@ -541,6 +542,21 @@ def main() -> None:
         doc_b = backends.run(rows=max(int(5000 * args.scale), 500), reps=args.reps)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "backends.json").write_text(json.dumps(doc_b, indent=1))
+    if only & {"tpch", "tpch-quick"}:  # TPC-H, DuckDB and Spark over Conch vs Parquet: bench/results/tpch.json
+        from bench import tpch
+
+        quick = "tpch-quick" in only or args.scale < 1
+        tpch.run(
+            args.work / "tpch",
+            Path("/tmp/conch-tpch"),
+            Path("/tmp/tpchgen"),
+            [0.1] if quick else [0.1, 1.0],
+            ["duckdb", "spark"],
+            [0.1],
+            1 if quick else args.reps,
+            None,
+            args.out,
+        )
     total = time.perf_counter() - t0
     if rec.rows:  # else only the loader or compaction benchmarks ran: keep scan.json as it is
         write_scan(rec, args, total)

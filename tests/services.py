@@ -140,6 +140,8 @@ class Postgres:
     bin_dir: str
     user: str
     _n: int = 0
+    data: str = ""  # the cluster's data directory and server options: for `crash()` and `restart()`
+    opts: str = ""
 
     @property
     def admin_dsn(self) -> str:
@@ -153,6 +155,21 @@ class Postgres:
         with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{name}"
+
+    def crash(self) -> None:
+        """`pg_ctl stop -m immediate`: the server exits at once, without a clean shutdown."""
+        subprocess.run(
+            _as_db_user([f"{self.bin_dir}/pg_ctl", "-D", self.data, "-m", "immediate", "stop"]),
+            check=True,
+            capture_output=True,
+        )
+
+    def restart(self) -> None:
+        """Start the server again on the same port and data (after `crash()`); returns when it
+        accepts connections (recovery done)."""
+        log = os.path.join(os.path.dirname(self.data), "log")
+        cmd = [f"{self.bin_dir}/pg_ctl", "-D", self.data, "-o", self.opts, "-l", log, "-w", "start"]
+        subprocess.run(_as_db_user(cmd), check=True, capture_output=True)
 
 
 def postgres_bin_dir() -> str | None:
@@ -200,7 +217,7 @@ def postgres_server(durable: bool = False) -> Iterator[Postgres]:
         capture_output=True,
     )
     try:
-        yield Postgres(port, sock, bin_dir, user)
+        yield Postgres(port, sock, bin_dir, user, data=data, opts=opts)
     finally:
         subprocess.run(_as_db_user([f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "stop"]), capture_output=True)
         shutil.rmtree(root, ignore_errors=True)

@@ -63,7 +63,7 @@ def test_errors_are_readable_and_exit_nonzero(warehouse: str) -> None:
 
 
 def test_vacuum_and_flush(warehouse: str) -> None:
-    assert "removed 0 files" in run_cli(warehouse, "vacuum", "audio", "--older-than", "0").stdout
+    assert "removed 0 files" in run_cli(warehouse, "vacuum", "audio", "--older-than", "0s").stdout
     out = run_cli(warehouse, "flush", "audio").stdout
     # the snapshot is of the newest version (the vacuum's own entry included); the flush then
     # registers it in one more entry

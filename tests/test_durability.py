@@ -116,7 +116,11 @@ def test_killed_writer_leaves_last_commit_and_vacuum_removes_orphans(tmp_path: P
     orphans = {f.path for f in t.log.storage.list(t.id)} - files_before
     assert orphans, "the killed writer left files behind"
 
-    assert t.vacuum(older_than_seconds=3600).files_removed == 0, "the grace period protects in-flight writes"
+    held = t.vacuum(older_than_seconds=3600)
+    assert held.files_removed == 0, "the grace period protects in-flight writes"
+    assert held.files_held == len(orphans) and f"held back {len(orphans)} unreferenced files" in " ".join(
+        str(held).split()
+    )
     # vacuum keeps files younger than the clock slack even with no grace period: let it pass
     time.sleep(CLOCK_SLACK_US / 1e6 + 0.05)
     dry = t.vacuum(older_than_seconds=0, dry_run=True)

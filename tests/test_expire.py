@@ -11,6 +11,7 @@ compaction does.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +165,8 @@ def test_horizon_semantics(tmp_path: Path) -> None:
     # it never moves back, and a no-op commits nothing
     again = t.expire(retain_last=5)
     assert (again.horizon, again.commit) == (r.horizon, None) and str(again).startswith("horizon stays at")
-    # it never passes the newest commit: older_than=0 keeps the current state readable
-    latest = t.expire(older_than=0)
+    # it never passes the newest commit: older_than="0s" keeps the current state readable
+    latest = t.expire(older_than="0s")
     assert latest.horizon == t.history()[-2].time  # the newest commit before the expire itself
     assert t.scan().to_pylist() == t.scan(version=latest.version).to_pylist()
     assert t.state().horizon == latest.horizon
@@ -181,20 +182,45 @@ def test_older_than_forms(tmp_path: Path) -> None:
     t.write([{"id": 3}])
     assert t.expire(older_than=c1.datetime).version == 1  # an absolute time: the version live then
     assert t.expire(older_than=format_time(c2.time)).version == 2  # an ISO string
-    for ago in (0.01, timedelta(milliseconds=10), "0.01s"):  # durations before now
+    assert t.expire(older_than=c2.time).version == 2  # an int: µs since the epoch, a commit time (was OverflowError)
+    assert t.expire(older_than=str(c2.time)).version == 2  # the same as the CLI passes it
+    for ago in (timedelta(milliseconds=10), "0.01s", "0.01S"):  # ages: durations before now
         newest = t.history()[-1].seq  # every commit is a version (expires too)
         time.sleep(0.05)
         assert t.expire(older_than=ago).version == newest
     assert t.expire(older_than=timedelta(days=1), retain_last=1).commit is None  # both: the earlier
-    for bad in (-1, float("nan"), "7x", "yesterday", 1.5j):
+    bad_values = (-1, 0, 3600, 0.01, float("nan"), float("inf"), 10**20, 2**64, "7x", "yesterday", 1.5j)
+    bad_values += ("-3s", timedelta(seconds=-1), "1" + "0" * 400 + "d", "10000-01-01", "3600", True)
+    for bad in bad_values:
         with pytest.raises(InvalidArgumentError, match="older_than"):
             t.expire(older_than=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"'3600s' for 3600 seconds"):  # an int is a point, not an age
+        t.expire(older_than=3600)
     for n in (0, -2, True, 1.5):
         with pytest.raises(InvalidArgumentError, match="retain_last"):
             t.expire(retain_last=n)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="retain_last"):
         t.expire()
     assert [c.kind for c in t.history()].count("expire") == 5  # failed calls committed nothing
+
+
+def test_time_arguments_follow_one_rule(tmp_path: Path) -> None:
+    """An int is µs since the epoch everywhere; an age is a duration; out of range is typed
+    (`asof=2**64` reached SQLite as an OverflowError)."""
+    from conch.timeparse import to_cutoff, to_time
+
+    t = conch.connect(tmp_path, maintenance=conch.Policy(auto=False)).create_table("t", [("id", pa.int64())])
+    c = t.write([{"id": 1}])
+    for bad in (2**63, 2**64, 10**30, -(2**63), "99999999999999999999999", "-99999999999999999999999"):
+        for what in ("asof", "since"):
+            with pytest.raises(TimeTravelError, match=what):
+                t.scan(**{what: bad}).to_arrow()
+    assert to_time(c.time) == to_cutoff(c.time) == to_cutoff(str(c.time)) == c.time
+    assert to_cutoff("0s", now_us=c.time) == to_cutoff(timedelta(0), now_us=c.time) == c.time
+    assert to_cutoff("2d", now_us=c.time) == c.time - 2 * 86_400_000_000
+    assert to_cutoff("100000w", now_us=c.time) == 0  # older than the epoch: nothing is
+    assert to_time(format_time(c.time)) == c.time  # exact to the µs, far from 1970 too
+    assert to_time("9999-12-31T23:59:59.999999") == to_time(datetime.max) == 253_402_300_799_999_999
 
 
 def test_old_snapshots_are_forgotten_and_deleted(tmp_path: Path) -> None:
@@ -232,9 +258,11 @@ def test_pinned_reader_keeps_its_files_for_the_grace_period(catalog: conch.Catal
     assert r.reclaimable_files == 2  # the first write's key space and fragment
     kept = t.vacuum(older_than_seconds=60)
     assert (kept.expired_files, kept.horizon) == (0, 0)  # the expire is younger than the grace
+    assert kept.expired_held == 2 and "grace period of 1m held back 2 files" in " ".join(str(kept).split())
     assert len(pinned.to_pylist()) == 5
     gone = t.vacuum(older_than_seconds=0)
     assert (gone.expired_files, gone.expired_bytes) == (2, r.reclaimable_bytes) and gone.horizon == r.horizon
+    assert gone.expired_held == 0 and "held back" not in str(gone)
     with pytest.raises(TimeTravelError):
         t.scan(version=1)
 
@@ -265,15 +293,26 @@ def test_cli_expire_and_vacuum(tmp_path: Path) -> None:
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "conch.cli", "--warehouse", w, *args]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={"COLUMNS": "200"})
+        env = {"COLUMNS": "200", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's conch
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
     out = cli("expire", "t", "--retain-last", "2")
     assert out.returncode == 0 and "horizon moved to version 2" in out.stdout and "2 files" in out.stdout, out
     bad = cli("scan", "t", "--asof", str(first.time))
     assert bad.returncode == 2 and "time-travel horizon" in bad.stderr and "version 2" in bad.stderr
-    vac = cli("vacuum", "t", "--older-than", "0")
+    held = cli("vacuum", "t")  # the default grace period, 1h: the expire is seconds old
+    assert held.returncode == 0 and "removed 0 files" in held.stdout, held
+    assert "grace period of 1h held back" in " ".join(held.stdout.split()), held.stdout
+    vac = cli("vacuum", "t", "--older-than", "0s")  # the same forms as expire's --older-than
     assert vac.returncode == 0 and "removed 2 files" in vac.stdout and "of which 2 files" in vac.stdout, vac
+    assert "held back" not in vac.stdout
     assert cli("expire", "t", "--older-than", "3x").returncode == 2
+    for bad in ("0", "3600", "-1s", "soon", "99999999999999999999999"):  # an int is a point in time: µs
+        out = cli("vacuum", "t", "--older-than", bad)
+        assert out.returncode == 2 and "older_than" in out.stderr and "Traceback" not in out.stderr, (bad, out)
+    out = cli("expire", "t", "--older-than", "3600")
+    assert out.returncode == 2 and "'3600s' for 3600 seconds" in " ".join(out.stderr.split()), out
+    assert cli("expire", "t", "--older-than", str(first.time)).returncode == 0  # a commit time, as history shows
 
 
 # ----- races ---------------------------------------------------------------------------------------

@@ -353,3 +353,25 @@ def test_unsafe_table_names_are_refused(tmp_path: Path) -> None:
             ms.get_table(bad)
         with pytest.raises(InvalidNameError):
             ms.read_log(bad)
+
+
+def test_tags_and_changes(warehouse: Warehouse) -> None:
+    """Tags are WAL entries, so every backend stores them: they survive a flush (snapshots carry
+    them), a reopen, expire and vacuum; `changes` since a tag reads what changed after it."""
+    cat = warehouse.connect(conch.Policy(settle_after=None))
+    t = cat.create_table("t", [("id", pa.int64())])
+    t.write([{"id": k, "v": 0} for k in range(5)])
+    t.tag("base")
+    pinned = t.scan(version="base").to_pylist()
+    for i in range(1, 3):
+        t.write([{"id": i, "v": i}])
+        t.flush()
+    t.delete([4])
+    t.compact()
+    t.expire(retain_last=1)
+    t.vacuum(older_than_seconds=0)
+    again = warehouse.connect().table("t")
+    assert again.tags() == {"base": 1}
+    assert again.scan(version="base").to_pylist() == pinned
+    got = [(r["id"], r["_change"]) for r in again.changes("base", images="keys").to_pylist()]
+    assert got == [(1, "update"), (2, "update"), (4, "delete")]

@@ -355,3 +355,44 @@ def test_columns_option_projects_groups(spark: Any, tmp_path: Path) -> None:
     assert keyed.columns == ["id", "x"]
     assert [(r.id, r.x) for r in keyed.collect()] == [(2, 2.0)]
     assert os.path.isdir(tmp_path / "wh")
+
+
+def test_register_works_on_every_session(spark: Any, tmp_path: Path) -> None:
+    """`spark.newSession()` has its own source registry: `register` on it used to fail with
+    DATA_SOURCE_ALREADY_EXISTS (PySpark checks the *active* session), leaving it unable to read."""
+    import conch.spark
+
+    t = conch.connect(tmp_path / "wh").create_table("t", [("id", pa.int64())])
+    t.write({"id": [1, 2, 3], "x": [1.0, 2.0, 3.0]})
+    other = spark.newSession()
+    assert conch.spark.register(other) is other
+    assert conch.spark.register(other) is other  # again: a no-op
+    assert other.read.format("conch").load(str(tmp_path / "wh" / "t")).count() == 3
+    assert spark.read.format("conch").load(str(tmp_path / "wh" / "t")).count() == 3  # the first still reads
+    assert conch.spark.register(spark) is spark  # already registered: a no-op, no error
+
+
+def test_sql_reads_only_the_columns_a_query_uses(spark: Any, tmp_path: Path) -> None:
+    """`conch.spark.sql`: the same rows as Spark SQL over whole-table views, with each view
+    reading only the columns the query (subqueries and self-joins included) references."""
+    import conch.spark
+
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())])
+    t.write({"id": list(range(20)), "x": [float(i) for i in range(20)], "y": [f"y{i % 3}" for i in range(20)],
+             "blob": [b"z" * 100] * 20, "z": list(range(20))})  # fmt: skip
+    u = cat.create_table("u", [("k", pa.int64())])
+    u.write({"k": list(range(0, 20, 2)), "v": list(range(10)), "w": ["w"] * 10})
+    paths = {"t": str(tmp_path / "wh" / "t"), "u": str(tmp_path / "wh" / "u")}
+    query = (
+        "select t.y, sum(u.v) as s, count(*) as n from t join u on t.id = u.k "
+        "where t.x > (select avg(z) from t as t2 where t2.y = 'y1') group by t.y order by t.y"
+    )
+    got = conch.spark.sql(spark, query, paths).collect()
+    assert spark.table("t").columns == ["id", "x", "y", "z"]  # no `blob`: never referenced
+    assert spark.table("u").columns == ["k", "v"]
+    for name, path in paths.items():
+        spark.read.format("conch").load(path).createOrReplaceTempView(name)
+    assert got == spark.sql(query).collect()
+    assert conch.spark.sql(spark, "select count(*) as n from u", paths).collect()[0].n == 10
+    assert spark.table("u").columns == ["k", "v"]  # keys only: plus the narrowest value column

@@ -11,6 +11,7 @@ LSM tree, committed through a table-wide write-ahead log, read with fresh-record
 """
 
 from conch.catalog import Catalog, connect
+from conch.changes import Changes
 from conch.errors import (
     ColumnNotFoundError,
     CommitConflictError,
@@ -48,6 +49,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Catalog",
+    "Changes",
     "Col",
     "ColumnNotFoundError",
     "Commit",

@@ -16,10 +16,14 @@ column indexes and the accepted predicates as a small tree (`Col`, `Lit`, compar
 - on the first key column, comparisons the one key rule (`scan/keyfilter`) states exactly become a key range and
   `IN` (single-column keys) exact keys: the scan skips key spaces and fragments outside them.
 
+`rows()` gives DuckDB's optimizer the table's record count (the protocol's only statistic: it
+takes no column min/max), so joins are planned as over Parquet, not as over one-row tables.
+
 EXPLAIN shows accepted predicates under the scan node (`Filters:`); `on_scan` hands each Conch
 scan to the caller, whose `plan.filter` and `metrics()` show what Conch evaluated and read.
 
-**Why this and not the alternatives** (measured in `bench/loaders.py`, `docs/performance.md`):
+**Why this and not the alternatives** (measured in `bench/loaders.py`, `docs/performance.md`,
+`docs/engines.md`):
 a `pyarrow.dataset.Dataset` look-alike (`scanner(columns=, filter=)`) is never offered filters
 by DuckDB 2.0 unless it *is* a pyarrow Dataset; a plain `__arrow_c_stream__` producer (the scan
 result protocol; also what this source serves to other consumers) gets neither projections nor
@@ -34,7 +38,9 @@ The source reads one table version: the newest commit when `source()` is called 
 from __future__ import annotations
 
 import datetime
+import decimal
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -60,7 +66,9 @@ except ImportError:  # pragma: no cover - a DuckDB without the source protocol: 
 
 _CMP = {"=": "==", "==": "==", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
-_VALUE_TYPES = _INTS | {"BOOLEAN", "FLOAT", "DOUBLE", "VARCHAR", "BLOB", "DATE", "TIMESTAMP"}
+_TIMESTAMPS = {"TIMESTAMP_S": 1_000_000, "TIMESTAMP_MS": 1_000, "TIMESTAMP": 1}  # step in µs
+_TIMESTAMP_TZ = "TIMESTAMP WITH TIME ZONE"  # its constants are ints: µs since the epoch
+_DECIMAL = re.compile(r"DECIMAL\((\d+),(\d+)\)")
 
 
 class _Unpushable(Exception):
@@ -108,6 +116,7 @@ class ConchSource(_Base):
         self._first_key = fields[0] if fields else None
         self._columns = {c.path: c.type for c in base.plan.columns}
         self._narrowest = narrowest_column(base.plan.columns)
+        self._rows = sum(ks.rows for ks in base.plan.key_spaces)
 
     def __repr__(self) -> str:
         return f"ConchSource({self.spec.table_name!r}, level={self.spec.level!r}, asof={self.spec.asof})"
@@ -121,7 +130,10 @@ class ConchSource(_Base):
 
     # ----- DuckDB's source protocol ---------------------------------------------------------
     def rows(self) -> int | None:
-        return None
+        """The pinned scan's record count before any filter (DuckDB's cardinality estimate for
+        join order and join type): its runs' rows, exact for a compacted table, an upper bound
+        where runs overlap or hold tombstones."""
+        return self._rows
 
     def accepts(self, predicate: Any) -> bool:
         """Does Conch evaluate `predicate` exactly as DuckDB would (then DuckDB drops it)?"""
@@ -196,6 +208,8 @@ class ConchSource(_Base):
             return e if node.op == "IS NULL" else Not(e)
         if kind == "In":
             path = self._column(node.operand)
+            if pa.types.is_floating(self._columns[path]):
+                raise _Unpushable  # Conch's IN matches floats as Arrow's is_in (-0.0 is not 0.0), DuckDB's by `=`
             return IsIn(Col(path), tuple(self._literal(v) for v in node.values))
         raise _Unpushable
 
@@ -223,8 +237,10 @@ class ConchSource(_Base):
         return path
 
     def _literal(self, node: Any) -> Any:
-        if type(node).__name__ != "Lit" or node.type not in _VALUE_TYPES or not _exact(node.value, node.type):
+        if type(node).__name__ != "Lit" or not _exact(node.value, node.type):
             raise _Unpushable
+        if node.type == _TIMESTAMP_TZ:  # an instant: Arrow compares it with any zone's column
+            return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=node.value)
         return node.value
 
 
@@ -286,6 +302,17 @@ def _exact(value: Any, type_text: str) -> bool:
         return isinstance(value, bytes)
     if type_text == "DATE":
         return isinstance(value, datetime.date) and not isinstance(value, datetime.datetime)
-    if type_text == "TIMESTAMP":
-        return isinstance(value, datetime.datetime) and value.tzinfo is None
+    if type_text in _TIMESTAMPS:
+        step = _TIMESTAMPS[type_text]
+        return isinstance(value, datetime.datetime) and value.tzinfo is None and value.microsecond % step == 0
+    if type_text == _TIMESTAMP_TZ:
+        return isinstance(value, int) and not isinstance(value, bool)
+    m = _DECIMAL.fullmatch(type_text)
+    if m is not None and isinstance(value, decimal.Decimal) and value.is_finite():
+        # the column's own type (DuckDB types a constant as its column): exact in decimal128(p, s)
+        try:
+            pa.scalar(value).cast(pa.decimal128(int(m[1]), int(m[2])))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False
+        return int(m[1]) <= 38
     return False

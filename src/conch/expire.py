@@ -11,7 +11,8 @@ maximum, so concurrent expires commute and never conflict with anything.
 `reclaim_plan` says what `conch.maintenance.vacuum` may then delete: every file some log entry
 or registered snapshot names (`wal.referenced_paths`) that no readable state needs, i.e. that is
 neither live in the state at the horizon nor named by a commit after it (compaction inputs,
-runs an overwrite replaced, displacement-map and mask files of removed fragments), plus the
+runs an overwrite replaced, displacement-map and mask files of removed fragments) nor live in a
+tagged version's state (`Table.tag`: tagged versions stay readable under the horizon), plus the
 snapshots older than the one that loads the horizon's state (a reader at or after the horizon
 never loads them).
 
@@ -23,18 +24,14 @@ reader has at least the grace period to finish. A state at or after the horizon 
 
 from __future__ import annotations
 
-import math
-import re
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
 
 from conch.errors import InvalidArgumentError, TimeTravelError
 from conch.fragments import BLOB_SUFFIX
 from conch.manifest import TableState
 from conch.tablelog import TableLog
-from conch.timeparse import format_time, to_time
+from conch.timeparse import AgeOrTime, format_time, to_cutoff
 from conch.txn import Commit
 from conch.wal import (
     AddFragment,
@@ -47,10 +44,7 @@ from conch.wal import (
     referenced_paths,
 )
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-OlderThan = float | int | str | timedelta | datetime | date
+OlderThan = AgeOrTime  # an age ('7d', a timedelta) or a point in time (µs since the epoch, a datetime, ISO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,40 +73,22 @@ class ExpireResult:
         )
 
 
-def seconds_ago(older_than: OlderThan, now: float) -> float:
-    """The point in time (seconds since the epoch) that `older_than` names: seconds (int or
-    float) or a `timedelta` before `now`, a duration string (`"7d"`, `"12h"`, `"30m"`, `"90s"`,
-    `"2w"`), or an absolute datetime / ISO time string (`conch.timeparse`)."""
-    if isinstance(older_than, timedelta):
-        return now - older_than.total_seconds()
-    if isinstance(older_than, int | float) and not isinstance(older_than, bool):
-        if math.isnan(older_than) or older_than < 0:
-            raise InvalidArgumentError(f"expire(older_than={older_than!r}): a number of seconds >= 0")
-        return now - float(older_than)
-    if isinstance(older_than, str) and (m := _DURATION.match(older_than)):
-        return now - float(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()]
-    try:
-        t = to_time(older_than, "older_than")
-    except TimeTravelError as e:
-        raise InvalidArgumentError(
-            f"expire(older_than={older_than!r}): give seconds, a timedelta, a duration such as '7d' / '12h', "
-            f"or a datetime / ISO time ({e})"
-        ) from None
-    assert t is not None
-    return t / 1_000_000
-
-
 def horizon_for(log: TableLog, older_than: OlderThan | None, retain_last: int | None) -> int:
     """The horizon asked for, snapped to a commit time: the newest version committed at or
     before `older_than` and/or the oldest of the newest `retain_last` versions (both given: the
     earlier, so both promises hold). 0 if no version is old enough."""
     if older_than is None and retain_last is None:
-        raise InvalidArgumentError("expire needs older_than= (e.g. '7d', seconds, a datetime) and/or retain_last=N")
+        raise InvalidArgumentError(
+            "expire needs older_than= (an age such as '7d' or a timedelta, or a point in time) and/or retain_last=N"
+        )
     ms = log.warehouse.metastore
     last = log.state().seq
     seqs = []
     if older_than is not None:
-        at = int(seconds_ago(older_than, time.time()) * 1_000_000)
+        try:
+            at = to_cutoff(older_than, "older_than")
+        except TimeTravelError as e:
+            raise InvalidArgumentError(f"expire: {e}") from None
         seqs.append(ms.seq_at_time(log.id, at))
     if retain_last is not None:
         if isinstance(retain_last, bool) or not isinstance(retain_last, int) or retain_last < 1:
@@ -166,6 +142,9 @@ def reclaim_plan(log: TableLog, entries: Sequence[tuple[int, Entry]], horizon: i
     seq_h = ms.seq_at_time(log.id, horizon)
     named: set[str] = set()
     keep: set[str] = set(state_paths(log.load(seq_h)))
+    for tagged in set(log.state().tags.values()):  # a tagged version outlives the horizon (`Table.tag`)
+        if tagged < seq_h:
+            keep.update(state_paths(log.load(tagged)))
     for seq, entry in entries:
         (keep if seq > seq_h else named).update(referenced_paths(entry, BLOB_SUFFIX))
     base = ms.latest_snapshot(log.id, seq_h)

@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from conch.errors import CorruptFileError
+from conch.errors import CorruptFileError, MetastoreUnavailableError
 from conch.storage import RangeReader, Storage
 
 BLOCK = 64 << 10  # bytes per verified block of a Vortex file
@@ -206,13 +206,40 @@ def digest_in_name(path: str) -> str:
     return m.group(1) if m else ""
 
 
+_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
+MAX_PATH = 1024
+
+
+def bad_snapshot_path(path: object, table_id: str | None = None) -> str | None:
+    """Why `path` cannot be a snapshot file (of table `table_id`, when given), None if it can:
+    a snapshot lies under its table's prefix, and each `/`-separated part is ASCII letters,
+    digits, `_`, `.`, `-`, not starting with `.` or `-` (so no `..`, no empty part, no NUL,
+    control or non-ASCII character), at most 1024 characters in all. The server refuses such a
+    path; a client that finds one registered raises `CorruptFileError` instead of opening it."""
+    if not isinstance(path, str):
+        return f"a path is text, not {type(path).__name__}"
+    if len(path) > MAX_PATH:
+        return f"a path has at most {MAX_PATH} characters (this one {len(path)})"
+    parts = path.split("/")
+    if len(parts) < 2 or (table_id is not None and parts[0] != table_id):
+        return f"a snapshot lies under its table's prefix ({table_id or '<table id>'}/)"
+    if not all(_PATH_PART.fullmatch(p) for p in parts):
+        return "each part of a path is letters, digits, '_', '.', '-' (not starting with '.' or '-')"
+    return None
+
+
 def read_snapshot(storage: Storage, path: str) -> str:
-    """The verified text of a snapshot file registered at `path`: missing, damaged or
-    undecodable is `CorruptFileError` naming it."""
+    """The verified text of a snapshot file registered at `path`: missing, damaged, undecodable
+    or registered under a path no snapshot can have (`bad_snapshot_path`) is `CorruptFileError`
+    naming it."""
+    if (why := bad_snapshot_path(path)) is not None:
+        raise CorruptFileError(f"snapshot path {path!r} registered in the metastore is invalid: {why}")
     try:
         data = storage.read(path)
     except FileNotFoundError as e:
         raise CorruptFileError(f"snapshot {path} is missing (registered in the metastore, not in storage)") from e
+    except (ValueError, IsADirectoryError, NotADirectoryError) as e:  # a name the storage cannot open
+        raise CorruptFileError(f"snapshot path {path!r} registered in the metastore cannot be read: {e}") from e
     checksum = digest_in_name(path)
     verify(data, checksum, f"snapshot {path}")
     try:
@@ -284,26 +311,37 @@ def open_entry(text: str, seq: int, time: int, prev_seq: int, prev_time: int) ->
 _C = TypeVar("_C", bound=type)
 
 
+# SQLite result codes (the low byte) that say the file could not be used just now, not that it is
+# damaged: BUSY, LOCKED, PERM, READONLY, NOMEM, INTERRUPT, IOERR, FULL, CANTOPEN, PROTOCOL.
+_SQLITE_UNAVAILABLE = frozenset({3, 5, 6, 7, 8, 9, 10, 13, 14, 15})
+
+
 def sqlite_damage_named(cls: _C) -> _C:
     """Class decorator for a metastore kept in a SQLite file (its `path` attribute): SQLite
     reports a damaged database as a bare `sqlite3.DatabaseError` ("database disk image is
-    malformed", "file is not a database"); every method raises `CorruptFileError` naming the
-    file instead. Other SQLite errors (locks, constraint violations) pass through."""
+    malformed", "file is not a database"), text that is no longer UTF-8 as
+    `sqlite3.OperationalError` ("Could not decode to UTF-8 column ...") or `UnicodeDecodeError`;
+    every method raises `CorruptFileError` naming the file instead. A file that cannot be used
+    just now (locked, busy, unreadable, disk full) is `MetastoreUnavailableError` naming it;
+    constraint violations (`sqlite3.IntegrityError`, which the methods handle) pass through."""
 
     def wrap(fn: Any) -> Any:
         @functools.wraps(fn)
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(self, *args, **kwargs)
-            except sqlite3.DatabaseError as e:
-                corrupt = getattr(e, "sqlite_errorcode", 0) & 0xFF in (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
-                # the tables exist once opened (CREATE IF NOT EXISTS): a missing one is a damaged schema
-                schema = isinstance(e, sqlite3.OperationalError) and str(e).startswith(
-                    ("no such table", "no such column")
-                )
-                if not (corrupt or schema):
-                    raise
-                raise CorruptFileError(f"the metastore {self.path} is damaged ({e}); restore it from a backup") from e
+            except sqlite3.IntegrityError:
+                raise
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+                code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+                if code in _SQLITE_UNAVAILABLE:
+                    raise MetastoreUnavailableError(f"the metastore {self.path} cannot be used now ({e})") from e
+                text = str(e)
+                if len(text) > 200:  # SQLite quotes the whole undecodable row
+                    text = text[:200] + "..."
+                raise CorruptFileError(
+                    f"the metastore {self.path} is damaged ({text}); restore it from a backup"
+                ) from e
 
         return method
 

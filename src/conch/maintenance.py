@@ -27,10 +27,12 @@ import math
 import time
 from dataclasses import dataclass
 
-from conch.errors import InvalidArgumentError
+from conch.errors import InvalidArgumentError, TimeTravelError
 from conch.expire import horizon_in_force, reclaim_plan
 from conch.fragments import BLOB_SUFFIX
+from conch.progress import human_bytes
 from conch.tablelog import TableLog
+from conch.timeparse import to_cutoff
 from conch.wal import CLOCK_SLACK_US, Entry, Transaction, VacuumCutoff, referenced_paths
 
 
@@ -42,6 +44,11 @@ class VacuumResult:
     `expired_bytes` only states before the horizon referenced (`Table.expire`), and
     `snapshots_removed` snapshots the metastore forgot; `files_kept`: files still referenced or
     too young; `horizon`: the horizon reclaimed under (µs; 0: none in force yet).
+
+    What the grace period (`grace_seconds`) held back: `files_held`, unreferenced files younger
+    than it (a write in flight, or the leftovers of one that just failed), and `expired_held`,
+    files only expired states use whose expire committed less than the grace period ago (a
+    reader may still be reading them). A later vacuum (or `older_than_seconds=0`) removes them.
     """
 
     files_removed: int
@@ -51,6 +58,37 @@ class VacuumResult:
     expired_bytes: int = 0
     snapshots_removed: int = 0
     horizon: int = 0
+    files_held: int = 0
+    expired_held: int = 0
+    grace_seconds: float = 0.0
+    dry_run: bool = False
+
+    def __str__(self) -> str:
+        verb = "would remove" if self.dry_run else "removed"
+        text = (
+            f"{verb} {self.files_removed} files, {human_bytes(self.bytes_removed)} reclaimed (of which "
+            f"{self.expired_files} files, {human_bytes(self.expired_bytes)} only expired versions used, "
+            f"{self.snapshots_removed} snapshots); kept {self.files_kept}"
+        )
+        held = []
+        if self.files_held:
+            held.append(f"{self.files_held} unreferenced files younger than it")
+        if self.expired_held:
+            held.append(f"{self.expired_held} files of versions expired less than it ago")
+        if held:
+            text += (
+                f"; the grace period of {format_seconds(self.grace_seconds)} held back {' and '.join(held)}: "
+                "a later vacuum removes them (or --older-than 0s, if no write or reader is in flight)"
+            )
+        return text
+
+
+def format_seconds(seconds: float) -> str:
+    """A grace period for messages: `1h`, `90s`, `2d`, `0.5s`."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def referenced_files(log: TableLog, entries: list[tuple[int, int, Entry]] | None = None) -> set[str]:
@@ -60,6 +98,20 @@ def referenced_files(log: TableLog, entries: list[tuple[int, int, Entry]] | None
         refs.update(referenced_paths(entry, BLOB_SUFFIX))
     refs.update(path for _, path in log.warehouse.metastore.snapshots(log.id))
     return refs
+
+
+def grace_seconds(older_than: object, now_us: int | None = None) -> float:
+    """The grace period `conch vacuum --older-than` names, in seconds: an age (`"1h"`, `"0s"`,
+    a `timedelta`) or a point in time before now (µs since the epoch, a datetime, an ISO time):
+    the same forms as `expire(older_than=)` (`conch.timeparse.to_cutoff`)."""
+    now = time.time_ns() // 1000 if now_us is None else now_us
+    try:
+        cutoff = to_cutoff(older_than, "older_than", now)
+    except TimeTravelError as e:
+        raise InvalidArgumentError(f"vacuum: {e}") from None
+    if cutoff > now:
+        raise InvalidArgumentError(f"vacuum: older_than={older_than!r} is in the future")
+    return (now - cutoff) / 1_000_000
 
 
 def vacuum(log: TableLog, older_than_seconds: float = 3600.0, dry_run: bool = False) -> VacuumResult:
@@ -86,8 +138,12 @@ def vacuum(log: TableLog, older_than_seconds: float = 3600.0, dry_run: bool = Fa
     old_snapshots = [s for s, _ in ms.snapshots(log.id) if s < plan.snapshots_before]
     if old_snapshots and not dry_run:
         ms.remove_snapshots(log.id, plan.snapshots_before)  # forgotten before their files go
+    pending: frozenset[str] = frozenset()
+    newest_horizon = log.horizon()
+    if newest_horizon > plan.horizon:  # an expire within the grace period: its files wait
+        pending = reclaim_plan(log, [(s, e) for s, _, e in entries], newest_horizon).files - plan.files
     storage = log.warehouse.storage
-    removed = kept = nbytes = expired = expired_bytes = 0
+    removed = kept = nbytes = expired = expired_bytes = held = held_expired = 0
     for f in list(storage.list(log.id)):
         if f.path.startswith(f"{log.id}/_"):
             continue  # the metastore's own objects (`conch.metastore.objectstore`): its WAL, not files
@@ -98,9 +154,23 @@ def vacuum(log: TableLog, older_than_seconds: float = 3600.0, dry_run: bool = Fa
         # coarse clock, which the writer's conflict check (same slack) might not catch.
         elif f.path in refs or f.mtime > cutoff - CLOCK_SLACK_US / 1e6:
             kept += 1
+            held += f.path not in refs
+            held_expired += f.path in pending
             continue
         if not dry_run:
             storage.delete(f.path)
         removed += 1
         nbytes += f.size
-    return VacuumResult(removed, nbytes, kept, expired, expired_bytes, len(old_snapshots), plan.horizon)
+    return VacuumResult(
+        removed,
+        nbytes,
+        kept,
+        expired,
+        expired_bytes,
+        len(old_snapshots),
+        plan.horizon,
+        files_held=held,
+        expired_held=held_expired,
+        grace_seconds=float(older_than_seconds),
+        dry_run=dry_run,
+    )

@@ -169,6 +169,8 @@ class TableState:
     # The time-travel horizon (µs, a commit time; 0 = none): states as of earlier times are
     # expired (`Table.expire`, `conch.expire`).
     horizon: int = 0
+    # Tags (`Table.tag`): name → version; tagged versions outlive `expire` and `vacuum`.
+    tags: Mapping[str, int] = field(default_factory=FrozenMap)
 
     # ----- snapshots --------------------------------------------------------------------
     def to_json(self) -> str:
@@ -180,6 +182,7 @@ class TableState:
                 "key_spaces": [record_to_dict(k) for k in self.key_spaces.values()],
                 "fragments": [record_to_dict(f) for f in self.fragments.values()],
                 "horizon": self.horizon,
+                "tags": dict(self.tags.items()),
             },
             separators=(",", ":"),
         )
@@ -196,6 +199,7 @@ class TableState:
                 key_spaces=FrozenMap({k["id"]: record_from_dict(KeySpace, k) for k in d["key_spaces"]}),
                 fragments=FrozenMap({f["id"]: record_from_dict(Fragment, f) for f in d["fragments"]}),
                 horizon=int(d.get("horizon", 0)),
+                tags=FrozenMap({str(k): int(v) for k, v in d.get("tags", {}).items()}),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptFileError(f"snapshot {path} is damaged ({type(e).__name__}: {e})") from e

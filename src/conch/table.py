@@ -10,13 +10,14 @@ named like a `Table` attribute (`name`, `id`, `log`, `schema`, `scan`, `select`,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
 from conch import maintenance
+from conch.changes import Changes
 from conch.check import CheckReport, check_table
 from conch.compaction import background
 from conch.compaction.minor import MinorResult, minor_compact
@@ -35,7 +36,8 @@ from conch.schema import Schema, type_name
 from conch.snapshot import Snapshot
 from conch.tablelog import TableLog
 from conch.txn import Commit
-from conch.wal import DropColumns, RenameColumn, Transaction
+from conch.update import update_where
+from conch.wal import DropColumns, RemoveTag, RenameColumn, SetTag, Transaction
 from conch.write import stage_delete, stage_write
 
 
@@ -106,7 +108,7 @@ class Table:
         """The latest committed state (immutable: schema, live key spaces and fragments)."""
         return self.log.state()
 
-    def state_at(self, asof: int | str | datetime | None = None, version: int | None = None) -> TableState:
+    def state_at(self, asof: int | str | datetime | None = None, version: int | str | None = None) -> TableState:
         """The state as of a commit time or version (see `scan`)."""
         return self.log.state_at(asof, version)
 
@@ -229,11 +231,24 @@ class Table:
         n = staged.rows.get(level or "", 0)
         return self.log.commit(staged.transaction("delete", f"{n} keys at {level or 'root'}"))
 
+    def update(
+        self, where: Expr | None = None, set: Mapping[str, Any] | None = None, level: str | None = None
+    ) -> Commit:
+        """Set columns of the records matching `where` (None: every record), in one commit that
+        writes only the named cells of the matched keys. `set`: column path → a value, a Conch
+        expression over the record (`t["b"]`, `t["a"] > 0`), or a callable taking the matched
+        records (Arrow) and returning an array. Evaluated on one version and committed directly
+        after it, re-evaluated if another commit landed first (`conch.update`).
+
+        >>> t.update(where=t["score"] < 0, set={"score": 0, "flag": t["kind"] == "x"})  # doctest: +SKIP
+        """
+        return update_where(self, where, set or {}, level)
+
     # ----- reads ------------------------------------------------------------------------
-    def snapshot(self, asof: int | str | datetime | None = None, version: int | None = None) -> Snapshot:
+    def snapshot(self, asof: int | str | datetime | None = None, version: int | str | None = None) -> Snapshot:
         """One version of the table, read from the metastore once: the newest (default), the one
-        live at commit time `asof` (datetime, ISO string or µs, `conch.timeparse`), or commit
-        number `version`. Every scan of a snapshot reads that version, whatever is committed
+        live at commit time `asof` (datetime, ISO string or µs, `conch.timeparse`, or a tag name),
+        or commit number `version` (or a tag name). Every scan of a snapshot reads that version, whatever is committed
         meanwhile; it pickles as plain data and reopens in any process with `connect()`'s
         options (`conch.snapshot`).
 
@@ -256,7 +271,7 @@ class Table:
         since: int | str | datetime | None = None,
         level: str | None = None,
         limit: int | None = None,
-        version: int | None = None,
+        version: int | str | None = None,
     ) -> Scan:
         """A lazy scan of fresh records (spec/000). Nothing is read until a `to_*` call.
 
@@ -266,14 +281,20 @@ class Table:
         values must convert exactly to the key types (`5.5` on an integer key raises
         `InexactKeyError`, it never matches key 5); `asof` /
         `since`: inclusive commit-time bounds (datetime, ISO string, or int µs since the epoch:
-        `conch.timeparse`); `version`: the table as of commit number N (`Commit.seq`), instead of
-        `asof`; `level`: a child level such as "scenes.clips". An `asof` before the table's first
-        commit raises `TimeTravelError`. The same as `self.snapshot(asof, version).scan(...)`:
-        one metastore read, then the scan reads that one version.
+        `conch.timeparse`); `version`: the table as of commit number N (`Commit.seq`) or a tag
+        name (`tag`), instead of `asof` (`asof=`/`since=` also take a tag name); `level`: a child
+        level such as "scenes.clips". An `asof` before the table's first commit raises
+        `TimeTravelError`. The same as `self.snapshot(asof, version).scan(...)`: one metastore
+        read, then the scan reads that one version.
         """
         if version is not None and asof is not None:
             raise InvalidArgumentError("give asof= or version=, not both")
-        return self.snapshot(asof, version).scan(
+        snap = self.snapshot(asof, version)
+        if isinstance(since, str):  # a tag name (the tags of the state the snapshot just read)
+            tags = self.log.cached_state().tags
+            if since in tags:
+                since = self.log.time_of(tags[since])
+        return snap.scan(
             *columns, where=as_filter(where, self, level), keys=keys, since=since, level=level, limit=limit
         )
 
@@ -290,6 +311,58 @@ class Table:
         """Every fresh record of the root level as one Arrow table (`progress`: `Scan.to_arrow`)."""
         return self.scan().to_arrow(progress=progress)
 
+    def changes(
+        self,
+        since: int | str | datetime,
+        until: int | str | datetime | None = None,
+        columns: Any = None,
+        images: str = "after",
+        per_commit: bool = False,
+        level: str | None = None,
+    ) -> Changes:
+        """The keys whose fresh record differs between version `since` (exclusive) and `until`
+        (default: the newest), with `_change` (insert/update/delete), `_version`, `_time` and the
+        after image (`images="before_and_after"` adds `_before`; `"keys"`: none). `since`/`until`:
+        versions, tag names or times. Net changes; `per_commit=True`: one row per key per commit.
+        Cost follows the commits in the interval, not the table (`conch.changes`).
+
+        >>> t.changes(since=40).to_pylist()  # doctest: +SKIP
+        [{'id': 7, '_change': 'update', '_version': 42, '_time': ..., 'x': 1.5}]
+        """
+        return Changes(self.log, since, until, columns, images, per_commit, level)
+
+    # ----- tags ---------------------------------------------------------------------------------
+    def tag(self, name: str, version: int | str | None = None) -> Commit:
+        """Name a version (default: the newest), e.g. the data a model was trained on: `version=`,
+        `asof=`, `since=` and `changes()` accept the name; `expire` never makes it unreadable and
+        `vacuum` keeps its files until `untag`. A tag is a commit of kind `"tag"` (`conch.wal.SetTag`).
+
+        >>> t.tag("trained-2026-11")  # doctest: +SKIP
+        >>> t.scan(version="trained-2026-11").to_arrow()  # doctest: +SKIP
+        """
+        if not isinstance(name, str) or not name or name.isdigit():
+            raise InvalidArgumentError(f"tag name must be a non-empty string that is not a number, got {name!r}")
+        state = self.log.state()
+        if name in state.tags:
+            raise InvalidArgumentError(
+                f"table {self.name!r} already has tag {name!r} (version {state.tags[name]}); untag it first"
+            )
+        seq = state.seq if version is None else self.log.version_of(version)
+        t = self.log.time_of(seq)  # validates the version
+        if seq not in state.tags.values():
+            self.log.check_retained(t, f"version {seq}")
+        return self.log.commit(Transaction("tag", (SetTag(name, seq),), f"tag {name!r} → version {seq}", state.seq))
+
+    def untag(self, name: str) -> Commit:
+        """Remove a tag; a later `vacuum` reclaims the files only its version kept."""
+        if self.log.tag_version(name) is None:
+            self.log.version_of(name)  # raises TimeTravelError naming the tags there are
+        return self.log.commit(Transaction("tag", (RemoveTag(name),), f"untag {name!r}", self.log.state().seq))
+
+    def tags(self) -> dict[str, int]:
+        """Tag name → version."""
+        return self.log.tags()
+
     # ----- history and metadata ------------------------------------------------------------
     def history(self, kind: str | Iterable[str] | None = None) -> list[Commit]:
         """Every commit, oldest first (with the columns each added): maintenance commits too
@@ -302,7 +375,9 @@ class Table:
         """
         return self.log.history(kind)
 
-    def manifests(self, asof: int | str | datetime | None = None, version: int | None = None) -> dict[str, pa.Table]:
+    def manifests(
+        self, asof: int | str | datetime | None = None, version: int | str | None = None
+    ) -> dict[str, pa.Table]:
         """Manifests as Arrow tables: `"key_spaces"`, then one per column group
         (`"<level>/<group>"`, root group `"/"`)."""
         state = self.log.state_at(asof, version)
@@ -356,14 +431,16 @@ class Table:
 
     def vacuum(self, older_than_seconds: float = 3600.0, dry_run: bool = False) -> maintenance.VacuumResult:
         """Remove files no commit references (leftovers of failed writers) and, once the grace
-        period has passed since an `expire`, the files only expired states referenced; the
-        result reports what was reclaimed (`conch.maintenance`)."""
+        period (`older_than_seconds`, a number of seconds) has passed since an `expire`, the files
+        only expired states referenced; the result reports what was reclaimed and what the grace
+        period held back (`conch.maintenance`)."""
         return maintenance.vacuum(self.log, older_than_seconds, dry_run)
 
     def expire(self, older_than: OlderThan | None = None, retain_last: int | None = None) -> ExpireResult:
-        """Expire time travel before a point: `older_than` (seconds, a `timedelta` or a duration
-        such as `"7d"` before now, or a datetime / ISO time) and/or `retain_last=N` (keep the
-        newest N versions readable). The horizon moves forward only and never past the newest
+        """Expire time travel before a point: `older_than` (an age before now: a duration such as
+        `"7d"`, `"12h"`, `"90s"` or a `timedelta`; or a point in time: an int of µs since the
+        epoch as `Commit.time` shows it, a datetime, an ISO time; `conch.timeparse.to_cutoff`)
+        and/or `retain_last=N` (keep the newest N versions readable). The horizon moves forward only and never past the newest
         commit; `asof`/`version` before it raise `TimeTravelError`. A later `vacuum` reclaims
         the files only expired states referenced (`conch.expire`).
 

@@ -19,9 +19,10 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 
-from conch.errors import CommitConflictError, CorruptFileError, TableNotFoundError, TimeTravelError
+from conch.errors import CommitConflictError, ConchError, CorruptFileError, TableNotFoundError, TimeTravelError
 from conch.fragments import VortexFormat
 from conch.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, read_snapshot, with_digest
 from conch.manifest import TableState
@@ -152,9 +153,32 @@ class TableLog:
             self._first_time = first[0].time if first else None
         return self._first_time
 
-    def time_of(self, version: int) -> int:
-        """The commit time of a version (log sequence number); `TimeTravelError` if none."""
-        return self._entry_time(_version(version), self.state())
+    # ----- tags ---------------------------------------------------------------------------
+    def tags(self) -> dict[str, int]:
+        """Tag name → version (`Table.tag`)."""
+        return dict(self.state().tags.items())
+
+    def tag_version(self, name: str) -> int | None:
+        """The version tag `name` names (None: no such tag)."""
+        return self.state().tags.get(name)
+
+    def version_of(self, version: int | str, latest: TableState | None = None) -> int:
+        """A version number from a version or a tag name (`TimeTravelError` for an unknown tag):
+        every `version=` resolves tags here once (`latest`: the newest state, when the caller
+        has just read it)."""
+        if isinstance(version, str):
+            tags = (latest or self.state()).tags
+            seq = tags.get(version)
+            if seq is None:
+                known = ", ".join(sorted(tags)) or "none"
+                raise TimeTravelError(f"table {self.name!r} has no tag {version!r} (tags: {known}; see `tags()`)")
+            return seq
+        return version
+
+    def time_of(self, version: int | str) -> int:
+        """The commit time of a version (log sequence number) or a tag; `TimeTravelError` if none."""
+        latest = self.state()
+        return self._entry_time(_version(self.version_of(version, latest)), latest)
 
     def _entry_time(self, version: int, latest: TableState) -> int:
         if version == latest.seq:
@@ -166,7 +190,7 @@ class TableLog:
             )
         return entries[0].time
 
-    def state_at(self, asof: object = None, version: int | None = None, since: int | None = None) -> TableState:
+    def state_at(self, asof: object = None, version: int | str | None = None, since: int | None = None) -> TableState:
         """The state as of a commit time (`asof`, see `conch.timeparse`) or a version: the files
         live then. Raises `TimeTravelError` for a time before the table's first commit or before
         its time-travel horizon (`Table.expire`). `since` (µs): a scan's lower time bound;
@@ -207,39 +231,49 @@ class TableLog:
                     self._past.pop(next(iter(self._past)))
         return state
 
-    def pinned(self, asof: object = None, version: int | None = None) -> tuple[TableState, int | None]:
-        """The state a read as of `asof` (a commit time, parsed once here) or `version` sees, and
-        the time it pins (µs; None: the latest). Validates both (`TimeTravelError`): one
-        metastore read for the latest state or a version the handle has seen, one more for a
-        time it has not."""
+    def _state_at(self, asof: object = None, version: int | str | None = None) -> TableState:
+        return self.pinned(asof, version)[0]
+
+    def pinned(self, asof: object = None, version: int | str | None = None) -> tuple[TableState, int | None]:
+        """The state a read as of `asof` (a commit time or a tag name, parsed once here) or
+        `version` (a number or a tag name) sees, and the time it pins (µs; None: the latest).
+        Validates both (`TimeTravelError`): one metastore read for the latest state or a
+        version the handle has seen, one more for a time it has not. A tagged version outlives
+        the horizon (`Table.tag`)."""
         if asof is not None and version is not None:
             raise TimeTravelError("give asof= or version=, not both")
         latest = self.state()
+        tagged = latest.tags.get(asof) if isinstance(asof, str) else None
+        if tagged is not None:  # a tag name given as asof=
+            asof, version = None, tagged
         if version is not None:
-            seq = _version(version)
-            what = f"version {seq}"
+            what = f"version {version}"
+            seq = _version(self.version_of(version, latest))
+            tagged = seq in latest.tags.values()
             if seq == latest.seq:
-                self.check_retained(latest.time, what, latest)
                 return latest, latest.time
             with self._lock:
                 state = self._past.get(seq)
             if state is None:
                 t = self._entry_time(seq, latest)  # validates
-                self.check_retained(t, what, latest)
+                if not tagged:
+                    self.check_retained(t, what, latest)
                 state = self._past_state(seq, t, what)
-            self.check_retained(state.time, what, latest)
+            if not tagged:
+                self.check_retained(state.time, what, latest)
             return state, state.time
         at = to_time(asof, "asof")
         if at is None or at >= latest.time:
             return latest, at
-        self.check_retained(at, "asof", latest)
         first = self.first_commit_time()
+        seq = self.warehouse.metastore.seq_at_time(self.id, at) if first is not None and at >= first else 0
+        if seq not in latest.tags.values():
+            self.check_retained(at, "asof", latest)
         if first is None or at < first:
             raise TimeTravelError(
                 f"asof {format_time(at)} is before table {self.name!r}'s first commit at "
                 f"{format_time(first or latest.time)} (time {first}); nothing existed then"
             )
-        seq = self.warehouse.metastore.seq_at_time(self.id, at)
         if seq == latest.seq:
             return latest, at
         return self._past_state(seq, at, "asof"), at
@@ -325,9 +359,6 @@ class TableLog:
                 except CommitConflictError:
                     time.sleep(random.uniform(0, 0.002 * (1 + attempt)))
                     continue
-                if flush and self.warehouse.flush_every and log.seq % self.warehouse.flush_every == 0:
-                    with contextlib.suppress(CommitConflictError):
-                        self.flush()  # best effort: the commit is done; the next flush catches up
                 done = Commit(log.seq, log.time, entry.kind, entry.summary, entry.added_columns)
                 break
             else:
@@ -339,10 +370,30 @@ class TableLog:
         except TableNotFoundError:
             storage.delete_prefix(self.id)  # files a handle to a dropped table wrote
             raise
+        if flush and self.warehouse.flush_every and done.seq % self.warehouse.flush_every == 0:
+            self._after_commit(done, "flush", self.flush)  # the next flush catches up
         hook = self.warehouse.after_commit
         if hook is not None and done.kind in MAINTAINED_KINDS and self.warehouse.maintenance.auto:
-            hook(self, done)  # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
+            # automatic compaction, bounded per commit (`conch.compaction.run.auto`)
+            self._after_commit(done, "automatic compaction", lambda: hook(self, done))
         return done
+
+    def _after_commit(self, done: Commit, what: str, work: Callable[[], object]) -> None:
+        """Work after a commit landed (a flush, automatic compaction) is never the commit's
+        error: raising would tell the writer its commit failed (`MetastoreUnavailableError`
+        promises nothing changed). A failure becomes a warning; the next commit's trigger, the
+        background settle or `Table.compact()`/`flush()` do the work later."""
+        try:
+            work()
+        except CommitConflictError:
+            pass  # another process moved the log on: its own trigger does the work
+        except (ConchError, OSError) as e:
+            warnings.warn(
+                f"table {self.name!r}: version {done.seq} is committed; the {what} after it failed and is "
+                f"left for later: {e}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def flush(self) -> int:
         """Write the current state as a snapshot and register it through the log; readers then

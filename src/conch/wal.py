@@ -121,6 +121,24 @@ class SetHorizon:
     horizon_us: int
 
 
+@dataclass(frozen=True, slots=True)
+class SetTag:
+    """Name version `seq` (`Table.tag`): changes no data; `expire` keeps the version readable and
+    `vacuum` keeps its files while the tag exists. Tags live in the log (kind `"tag"`), so every
+    metastore backend stores them with no table or method of its own, snapshots carry them, and a
+    tag is as durable and ordered as any commit."""
+
+    name: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTag:
+    """Forget a tag (`Table.untag`); a later `vacuum` reclaims what only it kept."""
+
+    name: str
+
+
 Op = (
     AddKeySpace
     | RemoveKeySpace
@@ -134,6 +152,8 @@ Op = (
     | RegisterSnapshot
     | AddDisplacementMap
     | SetHorizon
+    | SetTag
+    | RemoveTag
 )
 
 _NAMES: dict[type, str] = {
@@ -149,6 +169,8 @@ _NAMES: dict[type, str] = {
     RegisterSnapshot: "register_snapshot",
     AddDisplacementMap: "add_displacement_map",
     SetHorizon: "set_horizon",
+    SetTag: "set_tag",
+    RemoveTag: "remove_tag",
 }
 _TYPES = {name: t for t, name in _NAMES.items()}
 
@@ -259,6 +281,7 @@ class _Replay:
         self.key_spaces = dict(state.key_spaces.items())
         self.fragments = dict(state.fragments.items())
         self.horizon = state.horizon
+        self.tags = dict(state.tags.items())
 
     def apply(self, entry: Entry, seq: int, time: int) -> _Replay:
         for op in entry.ops:
@@ -279,12 +302,22 @@ class _Replay:
                 self.schema = apply_schema_op(self.schema, op)
             elif isinstance(op, SetHorizon):
                 self.horizon = max(self.horizon, op.horizon_us)
+            elif isinstance(op, SetTag):
+                self.tags[op.name] = op.seq
+            elif isinstance(op, RemoveTag):
+                self.tags.pop(op.name, None)
         self.seq, self.time = seq, time
         return self
 
     def state(self) -> TableState:
         return TableState(
-            self.schema, self.seq, self.time, FrozenMap(self.key_spaces), FrozenMap(self.fragments), self.horizon
+            self.schema,
+            self.seq,
+            self.time,
+            FrozenMap(self.key_spaces),
+            FrozenMap(self.fragments),
+            self.horizon,
+            FrozenMap(self.tags),
         )
 
 
@@ -339,7 +372,7 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
       or levels) rebase; a real clash (the same path with another type or id, a column against
       a group or level, a renamed or dropped column) conflicts.
     """
-    changed = [e for e in newer if e.kind not in ("flush", "vacuum", "expire")]
+    changed = [e for e in newer if e.kind not in ("flush", "vacuum", "expire", "tag")]
     if txn.serial and changed:
         return f"it was derived from the table as of version {txn.base_seq}, and a {changed[0].kind} committed since"
     if txn.files:
@@ -361,6 +394,14 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
     placed = _placed_over(txn, newer, current)
     if placed:
         return f"a concurrent compaction placed L1 runs {placed[:3]} over the keys of its outputs"
+    mark = txn.extra.get("stream")  # a streaming sink's micro-batch commits once (`conch.spark.streaming`)
+    if mark is not None and any(e.extra.get("stream") == mark for e in newer):
+        return f"micro-batch {mark} was committed concurrently"
+    for op in txn.ops:
+        if isinstance(op, SetTag) and op.name in current.tags:
+            return f"tag {op.name!r} was created concurrently (version {current.tags[op.name]})"
+        if isinstance(op, RemoveTag) and op.name not in current.tags:
+            return f"tag {op.name!r} was removed concurrently"
     try:
         _rebased_schema(txn, current.schema)
     except _Clash as e:

@@ -4,6 +4,7 @@ conch --warehouse W tables | schema T | history T | manifests T | scan T ... | g
 conch --warehouse W create T --key id:uint64 | write T FILES | ingest FILES -t T --key id
 conch --warehouse W delete T KEYS | delete T --where EXPR | drop T --yes | vacuum T | flush T
 conch --warehouse W expire T --older-than 7d | --retain-last N
+conch --warehouse W tag T NAME | untag T NAME | tags T | changes T --since V
 
 One module per kind of command: `look` (reading), `edit` (changing), `maintain`, `serve`;
 `common` holds the app, the global options and how values are shown.
@@ -21,7 +22,7 @@ import sys
 import typer
 from rich.text import Text
 
-from conch.cli import edit, look, maintain, serve  # noqa: F401  (importing them registers their commands)
+from conch.cli import edit, look, maintain, serve, tags  # noqa: F401  (importing them registers their commands)
 from conch.cli.common import app, err_console
 from conch.errors import ConchError
 

@@ -12,6 +12,7 @@ from conch.cli.common import (
     console,
     open_catalog,
 )
+from conch.maintenance import grace_seconds
 from conch.progress import human_bytes
 
 command = partial(app.command, rich_help_panel="Maintain tables")  # `conch --help` groups commands by panel
@@ -62,24 +63,30 @@ def maintenance(table: str) -> None:
 @command()
 def vacuum(
     table: str,
-    older_than: Annotated[float, typer.Option(help="Grace period in seconds for in-flight writes")] = 3600.0,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            help="Grace period for in-flight writes and readers of expired versions: 1h, 30m, 90s, 0s, 7d, 2w "
+            "(or a point in time: an ISO time, µs since the epoch)"
+        ),
+    ] = "1h",
     dry_run: Annotated[bool, typer.Option(help="Only count what would be removed")] = False,
 ) -> None:
-    """Remove files no commit references and files only expired versions used (see `expire`)."""
-    r = open_catalog().table(table).vacuum(older_than, dry_run)
-    verb = "would remove" if dry_run else "removed"
-    console.print(
-        f"{verb} {r.files_removed} files, {human_bytes(r.bytes_removed)} reclaimed (of which {r.expired_files} "
-        f"files, {human_bytes(r.expired_bytes)} only expired versions used, {r.snapshots_removed} snapshots); "
-        f"kept {r.files_kept}"
-    )
+    """Remove files no commit references and files only expired versions used (see `expire`);
+    says what the grace period held back."""
+    r = open_catalog().table(table).vacuum(grace_seconds(older_than), dry_run)
+    console.print(str(r), highlight=False)
 
 
 @command()
 def expire(
     table: str,
     older_than: Annotated[
-        str | None, typer.Option(help="Expire versions older than this: 7d, 12h, 30m, 90s, 2w or an ISO time")
+        str | None,
+        typer.Option(
+            help="Expire versions older than this: an age (7d, 12h, 30m, 90s, 2w, 0s) or a point in time (an ISO "
+            "time, µs since the epoch as `conch history` shows commit times)"
+        ),
     ] = None,
     retain_last: Annotated[int | None, typer.Option(help="Keep the newest N versions readable")] = None,
 ) -> None:

@@ -7,7 +7,13 @@ blocks on the index until the first commits and then fails with a unique violati
 `CommitConflictError`. Commit times are `max(now, previous + 1)` inside the same transaction.
 
 Connections come from a `psycopg_pool.ConnectionPool`; a forked child (a data-loader worker)
-opens its own pool instead of sharing the parent's sockets.
+opens its own pool instead of sharing the parent's sockets. The pool checks each connection as
+it hands it out (`ConnectionPool.check_connection`), so after a database restart a process's
+next operation gets a fresh connection instead of failing on a dead one.
+
+Errors are honest about commits: a failure before the COMMIT of an append was sent is
+`MetastoreUnavailableError` (nothing changed); only a failure of the COMMIT itself is
+`CommitStateUnknownError`.
 """
 
 from __future__ import annotations
@@ -84,7 +90,13 @@ class PostgresMetastore:
             if self._pool is None or self._pid != os.getpid():
                 pool_mod = optional_import("psycopg_pool")
                 self._pool = pool_mod.ConnectionPool(
-                    self.dsn, min_size=1, max_size=self._max, open=True, timeout=30, name="conch"
+                    self.dsn,
+                    min_size=1,
+                    max_size=self._max,
+                    open=True,
+                    timeout=30,
+                    name="conch",
+                    check=pool_mod.ConnectionPool.check_connection,
                 )
                 self._pid = os.getpid()
         try:
@@ -133,6 +145,7 @@ class PostgresMetastore:
 
     def append(self, table_id: str, expected_seq: int, entry: str) -> LogEntry:
         psycopg = optional_import("psycopg")
+        committing = False
         try:
             with self._conn() as conn:
                 last = conn.execute(
@@ -146,9 +159,15 @@ class PostgresMetastore:
                     "INSERT INTO conch_wal (table_id, seq, time_us, entry) VALUES (%s, %s, %s, %s)",
                     (table_id, expected_seq + 1, t, entry),
                 )
+                committing = True  # leaving the block sends COMMIT
         except psycopg.errors.UniqueViolation:
             raise CommitConflictError(f"log of table {table_id} moved past {expected_seq}") from None
-        except MetastoreUnavailableError as e:  # the COMMIT may or may not have reached the server
+        except MetastoreUnavailableError as e:
+            if not committing:  # the transaction never committed: the server rolls it back
+                raise MetastoreUnavailableError(
+                    f"commit {expected_seq + 1} to table {table_id}: {e}; nothing was committed"
+                ) from e
+            # the COMMIT may or may not have reached the server
             raise CommitStateUnknownError(
                 f"commit {expected_seq + 1} to table {table_id}: {e}; look at the table's history before writing again"
             ) from e

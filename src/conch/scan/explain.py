@@ -6,8 +6,10 @@ The text is stable for a given table state (tests compare it with golden files i
 
 from __future__ import annotations
 
+from conch.expr import columns, conjuncts
 from conch.scan.metrics import ScanMetrics
 from conch.scan.plan import ScanPlan
+from conch.scan.pushdown import schema_vortex_expr
 from conch.schema import join_path
 
 
@@ -40,6 +42,7 @@ def render(table_name: str, p: ScanPlan, metrics: ScanMetrics | None = None) -> 
             f"  {step}. row mask: filter {p.filter!r} on {'; '.join(on)};"
             " stats pruning, then pushed into the Vortex scan where typed (→ ordinals), else on fresh records"
         )
+        lines.append("     " + where_terms_run(p))
         step += 1
     for g in sorted({c.group for c in p.columns}):
         cols = [c.path for c in p.columns if c.group == g]
@@ -58,3 +61,17 @@ def render(table_name: str, p: ScanPlan, metrics: ScanMetrics | None = None) -> 
         lines.append("  last run:")
         lines += [f"    {line}" for line in metrics.render()]
     return "\n".join(lines)
+
+
+def where_terms_run(p: ScanPlan) -> str:
+    """Which terms of the filter run inside the Vortex scan and which on assembled fresh records
+    in Arrow (key columns, several column groups, literals or operators Vortex cannot take
+    exactly). The streamed path takes a filter only when every term is in-file, in one group."""
+    in_file: list[str] = []
+    in_arrow: list[str] = []
+    for term in conjuncts(p.filter) if p.filter is not None else []:
+        groups = {p.schema.column(c).group for c in columns(term) if p.schema.has_column(c)}
+        frs = p.fragments.get(next(iter(groups)), []) if len(groups) == 1 else []
+        pushed = len(groups) == 1 and schema_vortex_expr(p.schema, term, frs) is not None
+        (in_file if pushed else in_arrow).append(repr(term))
+    return f"in the Vortex scan: {' & '.join(in_file) or '-'}; in Arrow: {' & '.join(in_arrow) or '-'}"

@@ -1,11 +1,14 @@
 """Filter pushdown helpers: Conch expressions as Vortex expressions, and vectorised pruning of
 fragments by their statistics (DESIGN §3 "keep manifests as Arrow tables", §5).
 
-Vortex 0.90 compares only values of exactly the same dtype (`u64 < i64` raises), so literals are
-typed from the column's Arrow type, and a literal that does not fit that type exactly (2.5
-against an int column, -1 against a u64) is not pushed: the caller evaluates that term on the
-assembled fresh records instead. `~` is only pushed as `is_not_null`: three-valued `NOT` is
-left to Arrow, whose semantics are the reference.
+Arrow's evaluation (`conch.expr.evaluate`) is the reference; a term goes into the Vortex scan
+only where Vortex computes exactly the same rows. Vortex 0.90 compares only values of exactly
+the same dtype (`u64 < i64`, `decimal(15,2) < decimal(38,2)` raise), so literals are typed from
+the column's Arrow type, and a literal that does not fit that type exactly (2.5 against an int
+column, -1 against a u64, 0.051 against a decimal(15,2)) is not pushed: the caller evaluates that
+term on the assembled fresh records instead. Vortex orders floats totally (NaN above inf, -NaN
+below -inf, -0.0 below 0.0) where Arrow follows IEEE: float comparisons are rewritten to agree
+(`_float_cmp`). `NOT`, `AND` and `OR` are three-valued (Kleene) in both.
 """
 
 from __future__ import annotations
@@ -19,53 +22,116 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch._deps import LazyModule
-from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit, computable
-from conch.fragments import decode_stats
+from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit, computable, literal_fits
+from conch.fragments import column_name, decode_stats
 from conch.manifest import Fragment
+from conch.schema import Schema
 
 vx: Any = LazyModule("vortex")
 ve: Any = LazyModule("vortex.expr")
 _VX_CMP = {"==": "eq", "!=": "not_eq", "<": "lt", "<=": "lt_eq", ">": "gt", ">=": "gt_eq"}
+MAX_IN = 256  # longer IN lists stay in Arrow (one `==` term per value in Vortex)
 
 
 def _vx_dtype(t: pa.DataType) -> Any | None:
+    """The nullable Vortex dtype Conch's fragments store an Arrow column of type `t` as (None:
+    not pushed)."""
     if pa.types.is_signed_integer(t):
         return vx.int_(t.bit_width, nullable=True)
     if pa.types.is_unsigned_integer(t):
         return vx.uint(t.bit_width, nullable=True)
     if pa.types.is_floating(t) and t.bit_width in (32, 64):
         return vx.float_(t.bit_width, nullable=True)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return vx.utf8(nullable=True)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return vx.binary(nullable=True)
+    if pa.types.is_boolean(t):
+        return vx.bool_(nullable=True)
+    if pa.types.is_date32(t):
+        return vx.date("days", nullable=True)
+    if pa.types.is_timestamp(t) and t.unit in ("s", "ms", "us"):
+        return vx.timestamp(t.unit, tz=t.tz, nullable=True)
+    if pa.types.is_decimal128(t):
+        return vx.decimal(precision=t.precision, scale=t.scale, nullable=True)
     return None
+
+
+def _exact_value(value: Any, t: pa.DataType) -> Any | None:
+    """`value` as a Python value of exactly type `t`, as Arrow compares it (the reference,
+    `conch.expr.evaluate` casts the literal to the column's type), or None where that cast is
+    not exact (2.5 against an int column, 0.051 against decimal(15,2), -1 against a u64, a
+    datetime with microseconds against a ms column): such a term is evaluated in Arrow."""
+    if value is None or isinstance(value, bool | np.bool_) != pa.types.is_boolean(t):
+        return None
+    if isinstance(value, float | np.floating) and value != value:
+        return None  # NaN: Vortex orders NaN as a value (total order), Arrow never matches it
+    if pa.types.is_integer(t) and not isinstance(value, int | np.integer):
+        return None  # Arrow would compare a float literal as a float, not truncated
+    try:
+        cast = pa.scalar(value).cast(t)
+        back = cast.cast(pa.scalar(value).type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, OverflowError):
+        return None
+    if not cast.is_valid or back.as_py() != pa.scalar(value).as_py():
+        return None  # the cast rounded: not the value the user wrote
+    return cast.as_py()
 
 
 def _literal(value: Any, t: pa.DataType) -> Any | None:
     """A Vortex literal of exactly `t`, or None if `value` is not exactly representable."""
-    if value is None or isinstance(value, bool):
-        return None
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return ve.literal(vx.utf8(nullable=True), value) if isinstance(value, str) else None
     dt = _vx_dtype(t)
-    if dt is None:
+    exact = None if dt is None else _exact_value(value, t)
+    return None if exact is None else ve.literal(dt, exact)
+
+
+def _float_cmp(column: Any, op: str, value: float, t: pa.DataType) -> Any | None:
+    """A float comparison as Arrow evaluates it (IEEE: NaN matches nothing but `!=`, -0.0 ==
+    0.0), in Vortex, which compares floats by total order (-NaN < -inf < ... < -0.0 < 0.0 < ...
+    < inf < NaN): bounded by the infinities so that no NaN passes, zero taken from the side
+    that keeps both zeros on the same side as Arrow."""
+    lo_inf, hi_inf = _literal(float("-inf"), t), _literal(float("inf"), t)
+    zero = value == 0
+    neg0, pos0 = (_literal(-0.0, t), _literal(0.0, t)) if zero else (None, None)
+    lit = _literal(value, t)
+    if lit is None:
         return None
-    if pa.types.is_integer(t):
-        if not isinstance(value, int | np.integer):
+    if op == "<":
+        return ve.and_(ve.gt_eq(column, lo_inf), ve.lt(column, neg0 if zero else lit))
+    if op == "<=":
+        return ve.and_(ve.gt_eq(column, lo_inf), ve.lt_eq(column, pos0 if zero else lit))
+    if op == ">":
+        return ve.and_(ve.gt(column, pos0 if zero else lit), ve.lt_eq(column, hi_inf))
+    if op == ">=":
+        return ve.and_(ve.gt_eq(column, neg0 if zero else lit), ve.lt_eq(column, hi_inf))
+    if op == "==":
+        return ve.and_(ve.gt_eq(column, neg0), ve.lt_eq(column, pos0)) if zero else ve.eq(column, lit)
+    if zero:  # "!=": true for NaN in Arrow as in Vortex; false for both zeros
+        return ve.not_(ve.and_(ve.gt_eq(column, neg0), ve.lt_eq(column, pos0)))
+    return ve.not_eq(column, lit)
+
+
+def _cmp(name: str, op: str, value: Any, t: pa.DataType) -> Any | None:
+    column = ve.column(name)
+    if pa.types.is_floating(t):
+        if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool | np.bool_):
             return None
-        info = np.iinfo(t.to_pandas_dtype())
-        return ve.literal(dt, int(value)) if info.min <= int(value) <= info.max else None
-    if isinstance(value, int | float | np.integer | np.floating):
-        as_float = float(value)
-        if t.bit_width == 32 and float(np.float32(as_float)) != as_float:
-            return None
-        if isinstance(value, int | np.integer) and int(as_float) != int(value):
-            return None
-        return ve.literal(dt, as_float)
-    return None
+        exact = _exact_value(value, t)
+        return None if exact is None else _float_cmp(column, op, float(exact), t)
+    lit = _literal(value, t)
+    return None if lit is None else getattr(ve, _VX_CMP[op])(column, lit)
 
 
 def to_vortex(e: Expr, column_name: Callable[[str], str | None], types: Callable[[str], pa.DataType]) -> Any | None:
-    """`e` as a Vortex expression over file column names, or None if any part cannot be pushed.
+    """`e` as a Vortex expression over file column names, or None if any part cannot be pushed
+    (the caller then evaluates it on the assembled fresh records, in Arrow).
 
-    `column_name(path)` gives the file's column for a path (None if it is not stored inline).
+    Pushed: comparisons of a column with a literal of its type, exactly as Arrow casts it
+    (integers, floats, strings, binary, bools, dates, timestamps in s/ms/µs with or without a
+    zone, decimal128), `IS [NOT] NULL`, `IN` (as `==` terms), and `AND`/`OR`/`NOT` of those:
+    Vortex's are three-valued like Arrow's (Kleene), so a pushed term keeps exactly the rows
+    Arrow would. `column_name(path)` gives the file's column for a path (None if it is not
+    stored inline).
     """
     if isinstance(e, And | Or):
         left = to_vortex(e.left, column_name, types)
@@ -79,17 +145,51 @@ def to_vortex(e: Expr, column_name: Callable[[str], str | None], types: Callable
     if isinstance(e, Not) and isinstance(e.operand, IsNull) and isinstance(e.operand.operand, Col):
         name = column_name(e.operand.operand.path)
         return ve.is_not_null(ve.column(name)) if name else None
+    if isinstance(e, Not):
+        inner = to_vortex(e.operand, column_name, types)
+        return None if inner is None else ve.not_(inner)
     if isinstance(e, Cmp):
         norm = col_op_lit(e)
         if norm is None:
             return None
         path, op, value = norm
         name = column_name(path)
-        lit = _literal(value, types(path))
-        if name is None or lit is None:
+        return None if name is None else _cmp(name, op, value, types(path))
+    if isinstance(e, IsIn) and isinstance(e.operand, Col):
+        # Arrow's `is_in` (nulled for a null operand): a null in the list matches nothing else
+        name, t = column_name(e.operand.path), types(e.operand.path)
+        if name is None or pa.types.is_floating(t):
+            return None  # Arrow's `is_in` matches floats by hash: -0.0 is not 0.0 there, unlike `==`
+        # a number not exactly of the column's type equals no value (`conch.expr.evaluate`)
+        numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+        values = [v for v in e.values if v is not None and (not numeric or literal_fits(v, t))]
+        if not values or len(values) > MAX_IN:
             return None
-        return getattr(ve, _VX_CMP[op])(ve.column(name), lit)
+        out = None
+        for v in values:
+            term = _cmp(name, "==", v, t)
+            if term is None:
+                return None
+            out = term if out is None else ve.or_(out, term)
+        return out
     return None
+
+
+def schema_vortex_expr(schema: Schema, e: Expr, fragments: Sequence[Fragment]) -> Any | None:
+    """`e` as a Vortex expression over these fragments' files; None if a column is out of
+    line (a blob column), is a key column, or a term cannot be pushed exactly (`to_vortex`)."""
+    blob_ids = {i for f in fragments for i in f.blob_columns}
+
+    def name(p: str) -> str | None:
+        if not schema.has_column(p):
+            return None  # a key column: not stored in fragments
+        cid = schema.column(p).id
+        return None if cid in blob_ids else column_name(cid)
+
+    def type_of(p: str) -> pa.DataType:
+        return schema.column(p).type if schema.has_column(p) else pa.null()
+
+    return to_vortex(e, name, type_of)
 
 
 # ----- statistics pruning over Arrow arrays ------------------------------------------------------

@@ -21,11 +21,11 @@ import pyarrow as pa
 
 from conch.expr import And, Expr, columns, conjuncts
 from conch.expr import mask as filter_mask
-from conch.fragments import ORDINAL, column_name
+from conch.fragments import ORDINAL
 from conch.manifest import Fragment
 from conch.scan.context import ScanContext
 from conch.scan.locate import ReadUnit
-from conch.scan.pushdown import may_match_many, to_vortex
+from conch.scan.pushdown import may_match_many, schema_vortex_expr
 from conch.scan.take import batch_rows, gather, split_by
 
 
@@ -91,19 +91,7 @@ def row_mask(ctx: ScanContext, units: list[ReadUnit], keys: pa.Table) -> np.ndar
 def vortex_expr(ctx: ScanContext, e: Expr, fragments: list[Fragment]) -> Any | None:
     """`e` as a Vortex expression over these fragments' files; None if a column is out of
     line, is a key column, or a literal does not fit its column's type exactly."""
-    schema = ctx.plan.schema
-    blob_ids = {i for f in fragments for i in f.blob_columns}
-
-    def name(p: str) -> str | None:
-        if not schema.has_column(p):
-            return None  # a key column: not stored in fragments
-        cid = schema.column(p).id
-        return None if cid in blob_ids else column_name(cid)
-
-    def type_of(p: str) -> pa.DataType:
-        return schema.column(p).type if schema.has_column(p) else pa.null()
-
-    return to_vortex(e, name, type_of)
+    return schema_vortex_expr(ctx.plan.schema, e, fragments)
 
 
 def _push_down(ctx: ScanContext, u: ReadUnit, terms: list[Expr], ok: np.ndarray) -> np.ndarray:

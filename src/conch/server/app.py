@@ -20,17 +20,18 @@ names and ids are validated (no path traversal into other tables' prefixes); bod
 # their scope dependencies are closures it could not resolve from strings.
 
 import json
+import math
+import reprlib
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conch.errors import (
@@ -43,6 +44,7 @@ from conch.errors import (
     TableExistsError,
     TableNotFoundError,
 )
+from conch.integrity import bad_snapshot_path
 from conch.metastore.base import LogEntry, Metastore, TableRecord
 from conch.server.auth import TokenScopes
 
@@ -55,6 +57,44 @@ LOG_PAGE = 1000
 Name = Annotated[str, Path(pattern=NAME_PATTERN, max_length=160, description="a table name")]
 TableId = Annotated[str, Path(pattern=NAME_PATTERN, max_length=160, description="a table id")]
 Seq = Annotated[int, Query(ge=0, le=MAX_SEQ)]
+IDEMPOTENCY_KEY = r"^[A-Za-z0-9_.:\-]{0,128}$"
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_text(value: str) -> str:
+    """`value` if it is a JSON document storable as UTF-8 (an entry, a table's props; the
+    metastore keeps them as opaque text): anything else would be stored and then break every
+    client that reads it."""
+    try:
+        value.encode("utf-8")  # a lone surrogate cannot be stored
+        json.loads(value, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as e:  # UnicodeEncodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"not a JSON document: {_printable(str(e))}") from None
+    return value
+
+
+JsonText = Annotated[str, AfterValidator(_json_text)]
+
+
+def _printable(text: str, limit: int = 300) -> str:
+    """`text` as JSON can always encode it: lone surrogates escaped, cut at `limit`."""
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _echo(value: Any) -> Any:
+    """A value of a validation error as the 422 answer can show it: non-finite floats and lone
+    surrogates are what the JSON encoder refuses (they were 500s), nested input is summarised."""
+    if isinstance(value, str):
+        return _printable(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, bool | int | float) or value is None:
+        return value if not isinstance(value, int) or abs(value) <= MAX_SEQ else _printable(reprlib.repr(value))
+    return _printable(reprlib.repr(value))
 
 
 class ErrorBody(BaseModel):
@@ -63,6 +103,8 @@ class ErrorBody(BaseModel):
 
 
 class TableModel(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     name: str = Field(pattern=NAME_PATTERN, max_length=160)
     id: str = Field(pattern=NAME_PATTERN, max_length=160)
     created_us: int = Field(ge=0, le=MAX_SEQ)
@@ -71,6 +113,10 @@ class TableModel(BaseModel):
 
 class TableList(BaseModel):
     tables: list[TableModel]
+
+
+class NewTable(TableModel):
+    props: JsonText = Field(description="JSON: the table's key schema and initial schema")
 
 
 class EntryModel(BaseModel):
@@ -85,10 +131,15 @@ class EntryList(BaseModel):
 
 
 class AppendRequest(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     expected_seq: int = Field(ge=0, le=MAX_SEQ, description="the log's last seq as the client saw it")
-    entry: str = Field(description="the entry's JSON document")
+    entry: JsonText = Field(description="the entry's JSON document")
     idempotency_key: str = Field(
-        default="", max_length=128, description="the same key on a retry makes the append happen at most once"
+        default="",
+        max_length=128,
+        pattern=IDEMPOTENCY_KEY,
+        description="letters, digits, '_', '.', ':', '-'; the same key on a retry makes the append happen at most once",
     )
 
 
@@ -97,6 +148,8 @@ class SeqBody(BaseModel):
 
 
 class SnapshotModel(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     seq: int = Field(ge=0, le=MAX_SEQ)
     path: str = Field(min_length=1, max_length=1024)
 
@@ -260,7 +313,15 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        detail = jsonable_encoder(e.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
+        detail = [
+            {
+                "loc": [_echo(x) for x in err.get("loc", ())],
+                "msg": _echo(err.get("msg", "")),
+                "type": _echo(err.get("type", "")),
+                "input": _echo(err.get("input")),
+            }
+            for err in e.errors()[:20]
+        ]
         return JSONResponse({"error": "invalid_request", "message": "the request is malformed", "detail": detail}, 422)
 
     @app.exception_handler(StarletteHTTPException)
@@ -300,10 +361,10 @@ def create_app(
         return TableList(tables=[TableModel(**_asdict(r)) for r in metastore.list_tables()])
 
     @app.post("/v1/tables", status_code=201, response_model=TableModel, tags=["catalog"])
-    def create_table(body: TableModel, _: Annotated[str, need("write")]) -> TableModel:
+    def create_table(body: NewTable, _: Annotated[str, need("write")]) -> TableModel:
         metastore.create_table(TableRecord(body.name, body.id, body.created_us, body.props))
         known_ids.add(body.id)
-        return body
+        return TableModel(**body.model_dump())
 
     @app.get("/v1/tables/{name}", response_model=TableModel, tags=["catalog"])
     def get_table(name: Name, _: Annotated[str, need("read")]) -> TableModel:
@@ -375,9 +436,10 @@ def create_app(
 
     @app.post("/v1/logs/{table_id}/snapshots", status_code=204, tags=["snapshots"])
     def add_snapshot(table_id: TableId, body: SnapshotModel, _: Annotated[str, need("write")]) -> None:
-        """Register a flushed snapshot file; it must lie under the table's own prefix."""
-        if not body.path.startswith(f"{table_id}/") or any(p in ("", ".", "..") for p in body.path.split("/")):
-            raise _ApiError(400, "invalid_path", f"a snapshot of {table_id} must be a clean path under {table_id}/")
+        """Register a flushed snapshot file; it must lie under the table's own prefix, each part
+        of its path letters, digits, `_`, `.`, `-`."""
+        if (why := bad_snapshot_path(body.path, table_id)) is not None:
+            raise _ApiError(400, "invalid_path", f"invalid snapshot path {_printable(repr(body.path), 200)}: {why}")
         table_exists(table_id)
         metastore.add_snapshot(table_id, body.seq, body.path)
 

@@ -25,10 +25,31 @@ def log4j_config() -> str:
 
 
 def register(spark: Any) -> Any:
-    """Register the `conch` data source with a session. Returns the session."""
+    """Register the `conch` data source with a session (any session: `spark.newSession()` has
+    its own registry); registering it again is a no-op. Returns the session.
+
+    PySpark 4.3 checks a new name against the *active* session's sources, not the target's: a
+    `newSession()` (not active) was refused with `DATA_SOURCE_ALREADY_EXISTS` and could then
+    not `read.format("conch")`. The target is made the active session while registering.
+    """
     from conch.spark.source import ConchDataSource
 
-    spark.dataSource.register(ConchDataSource)
+    jss = getattr(spark, "_jsparkSession", None)
+    if jss is None:  # Spark Connect: the server's session, one registry
+        spark.dataSource.register(ConchDataSource)
+        return spark
+    if jss.sessionState().dataSourceManager().dataSourceExists(ConchDataSource.name()):
+        return spark
+    sessions = spark.sparkContext._jvm.org.apache.spark.sql.SparkSession
+    previous = sessions.getActiveSession()
+    sessions.setActiveSession(jss)
+    try:
+        spark.dataSource.register(ConchDataSource)
+    finally:
+        if previous.isDefined():
+            sessions.setActiveSession(previous.get())
+        else:
+            sessions.clearActiveSession()
     return spark
 
 

@@ -23,7 +23,9 @@ Reading (`ConchReader`):
 - partitions are the core's key-range splits (`Scan.splits`, `conch.scan.splits`): disjoint, of similar
   size, only over key spans where `where` may hold by fragment statistics (`conch.scan.candidates`).
 
-Writing is in `conch.spark.writer`.
+Writing is in `conch.spark.writer`. Change feeds (`changesSince`: batch reads of
+`Table.changes`, `readStream`) and the streaming sink (`writeStream`) are in
+`conch.spark.streaming`.
 
 >>> spark = conch.spark.session()  # doctest: +SKIP
 >>> df = spark.read.format("conch").option("columns", "audio.meta").load("wh/audio")  # doctest: +SKIP
@@ -48,6 +50,14 @@ from conch.filter_syntax import parse
 from conch.snapshot import Snapshot
 from conch.spark.common import Location, open_table, option, parse_time, split_list
 from conch.spark.filters import split_where
+from conch.spark.streaming import (
+    ChangesReader,
+    changes_pin,
+    changes_schema,
+    stream_reader,
+    stream_writer,
+    wants_changes,
+)
 from conch.spark.types import arrow_schema, cast_batch, spark_schema
 from conch.spark.writer import prepare_writer
 
@@ -61,6 +71,7 @@ class ConchDataSource(DataSource):
     options' metastore, token and storage options)."""
 
     snapshot: Snapshot | None = None
+    changes_at: tuple[int, int] | None = None
 
     @classmethod
     def name(cls) -> str:
@@ -74,7 +85,15 @@ class ConchDataSource(DataSource):
             self.snapshot = open_table(Location.from_options(self.options)).snapshot(asof)
         return self.snapshot
 
+    def changes_pin(self) -> tuple[int, int]:
+        """A read of changes (`changesSince`): its (since, until) versions, fixed at `load()`."""
+        if self.changes_at is None:
+            self.changes_at = changes_pin(self.options)
+        return self.changes_at
+
     def schema(self) -> StructType:
+        if wants_changes(self.options):  # a change feed (`conch.spark.streaming`)
+            return changes_schema(self.options, self.changes_pin())
         snap = self.pin()
         level = option(self.options, "level") or ""
         keys = {f.name for f in snap.state.schema.key_fields(level)}
@@ -83,10 +102,18 @@ class ConchDataSource(DataSource):
         scan = snap.scan(*cols, level=level or None)
         return spark_schema(scan.schema)
 
-    def reader(self, schema: StructType) -> ConchReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         # `pin()` again for a user-given schema (`spark.read.schema(...)`): Spark then never
         # calls `schema()`, and this runs at the DataFrame's first planning.
+        if wants_changes(self.options):
+            return ChangesReader(dict(self.options), schema, self.changes_pin())
         return ConchReader(dict(self.options), schema, self.pin())
+
+    def streamReader(self, schema: StructType) -> Any:
+        return stream_reader(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        return stream_writer(dict(self.options), schema, overwrite)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         return prepare_writer(dict(self.options), schema, overwrite)

@@ -266,7 +266,8 @@ class ConchWriter(DataSourceArrowWriter):
             ctx.attemptNumber() if ctx else 0,
         )
 
-    def commit(self, messages: list[Any]) -> None:
+    def commit(self, messages: list[Any], extra: dict[str, Any] | None = None, summary: str = "Spark") -> None:
+        """One WAL entry for the job; `extra`: more to record in it (a streaming sink's batch id)."""
         forget_table(self.loc)
         table = open_table(self.loc)
         done = [m for m in messages if m is not None]
@@ -286,7 +287,10 @@ class ConchWriter(DataSourceArrowWriter):
                 state.schema, state.schema, [], ops, files, rows, base_seq=self.base_seq, started=self.started
             )
             kind = "overwrite" if self.overwrite else "write"
-            table.log.commit(staged.transaction(kind, f"Spark {kind}: {what} from {len(done)} tasks", rows=rows))
+            txn = staged.transaction(
+                kind, f"{summary} {kind}: {what} from {len(done)} tasks", rows=rows, **(extra or {})
+            )
+            table.log.commit(txn)
         except CommitStateUnknownError:
             raise  # the entry may be in the log: its files must stay
         except BaseException:
