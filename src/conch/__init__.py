@@ -40,6 +40,7 @@ from conch.keys import KeyPrefix, KeyRange
 from conch.nested import _
 from conch.policy import Policy
 from conch.scan import Scan, ScanMetrics
+from conch.snapshot import Snapshot
 from conch.table import Table, TableColumn
 from conch.txn import Commit
 from conch.write import WriteOptions
@@ -73,6 +74,7 @@ __all__ = [
     "Scan",
     "ScanMetrics",
     "SchemaError",
+    "Snapshot",
     "Table",
     "TableColumn",
     "TableExistsError",

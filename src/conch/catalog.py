@@ -18,18 +18,17 @@ from typing import Any
 import pyarrow as pa
 
 from conch.compaction import background
+from conch.connection import local_uri, open_connection
 from conch.errors import ConchError, ExpressionError, SchemaError, TableExistsError
 from conch.integrity import seal_json
 from conch.metastore.base import Metastore, TableRecord
-from conch.metastore.registry import open_warehouse
 from conch.policy import Policy
-from conch.scan import Scan, Split
-from conch.scan.splits import register_opener
+from conch.scan import Scan
 from conch.schema import parse_key_schema, schema_from_arrow
 from conch.storage.base import new_id
 from conch.table import Table, TableColumn
 from conch.tablelog import TableLog
-from conch.warehouse import MEMORY_BUDGET, Warehouse, budget_split
+from conch.warehouse import MEMORY_BUDGET, Connection, Warehouse, budget_split
 from conch.write import WriteOptions
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
@@ -80,17 +79,21 @@ def connect(
     >>> cat = conch.connect("s3://bucket/wh", storage_options={"region": "eu-west-1"})  # doctest: +SKIP
     """
     budget_split(memory_budget)  # a bad budget is refused before anything is opened
-    storage, ms = open_warehouse(uri, create=create, metastore=metastore, token=token, storage_options=storage_options)
-    wh = Warehouse(storage, ms, write_options, evolve=evolve, maintenance=maintenance, memory_budget=memory_budget)
-    wh.after_commit = background.after_commit
-    wh.connection = {
-        "uri": os.fspath(uri),
-        "metastore": metastore if isinstance(metastore, str) else None,
-        "token": token,
-        "storage_options": dict(storage_options or {}),
+    reopenable = metastore is None or isinstance(metastore, str)
+    conn = Connection(
+        local_uri(uri),
+        metastore=metastore if isinstance(metastore, str) else None,
+        token=token,
+        storage_options=dict(storage_options or {}),
+        write_options=write_options,
+        evolve=evolve,
+        maintenance=maintenance,
+        memory_budget=memory_budget,
         # a Metastore object cannot be named to another process: workers must not reopen then
-        "reopenable": metastore is None or isinstance(metastore, str),
-    }
+        reopenable=reopenable,
+    )
+    given = None if metastore is None or isinstance(metastore, str) else metastore  # an object: used as is
+    wh = open_connection(conn, create=create, metastore=given)
     return Catalog(wh)
 
 
@@ -110,9 +113,11 @@ class Catalog:
 
     def close(self) -> None:
         """Release the metastore's connections and cached file handles, and stop the background
-        maintenance of the warehouse's tables (a pending settle is dropped: the next writer or
-        `Table.compact()` does it). Tables opened from this catalog reconnect if used again."""
-        background.forget(self.warehouse.uri)
+        maintenance of the warehouse's tables: a pending settle is dropped (the next writer or
+        `Table.compact()` does it) and a running one stops before its next commit; once this
+        returns no background thread touches the warehouse again. Tables opened from this
+        catalog reconnect if used again (without background settles)."""
+        background.forget(self.warehouse)
         self.warehouse.close()
 
     def __enter__(self) -> Catalog:
@@ -197,16 +202,3 @@ class Catalog:
 
 def _keys(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema) or "none"
-
-
-def _open_split(split: Split) -> Scan:
-    """Reopen a split's table from its warehouse URI (in any process) and scan its key range."""
-    table = connect(split.uri).table(split.table)
-    scan = table.scan(
-        *split.columns, where=split.where, keys=split.keys, asof=split.asof, since=split.since, level=split.level
-    )
-    restricted: Scan = split.restrict(scan)
-    return restricted
-
-
-register_opener(_open_split)

@@ -58,6 +58,7 @@ from conch.scan.metrics import ScanMetrics
 from conch.scan.plan import resolve_columns
 from conch.scan.result import ScanResult
 from conch.schema import Column, Schema
+from conch.snapshot import Snapshot
 from conch.timeparse import to_time
 from conch.wal import AddKeySpace, Truncate
 
@@ -244,7 +245,8 @@ class Changes(ScanResult):
         return self.log_scan(sel, keys, version)
 
     def log_scan(self, selectors: tuple[Any, ...], keys: KeySet | None, version: int) -> Scan:
-        return Scan(self.log, selectors, keys=keys, asof=self.log.time_of(version), level=self.level)
+        state, at = self.log.pinned(version=version)  # one version, as every read (`conch.snapshot`)
+        return Snapshot(self.log, state, at).scan(*selectors, keys=keys, level=self.level)
 
     def _records(self, version: int, keys: KeySet | None) -> dict[bytes, tuple[dict[str, Any], dict[int, Any]]]:
         """Records at `version` of `keys` (None: every key): encoded key → (key values, values by

@@ -1,7 +1,8 @@
 """Delete by filter: `Table.delete(where=...)` tombstones exactly the keys whose fresh records match.
 
 The filter is evaluated like a scan's (`Table.scan(where=...)`: on fresh records, SQL
-three-valued logic, so a null never matches) on the table as of one log sequence number `s`, and
+three-valued logic, so a null never matches) on one snapshot of the table (`Table.snapshot`,
+version `s`), and
 the tombstones of every matching key are committed in one commit **directly after `s`**. If any
 other commit lands in between — a concurrent writer may have changed a matching record so that
 it no longer matches, or written a new record that does — the commit is refused and the delete is
@@ -22,25 +23,25 @@ import pyarrow as pa
 
 from conch.errors import CommitConflictError, ExpressionError, InvalidArgumentError
 from conch.expr import Expr, columns, mask
-from conch.manifest import TableState
 from conch.progress import Progress
 from conch.scan import Scan
+from conch.snapshot import Snapshot
 from conch.txn import Commit
 from conch.write import stage_delete
 
 MAX_ATTEMPTS = 20
 
 
-def matching_scan(table: Any, where: Expr, level: str, seq_time: int) -> tuple[Scan, Expr | None, list[str]]:
-    """What finds the matches of `level` as of `seq_time`: the scan of candidate records, the part
+def matching_scan(snapshot: Snapshot, where: Expr, level: str) -> tuple[Scan, Expr | None, list[str]]:
+    """What finds the matches of `level` in `snapshot`: the scan of candidate records, the part
     of the filter left to evaluate on each of its batches (None: the scan applies all of it), and
     the key column names. A filter on value columns only is the scan's (pushed down, pruned by
     statistics); one that names key columns too is evaluated on each batch of fresh records (keys
     are exact). The Spark delete (`conch.spark.delete`) runs this scan's key-range splits as tasks."""
-    key_names = table.state().schema.key_names(level)
+    key_names = snapshot.state.schema.key_names(level)
     value_cols = [c for c in dict.fromkeys(columns(where)) if c not in key_names]
     on_keys = len(value_cols) < len(set(columns(where)))
-    scan = table.scan(*value_cols, where=None if on_keys else where, asof=seq_time or None, level=level or None)
+    scan = snapshot.scan(*value_cols, where=None if on_keys else where, level=level or None)
     return scan, where if on_keys else None, key_names
 
 
@@ -52,20 +53,20 @@ def batch_keys(batch: pa.RecordBatch, rest: Expr | None, key_names: list[str]) -
     return part.select(key_names)
 
 
-def no_keys(table: Any, level: str) -> pa.Table:
+def no_keys(snapshot: Snapshot, level: str) -> pa.Table:
     """An empty table of `level`'s key columns."""
-    return pa.schema(table.state().schema.key_fields(level)).empty_table()
+    return pa.schema(snapshot.state.schema.key_fields(level)).empty_table()
 
 
-def matching_keys(table: Any, where: Expr, level: str, seq_time: int, progress: bool | None = None) -> pa.Table:
-    """The key columns of every fresh record of `level` that matches `where`, as of `seq_time`."""
-    scan, rest, key_names = matching_scan(table, where, level, seq_time)
+def matching_keys(snapshot: Snapshot, where: Expr, level: str, progress: bool | None = None) -> pa.Table:
+    """The key columns of every fresh record of `level` in `snapshot` that matches `where`."""
+    scan, rest, key_names = matching_scan(snapshot, where, level)
     parts: list[pa.Table] = []
     with Progress("matching", progress=progress) as bar:
         for batch in scan:
             parts.append(batch_keys(batch, rest, key_names))
             bar.advance(batch.num_rows, batch.nbytes)
-    return pa.concat_tables(parts) if parts else no_keys(table, level)
+    return pa.concat_tables(parts) if parts else no_keys(snapshot, level)
 
 
 def _column(part: pa.Table, path: str) -> pa.Array:
@@ -94,15 +95,17 @@ def check_where(keys: Any, where: Any) -> Expr:
 def delete_where(table: Any, keys: Any, where: Expr | None, level: str | None, progress: bool | None = None) -> Commit:
     """Tombstone the keys of `level` whose fresh records match `where`, in one commit."""
     expr, lvl = check_where(keys, where), level or ""
-    return commit_matching(table, expr, lvl, lambda state: matching_keys(table, expr, lvl, state.time, progress))
+    return commit_matching(table, expr, lvl, lambda snap: matching_keys(snap, expr, lvl, progress))
 
 
-def commit_matching(table: Any, where: Expr, level: str, match: Callable[[TableState], pa.Table]) -> Commit:
-    """Commit the tombstones of `match(state)` (the keys matching `where` in `state`) directly
-    after `state`, re-matching on the new state when another commit landed first (module doc)."""
+def commit_matching(table: Any, where: Expr, level: str, match: Callable[[Snapshot], pa.Table]) -> Commit:
+    """Commit the tombstones of `match(snapshot)` (the keys matching `where` in a snapshot of
+    the table) directly after its version, re-matching on a new snapshot when another commit
+    landed first (module doc)."""
     for _ in range(MAX_ATTEMPTS):
-        state = table.state()
-        matched = match(state)
+        snap = table.snapshot()
+        state = snap.state
+        matched = match(snap)
         with table.log.staging():
             staged = stage_delete(table.log.files, state, matched, level)
         summary = f"{matched.num_rows} keys at {level or 'root'} where {where!r}"

@@ -49,9 +49,10 @@ import pyarrow as pa
 from conch._deps import optional_import
 from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
 from conch.loaders.columns import narrowest_column
-from conch.loaders.source import ScanSpec, pinned_time, resolve_table
+from conch.loaders.source import ScanSpec, resolve_snapshot
 from conch.scan import Scan
 from conch.scan.keyfilter import extract
+from conch.snapshot import Snapshot
 from conch.table import Table
 
 duckdb = optional_import("duckdb")
@@ -75,7 +76,7 @@ class _Unpushable(Exception):
 
 
 def source(
-    table: Table | str | os.PathLike[str],
+    table: Table | Snapshot | str | os.PathLike[str],
     *,
     level: str | None = None,
     asof: int | datetime.datetime | None = None,
@@ -83,12 +84,12 @@ def source(
     keys: Any = None,
     on_scan: Callable[[Scan], None] | None = None,
 ) -> ConchSource:
-    """A table (or `'<warehouse>/<table>'`) as an object DuckDB queries with pushdown.
+    """A table (or `'<warehouse>/<table>'`, or a `Snapshot`: sources of several levels of one
+    snapshot read the same version) as an object DuckDB queries with pushdown.
 
     Use it as a Python variable in `duckdb.sql(...)`, or `register(con, name, src)`.
     """
-    t = resolve_table(table)
-    base = t.scan(level=level, asof=pinned_time(t, asof), since=since, keys=keys)
+    base = resolve_snapshot(table, asof).scan(level=level, since=since, keys=keys)  # one version for every query
     return ConchSource(base, on_scan)
 
 
@@ -161,11 +162,10 @@ class ConchSource(_Base):
         if key_pred is _EMPTY:
             return pa.RecordBatchReader.from_batches(out_schema, iter(()))
         spec = self.spec
-        scan = self.spec.table().scan(
+        scan = spec.snapshot.scan(
             *(wanted or [self._narrowest]),
             where=where,
             keys=key_pred if key_pred is not None else spec.keys,
-            asof=spec.asof,
             since=spec.since,
             level=spec.level or None,
         )

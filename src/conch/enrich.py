@@ -52,10 +52,9 @@ from conch.errors import EnrichError
 from conch.expr import Expr
 from conch.keys import KeySet, encode_keys
 from conch.loaders.columns import narrowest_column
-from conch.metastore.registry import open_warehouse
-from conch.scan import Scan
+from conch.snapshot import Snapshot
 from conch.tablelog import TableLog
-from conch.warehouse import Warehouse
+from conch.warehouse import Connection
 from conch.write import StagedWrite, stage_write
 
 Fn = Callable[[pa.RecordBatch], Any]
@@ -87,18 +86,25 @@ class EnrichResult:
 class RangeJob:
     """One key range of a run: everything a worker process needs (picklable)."""
 
-    warehouse: dict[str, Any]  # how `connect()` reached it (`Warehouse.connection`): reopened so
-    table: str
+    snapshot: Snapshot  # the version the run reads (its pin); reopened in a worker as `connect()` did
     fn: Fn
     inputs: tuple[str, ...]
     into: str
     level: str
     where: Expr | None
-    pin: int
     keys: pa.Table
     batch_rows: int
     summary: str
     complete: bool  # the run computes every key of the level (a first run without `where`)
+
+    @property
+    def table(self) -> str:
+        return self.snapshot.name
+
+    @property
+    def pin(self) -> int:
+        """The commit time the run reads as of (µs)."""
+        return self.snapshot.asof if self.snapshot.asof is not None else self.snapshot.time
 
 
 def enrich(
@@ -122,7 +128,8 @@ def enrich(
         raise EnrichError(f"into={into!r}: name the output column group, e.g. into='features'")
     if batch_rows < 1 or range_rows < 1:
         raise EnrichError("batch_rows and range_rows must be positive")
-    probe = table.scan(*inputs, where=where, level=level)  # validates inputs, filter and level
+    latest = table.snapshot()
+    probe = latest.scan(*inputs, where=where, level=level)  # validates inputs, filter and level
     lvl = probe.plan.level
     sig = _signature(lvl, [c.full_path for c in probe.plan.columns], into, where)
     history = table.history()
@@ -131,25 +138,24 @@ def enrich(
     unfinished = last if last is not None and not last["done"] else None  # killed: resume it
     if unfinished is not None and not full:
         run, pin, prev = unfinished["run"], unfinished["pin"], unfinished["prev"]
+        pinned = table.snapshot(asof=pin)
     else:
-        run, pin = uuid.uuid4().hex[:12], table.state().time
+        run, pin, pinned = uuid.uuid4().hex[:12], latest.time, latest
         done = [r for r in runs.values() if r["done"]]
         prev = None if full or not done else max(r["pin"] for r in done)
     own = {seq for r in runs.values() for seq in r["seqs"]}
-    keys = _work_keys(table, probe, lvl, where, pin, prev, history, own)
+    keys = _work_keys(table, pinned, probe, lvl, where, prev, history, own)
     ranges = [keys.slice(i, range_rows) for i in range(0, keys.num_rows, range_rows)]
     finished = runs.get(run, {}).get("ranges", set())
     head = {"sig": sig, "run": run, "pin": pin, "prev": prev, "n": len(ranges)}
     jobs = [
         RangeJob(
-            table.log.warehouse.connection,
-            table.name,
+            pinned,
             fn,
             tuple(c.path for c in probe.plan.columns),
             into,
             lvl,
             where,
-            pin,
             r,
             batch_rows,
             SUMMARY + json.dumps({**head, "i": i}),
@@ -200,20 +206,21 @@ def _runs(history: Sequence[Any], sig: str) -> dict[str, dict[str, Any]]:
 
 def _work_keys(
     table: Any,
+    pinned: Snapshot,
     probe: Any,
     level: str,
     where: Expr | None,
-    pin: int,
     prev: int | None,
     history: Sequence[Any],
     own: set[int],
 ) -> pa.Table:
     """The sorted, unique keys a run computes: all keys (first run), else keys other commits wrote
-    in (prev, pin]."""
+    in (prev, pin] (`pinned`: the version of the pin)."""
     narrow = narrowest_column(probe.plan.columns)
     names = probe.plan.schema.key_names(level)
+    pin = pinned.asof if pinned.asof is not None else pinned.time
     if prev is None:
-        return table.scan(narrow, where=where, asof=pin, level=level or None).to_arrow().select(names)
+        return pinned.scan(narrow, where=where, level=level or None).to_arrow().select(names)
     parts: list[pa.Table] = []
     window: list[Any] = []
     for c in [*history, None]:
@@ -221,7 +228,7 @@ def _work_keys(
             window.append(c)
             continue
         if window:  # a maximal run of other commits: one since/asof scan finds the keys they wrote
-            sc = table.scan(narrow, since=window[0].time, asof=window[-1].time, level=level or None)
+            sc = table.snapshot(asof=window[-1].time).scan(narrow, since=window[0].time, level=level or None)
             parts.append(sc.to_arrow().select(names))
             window = []
     if not parts:
@@ -229,9 +236,7 @@ def _work_keys(
     keys = pa.concat_tables(parts)
     keys = keys.combine_chunks()
     if where is not None:  # only changed keys the filter admits (as of the pin)
-        sc = table.scan(
-            narrow, where=where, keys=KeySet(pc.unique(encode_keys(keys.columns))), asof=pin, level=level or None
-        )
+        sc = pinned.scan(narrow, where=where, keys=KeySet(pc.unique(encode_keys(keys.columns))), level=level or None)
         keys = sc.to_arrow().select(names).combine_chunks()
     enc = encode_keys(keys.columns)
     order = pc.sort_indices(enc)
@@ -244,12 +249,12 @@ def _work_keys(
 
 
 # ----- computing a range ----------------------------------------------------------------------
-def compute_range(job: RangeJob, log: TableLog | None = None) -> tuple[int, int]:
-    """Compute and commit one key range (in any process; `log`: the table's, when the caller
-    has it open); returns (commit seq, rows written)."""
-    log = log or _open_log(job.warehouse, job.table)
+def compute_range(job: RangeJob) -> tuple[int, int]:
+    """Compute and commit one key range (in any process: the job's snapshot reopens the
+    warehouse as `connect()` reached it); returns (commit seq, rows written)."""
+    log = job.snapshot.log
     enc = encode_keys(job.keys.columns)
-    scan = Scan(log, job.inputs, where=job.where, keys=KeySet(enc), asof=job.pin, level=job.level or None)
+    scan = job.snapshot.scan(*job.inputs, where=job.where, keys=KeySet(enc), level=job.level or None)
     outputs = [out for batch in _batches(scan.to_record_batches(), job.batch_rows) for out in [apply_fn(job, batch)]]
     rows = sum(o.num_rows for o in outputs)
     with log.staging():
@@ -262,38 +267,14 @@ def compute_range(job: RangeJob, log: TableLog | None = None) -> tuple[int, int]
     return log.commit(staged.transaction("enrich", job.summary)).seq, rows
 
 
-def require_reopenable(connection: dict[str, Any], what: str) -> None:
+def require_reopenable(connection: Connection, what: str) -> None:
     """`EnrichError` unless other processes can reopen the warehouse as `connect()` reached it
     (`Warehouse.connection`): a Metastore object cannot be named to them."""
-    if not connection.get("reopenable"):
+    if not connection.reopenable:
         raise EnrichError(
             f"{what} needs a warehouse other processes can reopen: connect() with the metastore's URI, "
             "not a Metastore object"
         )
-
-
-_logs: dict[tuple[int, str, str], TableLog] = {}
-
-
-def _open_log(connection: dict[str, Any], name: str) -> TableLog:
-    """The table's log in a worker process, opened once per process as `conch.connect` reached
-    the warehouse (its URI, metastore, token and storage options: `Warehouse.connection`),
-    through `open_warehouse` because this module sits below the `Table` facade, whose `enrich`
-    method delegates here."""
-    key = (os.getpid(), json.dumps(connection, sort_keys=True, default=str), name)
-    log = _logs.get(key)
-    if log is None:
-        storage, metastore = open_warehouse(
-            connection["uri"],
-            create=False,
-            metastore=connection.get("metastore"),
-            token=connection.get("token"),
-            storage_options=connection.get("storage_options"),
-        )
-        wh = Warehouse(storage, metastore)
-        wh.connection = connection
-        log = _logs[key] = TableLog(wh, metastore.get_table(name))
-    return log
 
 
 def _batches(reader: pa.RecordBatchReader, rows: int) -> Iterator[pa.RecordBatch]:
@@ -346,7 +327,7 @@ def _run_local(
     first done here, in a pool of processes that reopen the warehouse as `connect()` did."""
     if not jobs:
         return [], 0
-    picklable, reopenable = _picklable(jobs[0].fn), bool(log.warehouse.connection.get("reopenable"))
+    picklable, reopenable = _picklable(jobs[0].fn), log.warehouse.connection.reopenable
     pool_ok = workers != 0 and len(jobs) > 1 and picklable and reopenable
     if workers is not None and workers > 0:
         if not picklable:
@@ -358,7 +339,7 @@ def _run_local(
     commits: list[int] = []
     rows = 0
     with _progress(len(jobs), progress) as advance:
-        seq, r = compute_range(jobs[0], log)  # first: adds the new columns before anyone races to
+        seq, r = compute_range(jobs[0])  # first: adds the new columns before anyone races to
         commits.append(seq)
         rows += r
         advance()
@@ -373,7 +354,7 @@ def _run_local(
                     advance()
         else:
             for job in jobs[1:]:
-                seq, r = compute_range(job, log)
+                seq, r = compute_range(job)
                 commits.append(seq)
                 rows += r
                 advance()

@@ -29,13 +29,14 @@ from typing import Any
 from conch._deps import optional_import
 from conch.loaders.columns import narrowest_column
 from conch.loaders.polars_expr import PolarsTranslator, Pushdown
-from conch.loaders.source import ScanSpec, pinned_time, resolve_table
+from conch.loaders.source import ScanSpec, resolve_snapshot
 from conch.scan import Scan
+from conch.snapshot import Snapshot
 from conch.table import Table
 
 
 def scan(
-    source: Table | str | os.PathLike[str],
+    source: Table | Snapshot | str | os.PathLike[str],
     *,
     level: str | None = None,
     asof: int | datetime | None = None,
@@ -43,7 +44,8 @@ def scan(
     keys: Any = None,
     on_scan: Callable[[Scan], None] | None = None,
 ) -> Any:
-    """A `pl.LazyFrame` over a table (or `'<warehouse>/<table>'`), one row per fresh record.
+    """A `pl.LazyFrame` over a table (or `'<warehouse>/<table>'`, or a `Snapshot`: frames of
+    several levels of one snapshot read the same version), one row per fresh record.
 
     `level` reads a child level (its full key columns first); `asof`/`since`/`keys` narrow the
     scan as in `Table.scan`. `on_scan` is called with each Conch `Scan` after it ran, to see
@@ -51,8 +53,7 @@ def scan(
     """
     pl = optional_import("polars")
     plugins = optional_import("polars.io.plugins")
-    table = resolve_table(source)
-    base = table.scan(level=level, asof=pinned_time(table, asof), since=since, keys=keys)
+    base = resolve_snapshot(source, asof).scan(level=level, since=since, keys=keys)  # one version for every collect
     spec = ScanSpec.from_scan(base)
     out_schema = base.schema
     key_fields = base.plan.key_fields
@@ -67,11 +68,10 @@ def scan(
         pushed = translator.translate(predicate) if predicate is not None else Pushdown(None, None, True)
         needed = set(with_columns or top) | (set(predicate.meta.root_names()) if predicate is not None else set())
         groups = tuple(sorted(n for n in needed if n in top)) or (narrowest_column(base.plan.columns),)
-        conch_scan = table.scan(
+        conch_scan = spec.snapshot.scan(
             *groups,
             where=pushed.where,
             keys=pushed.keys if pushed.keys is not None else spec.keys,
-            asof=spec.asof,
             since=spec.since,
             level=spec.level or None,
             limit=n_rows if pushed.exact else None,

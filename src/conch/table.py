@@ -33,8 +33,8 @@ from conch.nested.writes import BatchWriter
 from conch.policy import Policy
 from conch.scan import Scan
 from conch.schema import Schema, type_name
+from conch.snapshot import Snapshot
 from conch.tablelog import TableLog
-from conch.timeparse import to_time
 from conch.txn import Commit
 from conch.update import update_where
 from conch.wal import DropColumns, RemoveTag, RenameColumn, SetTag, Transaction
@@ -52,8 +52,9 @@ class TableColumn(Col):
         object.__setattr__(self, "table", table)
 
     def dtype(self) -> pa.DataType | None:
-        """The column's type (None for a group), so comparisons are type-checked when built."""
-        schema = self.table.state().schema
+        """The column's type (None for a group), so comparisons are type-checked when built
+        (on the state the table handle read last: no metastore read; the scan checks again)."""
+        schema = self.table.log.cached_state().schema
         return schema.column(self.path).type if schema.has_column(self.path) else None
 
 
@@ -143,7 +144,11 @@ class Table:
         return root_member(self, name)
 
     def __getitem__(self, path: str) -> TableColumn:
-        schema = self.state().schema
+        # checked on the state this handle read last (no metastore read while a query is built;
+        # its scan reads the log once), and on the newest if the column is not in it
+        schema = self.log.cached_state().schema
+        if path not in schema.key_names("") and not schema.has_column(path):
+            schema = self.state().schema
         if path not in schema.key_names(""):  # key columns filter too (turned into key ranges)
             schema.resolve(path)  # raises ColumnNotFoundError early
         return TableColumn(self, path)
@@ -240,6 +245,23 @@ class Table:
         return update_where(self, where, set or {}, level)
 
     # ----- reads ------------------------------------------------------------------------
+    def snapshot(self, asof: int | str | datetime | None = None, version: int | str | None = None) -> Snapshot:
+        """One version of the table, read from the metastore once: the newest (default), the one
+        live at commit time `asof` (datetime, ISO string or µs, `conch.timeparse`, or a tag name),
+        or commit number `version` (or a tag name). Every scan of a snapshot reads that version, whatever is committed
+        meanwhile; it pickles as plain data and reopens in any process with `connect()`'s
+        options (`conch.snapshot`).
+
+        >>> snap = t.snapshot()  # doctest: +SKIP
+        >>> _ = t.write([{"id": 2, "x": 2.0}])  # a later commit ...  # doctest: +SKIP
+        >>> snap.scan("x").to_arrow().num_rows  # ... is not in the snapshot  # doctest: +SKIP
+        1
+        >>> t.snapshot().scan("x").to_arrow().num_rows  # doctest: +SKIP
+        2
+        """
+        state, at = self.log.pinned(asof, version)
+        return Snapshot(self.log, state, at)
+
     def scan(
         self,
         *columns: str | Col,
@@ -260,33 +282,20 @@ class Table:
         `InexactKeyError`, it never matches key 5); `asof` /
         `since`: inclusive commit-time bounds (datetime, ISO string, or int µs since the epoch:
         `conch.timeparse`); `version`: the table as of commit number N (`Commit.seq`) or a tag
-        name (`tag`), instead of `asof` (`asof=`/`since=` also take a tag name); `level`: a child level such as "scenes.clips". An `asof` before the table's first
-        commit raises `TimeTravelError`.
+        name (`tag`), instead of `asof` (`asof=`/`since=` also take a tag name); `level`: a child
+        level such as "scenes.clips". An `asof` before the table's first commit raises
+        `TimeTravelError`. The same as `self.snapshot(asof, version).scan(...)`: one metastore
+        read, then the scan reads that one version.
         """
-        tags = self.log.state().tags
-        tagged = tags.get(asof) if isinstance(asof, str) else None
-        if tagged is not None:  # a tag name
-            if version is not None:
-                raise InvalidArgumentError("give asof= or version=, not both")
-            asof, version = None, tagged
-        if isinstance(since, str) and since in tags:
-            since = self.log.time_of(tags[since])
-        if version is not None:
-            if asof is not None:
-                raise InvalidArgumentError("give asof= or version=, not both")
-            seq = self.log.version_of(version)
-            asof = self.log.time_of(seq)
-            if seq not in tags.values():  # a tagged version outlives the horizon (`tag`)
-                self.log.check_retained(asof, f"version {version}")
-        return Scan(
-            self.log,
-            columns,
-            where=as_filter(where, self, level),
-            keys=keys,
-            asof=to_time(asof, "asof"),
-            since=to_time(since, "since"),
-            level=level,
-            limit=limit,
+        if version is not None and asof is not None:
+            raise InvalidArgumentError("give asof= or version=, not both")
+        snap = self.snapshot(asof, version)
+        if isinstance(since, str):  # a tag name (the tags of the state the snapshot just read)
+            tags = self.log.cached_state().tags
+            if since in tags:
+                since = self.log.time_of(tags[since])
+        return snap.scan(
+            *columns, where=as_filter(where, self, level), keys=keys, since=since, level=level, limit=limit
         )
 
     def enrich(self, fn: Any, inputs: Any, into: str, **options: Any) -> Any:

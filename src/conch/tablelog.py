@@ -130,6 +130,22 @@ class TableLog:
                 self._state = replay(self._state, new)
             return self._state
 
+    def cached_state(self) -> TableState:
+        """The state this handle read last (the latest, read now, if it read none): for what
+        any recent state answers, such as a column's type while an expression is being built.
+        No metastore read when warm; a scan reads the log once, when its snapshot is taken."""
+        with self._lock:
+            state = self._state
+        return state if state is not None else self.state()
+
+    def known_state(self, seq: int) -> TableState | None:
+        """The state at `seq` if this handle holds it (the latest it read, or a cached past
+        one), without a metastore read; else None."""
+        with self._lock:
+            if self._state is not None and self._state.seq == seq:
+                return self._state
+            return self._past.get(seq)
+
     def first_commit_time(self) -> int | None:
         """The commit time of version 1 (None: the table has no commits)."""
         if self._first_time is None:
@@ -146,27 +162,31 @@ class TableLog:
         """The version tag `name` names (None: no such tag)."""
         return self.state().tags.get(name)
 
-    def version_of(self, version: int | str) -> int:
+    def version_of(self, version: int | str, latest: TableState | None = None) -> int:
         """A version number from a version or a tag name (`TimeTravelError` for an unknown tag):
-        every `version=` resolves tags here once."""
+        every `version=` resolves tags here once (`latest`: the newest state, when the caller
+        has just read it)."""
         if isinstance(version, str):
-            seq = self.tag_version(version)
+            tags = (latest or self.state()).tags
+            seq = tags.get(version)
             if seq is None:
-                known = ", ".join(sorted(self.state().tags)) or "none"
+                known = ", ".join(sorted(tags)) or "none"
                 raise TimeTravelError(f"table {self.name!r} has no tag {version!r} (tags: {known}; see `tags()`)")
             return seq
         return version
 
     def time_of(self, version: int | str) -> int:
         """The commit time of a version (log sequence number) or a tag; `TimeTravelError` if none."""
-        version = self.version_of(version)
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise TimeTravelError(f"version must be a commit number (int), got {version!r}")
-        last = self.state().seq
-        entries = self.warehouse.metastore.read_log(self.id, version - 1, version) if 1 <= version <= last else []
+        latest = self.state()
+        return self._entry_time(_version(self.version_of(version, latest)), latest)
+
+    def _entry_time(self, version: int, latest: TableState) -> int:
+        if version == latest.seq:
+            return latest.time
+        entries = self.warehouse.metastore.read_log(self.id, version - 1, version) if 1 <= version < latest.seq else []
         if not entries:
             raise TimeTravelError(
-                f"table {self.name!r} has no version {version}: versions are 1..{last} (see `history()`)"
+                f"table {self.name!r} has no version {version}: versions are 1..{latest.seq} (see `history()`)"
             )
         return entries[0].time
 
@@ -176,8 +196,15 @@ class TableLog:
         its time-travel horizon (`Table.expire`). `since` (µs): a scan's lower time bound;
         compactions whose window straddles it are undone, so the scan reads their retained
         originals (`conch.sinceview`), which the horizon also bounds."""
-        state = self._state_at(asof, version)
-        return since_view(state, since, self._provenance, horizon=self.horizon())
+        state, _ = self.pinned(asof, version)
+        return self.since_view(state, since)
+
+    def since_view(self, state: TableState, since: int | None) -> TableState:
+        """`state` as a scan with lower time bound `since` (µs) reads it (`state_at`); no
+        metastore read for `since=None`."""
+        if since is None:
+            return state
+        return since_view(state, since, self._provenance, horizon=max(state.horizon, self.cached_state().horizon))
 
     def _provenance(self, seq: int) -> tuple[TableState, set[str], set[str], int]:
         """The state before commit `seq`, the key spaces and fragments it removed, its time."""
@@ -205,6 +232,14 @@ class TableLog:
         return state
 
     def _state_at(self, asof: object = None, version: int | str | None = None) -> TableState:
+        return self.pinned(asof, version)[0]
+
+    def pinned(self, asof: object = None, version: int | str | None = None) -> tuple[TableState, int | None]:
+        """The state a read as of `asof` (a commit time or a tag name, parsed once here) or
+        `version` (a number or a tag name) sees, and the time it pins (µs; None: the latest).
+        Validates both (`TimeTravelError`): one metastore read for the latest state or a
+        version the handle has seen, one more for a time it has not. A tagged version outlives
+        the horizon (`Table.tag`)."""
         if asof is not None and version is not None:
             raise TimeTravelError("give asof= or version=, not both")
         latest = self.state()
@@ -213,28 +248,35 @@ class TableLog:
             asof, version = None, tagged
         if version is not None:
             what = f"version {version}"
-            version = self.version_of(version)
-            t = self.time_of(version)  # validates
-            if version not in latest.tags.values():  # a tagged version outlives the horizon
-                self.check_retained(t, what)
-            seq = version
-        else:
-            at = to_time(asof, "asof")
-            if at is None or at >= latest.time:
-                return latest
-            t = at
-            first = self.first_commit_time()
-            seq = self.warehouse.metastore.seq_at_time(self.id, t) if first is not None and t >= first else 0
-            if seq not in latest.tags.values():
-                self.check_retained(t, "asof")
-            if first is None or t < first:
-                raise TimeTravelError(
-                    f"asof {format_time(t)} is before table {self.name!r}'s first commit at "
-                    f"{format_time(first or latest.time)} (time {first}); nothing existed then"
-                )
+            seq = _version(self.version_of(version, latest))
+            tagged = seq in latest.tags.values()
+            if seq == latest.seq:
+                return latest, latest.time
+            with self._lock:
+                state = self._past.get(seq)
+            if state is None:
+                t = self._entry_time(seq, latest)  # validates
+                if not tagged:
+                    self.check_retained(t, what, latest)
+                state = self._past_state(seq, t, what)
+            if not tagged:
+                self.check_retained(state.time, what, latest)
+            return state, state.time
+        at = to_time(asof, "asof")
+        if at is None or at >= latest.time:
+            return latest, at
+        first = self.first_commit_time()
+        seq = self.warehouse.metastore.seq_at_time(self.id, at) if first is not None and at >= first else 0
+        if seq not in latest.tags.values():
+            self.check_retained(at, "asof", latest)
+        if first is None or at < first:
+            raise TimeTravelError(
+                f"asof {format_time(at)} is before table {self.name!r}'s first commit at "
+                f"{format_time(first or latest.time)} (time {first}); nothing existed then"
+            )
         if seq == latest.seq:
-            return latest
-        return self._past_state(seq, t, "asof" if version is None else f"version {version}")
+            return latest, at
+        return self._past_state(seq, at, "asof"), at
 
     # ----- the time-travel horizon ------------------------------------------------------
     def horizon(self) -> int:
@@ -243,10 +285,11 @@ class TableLog:
         originals of a compaction older than it raises `TimeTravelError` (`check_retained`)."""
         return self.state().horizon
 
-    def check_retained(self, t: int, what: str = "asof") -> None:
+    def check_retained(self, t: int, what: str = "asof", latest: TableState | None = None) -> None:
         """Raise `TimeTravelError` naming the horizon (time and version) if time `t` (what the
-        caller was asked: "asof", "since", "version 3") is before it."""
-        h = self.horizon()
+        caller was asked: "asof", "since", "version 3") is before it (`latest`: the newest
+        state, when the caller has just read it)."""
+        h = latest.horizon if latest is not None else self.horizon()
         if t < h:
             v = self.warehouse.metastore.seq_at_time(self.id, h)
             raise TimeTravelError(
@@ -391,3 +434,10 @@ class TableLog:
         ms.add_snapshot(self.id, seq, path)
         if ms.latest_snapshot(self.id, seq) == (seq, path) and not self.warehouse.storage.exists(path):
             ms.remove_snapshots(self.id, seq + 1)
+
+
+def _version(version: object) -> int:
+    """A version argument checked to be a commit number."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TimeTravelError(f"version must be a commit number (int), got {version!r}")
+    return version

@@ -8,10 +8,14 @@ key-space cache, and the options of writes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from conch.budget import MEMORY_BUDGET, budget_split
+from conch.errors import WarehouseError
 from conch.fragments import VortexFormat
 from conch.metastore.base import Metastore
 from conch.policy import Policy
@@ -21,6 +25,43 @@ from conch.storage.base import Storage
 from conch.write import WriteOptions
 
 FLUSH_EVERY = 64  # WAL entries between automatic snapshot flushes
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How `connect()` reached a warehouse, as plain picklable data: the warehouse URI (a local
+    path made absolute), the metastore URI, the bearer token, the storage options and the
+    warehouse's options. `conch.connection.reopen` opens it exactly so in any process.
+    `reopenable` is False when `connect()` was given a `Metastore` object, which cannot be
+    named to another process."""
+
+    uri: str
+    metastore: str | None = None
+    token: str | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    write_options: WriteOptions | None = None
+    evolve: bool = True
+    maintenance: Policy | None = None
+    memory_budget: int = MEMORY_BUDGET
+    reopenable: bool = True
+
+    def __repr__(self) -> str:  # never print the token
+        token = ", token=***" if self.token else ""
+        return f"Connection({self.uri!r}, metastore={self.metastore!r}{token})"
+
+    @property
+    def key(self) -> str:
+        """What identifies the connection within a process (the `reopen` cache key)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return json.dumps(d, sort_keys=True, default=repr)
+
+    def require_reopenable(self, what: str) -> None:
+        """`WarehouseError` unless other processes can reopen the warehouse (`reopenable`)."""
+        if not self.reopenable:
+            raise WarehouseError(
+                f"{what} needs a warehouse other processes can reopen: connect() with the metastore's URI "
+                "(metastore='sqlite:///...', 'postgresql://...', 'http://...'), not a Metastore object"
+            )
 
 
 class Warehouse:
@@ -57,9 +98,10 @@ class Warehouse:
         self.flush_every = flush_every
         self.maintenance = maintenance or Policy()
         self.after_commit: Callable[[Any, Any], None] | None = None
-        # how `connect()` reached this warehouse (uri, metastore, token, storage_options): what
-        # another process needs to reopen it exactly so (Spark executors of `enrich`)
-        self.connection: dict[str, Any] = {"uri": storage.uri, "reopenable": False}
+        self.closed = False  # `Catalog.close()` was called: no background settle touches it again
+        # how `connect()` reached this warehouse: what another process needs to reopen it exactly
+        # so (`conch.connection.reopen`: splits, loaders, Spark tasks, enrichment workers)
+        self.connection = Connection(storage.uri, reopenable=False)
 
     @property
     def uri(self) -> str:

@@ -18,13 +18,27 @@ per commit, so settles of one table are spaced to take at most `MAX_SHARE` (10 %
 
 Concurrency is any compaction's (`run.py`): a write or delete committed while the settle runs
 stays newer than its output; losing to another compactor makes it re-plan or give up. One
-worker thread per process, started on first use (again in a forked child). `Catalog.close()`
-drops its warehouse's pending settles and waits for a running one to stop after its current
-task (the next writer or `Table.compact()` folds what is left). At interpreter exit
-no new settle starts and what is pending is left to the next writer or `Table.compact()`; a
-running one is given `EXIT_WAIT_SECONDS` to end, but by then Python refuses new thread-pool
-work, so it usually fails before committing: like any failed compaction it leaves the table
-unchanged and its files to `vacuum`.
+worker thread per process, started on first use (again in a forked child).
+
+**It never touches a table** (checked before every task and again before every commit, so a
+task whose output is ready but may no longer commit is dropped, its files left to `vacuum`):
+- after `Catalog.close()`: the warehouse is marked closed, its pending settles are dropped,
+  and `close()` waits for a running one to stop after its current task (bounded by
+  `Policy.auto_budget_bytes`); writes through handles used after `close()` schedule none;
+- after interpreter shutdown begins: once the main thread has finished (Python's shutdown
+  waits for non-daemon threads, then runs `atexit`) or `sys.is_finalizing()`, nothing is
+  scheduled or started and a running settle stops before its commit; `atexit` waits for it
+  at most `EXIT_WAIT_SECONDS`;
+- after its warehouse directory is removed (a local warehouse whose root is gone, say a
+  temporary directory cleaned up): its settles are dropped, and nothing writes there again;
+- in a process that reopened the warehouse for a snapshot, a split or a Spark task
+  (`conch.connection.reopen`): settling is off there (`Policy.settle_after=None`).
+
+Why it is on by default, in a library (docs/compaction.md, "Background maintenance: the
+decision"): a table left with L0 runs reads up to 2.6× slower on every scan until someone
+compacts, and the writing process is the one place that knows the writer paused.
+`conch.Policy(settle_after=None)` turns it off (Lance and delta-rs behaviour: only explicit or
+commit-time compaction).
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ import atexit
 import contextlib
 import functools
 import os
+import sys
 import threading
 import time
 import warnings
@@ -43,8 +58,10 @@ from conch.compaction.run import auto, commit, execute
 from conch.errors import CommitConflictError, TableNotFoundError
 from conch.manifest import TableState
 from conch.policy import Policy
+from conch.storage.local import LocalStorage
 from conch.tablelog import TableLog
 from conch.txn import Commit
+from conch.warehouse import Warehouse
 
 EXIT_WAIT_SECONDS = 10.0  # at most this long for a running settle at interpreter exit
 MAX_TASKS = 256  # per settle (a safety bound)
@@ -57,22 +74,43 @@ def _key(log: TableLog) -> _Key:
     return (log.warehouse.uri, log.id)
 
 
+def shutting_down() -> bool:
+    """Whether interpreter shutdown has begun: the main thread has finished (Python then waits
+    for non-daemon threads and runs `atexit`), or the interpreter is finalizing."""
+    return sys.is_finalizing() or not threading.main_thread().is_alive()
+
+
+def gone(log: TableLog) -> bool:
+    """Whether `log`'s warehouse may no longer be touched by a background settle: its catalog
+    was closed, or it is a local warehouse whose directory was removed."""
+    wh = log.warehouse
+    if wh.closed:
+        return True
+    storage = wh.storage
+    return isinstance(storage, LocalStorage) and not storage.root.is_dir()
+
+
+def halted(log: TableLog) -> bool:
+    """Whether a settle of `log`'s table must not start, go on or commit (module doc)."""
+    return shutting_down() or gone(log)
+
+
 class Settler:
     """The process's settle queue and its worker thread (module doc)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._due: dict[_Key, tuple[float, TableLog]] = {}  # monotonic time it is due, and a handle
-        self._running: set[_Key] = set()
+        self._running: dict[_Key, TableLog] = {}
         self._spacing: dict[_Key, float] = {}  # earliest next settle after the last one (duty cycle)
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._forgetting: set[str] = set()  # warehouse URIs being closed: their settles stop
 
     def schedule(self, log: TableLog, delay: float) -> None:
-        """Settle `log`'s table `delay` seconds from now (a later call postpones it)."""
+        """Settle `log`'s table `delay` seconds from now (a later call postpones it); nothing
+        once shutdown began or for a closed or removed warehouse (module doc)."""
         with self._cond:
-            if self._stopping:
+            if self._stopping or halted(log):
                 return
             key = _key(log)
             self._due[key] = (max(time.monotonic() + delay, self._spacing.get(key, 0.0)), log)
@@ -82,7 +120,7 @@ class Settler:
     def _ensure_worker(self) -> None:
         """Start the worker thread if it is not running (first use, or it died: a waiter must
         never wait on a thread that is gone). Called with the lock held."""
-        if self._thread is None or not self._thread.is_alive():
+        if (self._thread is None or not self._thread.is_alive()) and not shutting_down():
             self._thread = threading.Thread(target=self._work, name="conch-settle", daemon=True)
             self._thread.start()
 
@@ -118,19 +156,14 @@ class Settler:
         if thread is not None:
             thread.join(EXIT_WAIT_SECONDS)
 
-    def forget(self, uri: str, timeout: float = EXIT_WAIT_SECONDS) -> None:
-        """A catalog of warehouse `uri` is closing: drop its pending settles, and wait (at most
-        `timeout` seconds) for a running one to stop after its current task."""
-        deadline = time.monotonic() + timeout
+    def forget(self, warehouse: Warehouse) -> None:
+        """`warehouse` is closed (`Warehouse.closed` set): drop its pending settles, and wait for
+        a running one to stop, which it does before its next task or commit (module doc)."""
         with self._cond:
-            for key in [k for k in self._due if k[0] == uri]:
+            for key in [k for k, (_, log) in self._due.items() if log.warehouse is warehouse]:
                 del self._due[key]
-            self._forgetting.add(uri)
-            try:
-                while any(k[0] == uri for k in self._running) and (left := deadline - time.monotonic()) > 0:
-                    self._cond.wait(left)
-            finally:
-                self._forgetting.discard(uri)
+            while any(log.warehouse is warehouse for log in self._running.values()):
+                self._cond.wait(0.5)
 
     def _next(self) -> tuple[_Key, TableLog] | None:
         """The next due table (waiting for it), or None when stopping."""
@@ -141,7 +174,9 @@ class Settler:
                 if due:
                     key = min(due, key=lambda k: self._due[k][0])
                     log = self._due.pop(key)[1]
-                    self._running.add(key)
+                    if halted(log):  # closed, removed or shutting down meanwhile: dropped
+                        continue
+                    self._running[key] = log
                     return key, log
                 self._cond.wait(min((at for at, _ in self._due.values()), default=now + 3600) - now)
             return None
@@ -151,11 +186,11 @@ class Settler:
             key, log = item
             started = time.monotonic()
             try:
-                settle(log, functools.partial(self._interrupted, key))
+                settle(log, functools.partial(self._interrupted, key), functools.partial(self._halted, key, log))
             except (CommitConflictError, TableNotFoundError):
                 pass  # lost to another compactor after its re-plans, or the table was dropped
             except Exception as e:  # a background thread has no caller to raise to
-                if not self._closing(key):  # at exit or close, failing is expected (module doc)
+                if not self._halted(key, log):  # at exit or close, failing is expected (module doc)
                     with contextlib.suppress(Exception):  # warnings made errors: the worker lives on
                         warnings.warn(
                             f"background compaction of table {log.name!r} stopped: {e!r}", RuntimeWarning, stacklevel=1
@@ -164,36 +199,41 @@ class Settler:
                 with self._cond:
                     now = time.monotonic()
                     self._spacing[key] = now + (now - started) * (1 / MAX_SHARE - 1)
-                    self._running.discard(key)
+                    self._running.pop(key, None)
                     self._cond.notify_all()
 
     def _interrupted(self, key: _Key) -> bool:
-        """Whether the process is exiting, the table's catalog is closing, or a commit
-        re-scheduled the table."""
+        """Whether a commit re-scheduled the table (the next pause settles it again)."""
         with self._cond:
-            return self._closing(key) or key in self._due
+            return key in self._due
 
-    def _closing(self, key: _Key) -> bool:
-        return self._stopping or key[0] in self._forgetting
+    def _halted(self, key: _Key, log: TableLog) -> bool:
+        """Whether the settle must stop before its next task or commit: the process is exiting,
+        or the table's warehouse was closed or removed."""
+        return self._stopping or halted(log)
 
 
-def settle(log: TableLog, interrupted: Callable[[], bool] | None = None) -> int:
+def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: Callable[[], bool] | None = None) -> int:
     """Major-compact, one task at a time, each component of `log`'s table that has L0 runs and
-    fits the automatic budget, until none is left, `interrupted()` says a commit came or the
-    process is exiting, or `MAX_TASKS` tasks ran (a safety bound: every task removes L0 runs,
-    so the loop ends anyway). A task that lost to a concurrent compactor is planned again.
-    Returns the tasks committed."""
+    fits the automatic budget, until none is left, `interrupted()` says a commit came, `stop()`
+    says the table may no longer be touched (checked again between a task's output and its
+    commit: an output that may not commit is left to `vacuum`), or `MAX_TASKS` tasks ran (a
+    safety bound: every task removes L0 runs, so the loop ends anyway). A task that lost to a
+    concurrent compactor is planned again. Returns the tasks committed."""
     policy = log.warehouse.maintenance
     done = 0
     for _ in range(MAX_TASKS):
-        if interrupted is not None and interrupted():
+        if (interrupted is not None and interrupted()) or (stop is not None and stop()):
             break
         state = log.state()
         task = next(iter(settle_tasks(state, policy)), None)  # planned on the state it runs on
         if task is None:
             break
         try:
-            commit(log, task, [execute(log, state, task, policy=policy)], state.seq)
+            output = execute(log, state, task, policy=policy)
+            if stop is not None and stop():
+                break  # the output stays uncommitted: `vacuum` removes its files
+            commit(log, task, [output], state.seq)
         except CommitConflictError:
             continue  # another compactor removed an input meanwhile: plan again
         done += 1
@@ -236,7 +276,7 @@ def schedule(log: TableLog) -> None:
     """Settle the table after the policy's pause, if it has L0 runs left that the settle would
     fold (nothing when `Policy.settle_after` is None)."""
     policy = log.warehouse.maintenance
-    if policy.settle_after is None:
+    if policy.settle_after is None or halted(log):
         return
     if _settler.pending(log) or _needs_settling(log):
         _settler.schedule(log, policy.settle_after)
@@ -251,9 +291,11 @@ def pending(log: TableLog) -> bool:
     return _settler.pending(log)
 
 
-def forget(warehouse_uri: str) -> None:
-    """`Catalog.close()`: no settle of the warehouse's tables runs after it (module doc)."""
-    _settler.forget(warehouse_uri)
+def forget(warehouse: Warehouse) -> None:
+    """`Catalog.close()`: no settle touches the warehouse's tables once this returns (module
+    doc); the warehouse is marked closed first."""
+    warehouse.closed = True
+    _settler.forget(warehouse)
 
 
 def wait(log: TableLog, timeout: float | None = None) -> bool:

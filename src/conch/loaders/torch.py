@@ -47,7 +47,7 @@ import queue
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -595,5 +595,5 @@ def map_dataset(scan: Scan, *, decode: Mapping[str, Callable[[Any], Any]] | None
     spec = ScanSpec.from_scan(scan)
     names = scan.plan.schema.key_names(spec.level)
     keys = spec.with_columns((narrowest_column(scan.plan.columns),)).scan().to_arrow().select(names)
-    spec = ScanSpec(spec.warehouse, spec.table_name, spec.columns, spec.level, spec.asof, None, None, spec.since)
+    spec = replace(spec, where=None, keys=None)
     return ConchMapDataset(spec, keys.combine_chunks(), decode or {})

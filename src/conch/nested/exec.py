@@ -166,14 +166,16 @@ def agg_target(n: Agg) -> Domain:
 
 
 class Executor:
-    """Evaluates expression nodes against one table state. Scans, row sets and values are cached
-    per domain, so a level is read once however many expressions use it."""
+    """Evaluates expression nodes against one table version: every level's scan reads the one
+    `Snapshot` taken here (`Table.snapshot`), so a commit landing between two level scans is
+    in neither or both. Scans, row sets and values are cached per domain, so a level is read
+    once however many expressions use it."""
 
     def __init__(self, table: Any, asof: Any = None, since: Any = None) -> None:
         self.table = table
-        self.asof = asof
+        self.snapshot = table.snapshot(asof)
         self.since = since
-        self.schema = table.state_at(asof).schema
+        self.schema = self.snapshot.state.schema
         self.needed: dict[str, set[str]] = {}
         self._rows: dict[tuple[Any, ...], Frame] = {}
         self._values: dict[tuple[Any, ...], Any] = {}
@@ -271,10 +273,7 @@ class Executor:
             seeks, semi = [KeyRange(tuple(d.keys.slice(0, 1).to_pylist()[0].values()), None)], d.keys
         skey = (d.level, d.pins, id(d.keys), tuple(id(f) for f in d.filters))
         if skey not in self.sources:
-            scans = [
-                self.table.scan(*cols, level=d.level, keys=k, where=where, asof=self.asof, since=self.since)
-                for k in seeks
-            ]
+            scans = [self.snapshot.scan(*cols, level=d.level, keys=k, where=where, since=self.since) for k in seeks]
             self.sources[skey] = (d, scans)
             self.scans += [f"Scan({d.level}) keys={k!r} where={where!r}" for k in seeks]
         if self.feed is None:

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from conch.enrich import RangeJob, apply_fn, register_engine, require_reopenable
 from conch.errors import EnrichError
+from conch.warehouse import Connection
 
 FEATURES = pa.struct(
     [
@@ -85,7 +86,7 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
         df = df.join(wanted, on=names, how="left_semi")
     # fn's output schema from one row read here, not through Spark: `df.limit(1)` stops the
     # Python reader mid-stream, and its worker prints a BrokenPipeError traceback per task
-    first = table.scan(*job.inputs, level=job.level or None, asof=job.pin, limit=1).to_arrow()
+    first = job.snapshot.scan(*job.inputs, level=job.level or None, limit=1).to_arrow()
     sample = first.select(df.columns).cast(arrow_schema(df.schema))
     out_schema = apply_fn(
         job, sample.to_batches()[0] if sample.num_rows else pa.RecordBatch.from_pylist([], sample.schema)
@@ -103,18 +104,18 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
     return [last.seq], sum(committed_rows(table, last.seq).values())
 
 
-def _location(connection: dict[str, Any], table: str) -> dict[str, str]:
+def _location(connection: Connection, table: str) -> dict[str, str]:
     """The `conch` data source options that reach the table as the driver's `connect()` did:
     executors get the same metastore, token and storage options (a server, PostgreSQL or object
     store table is enriched on Spark as a local one is)."""
     require_reopenable(connection, "engine='spark'")
-    out = {"warehouse": str(connection["uri"]), "table": table}
-    if connection.get("metastore"):
-        out["metastore"] = str(connection["metastore"])
-    if connection.get("token"):
-        out["token"] = str(connection["token"])
-    if connection.get("storage_options"):
-        out["storageOptions"] = json.dumps(connection["storage_options"])
+    out = {"warehouse": connection.uri, "table": table}
+    if connection.metastore:
+        out["metastore"] = connection.metastore
+    if connection.token:
+        out["token"] = connection.token
+    if connection.storage_options:
+        out["storageOptions"] = json.dumps(dict(connection.storage_options))
     return out
 
 

@@ -26,8 +26,8 @@ from conch.scan.splits import Split, plan_splits
 
 
 class ScanSource(Protocol):
-    """What a scan reads from: a table's state by time and the warehouse's handles (its URI,
-    fragment format, key-space cache and default scan options). `conch.tablelog.TableLog` is one."""
+    """What a scan reads from: one table version and the warehouse's handles (its URI, fragment
+    format, key-space cache and default scan options). `conch.snapshot.Snapshot` is one."""
 
     @property
     def name(self) -> str: ...
@@ -44,11 +44,25 @@ class ScanSource(Protocol):
     @property
     def scan_options(self) -> ScanOptions: ...
 
-    def state_at(self, asof: Any = None, version: int | None = None, since: int | None = None) -> TableState: ...
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def time(self) -> int: ...
+
+    @property
+    def asof(self) -> int | None: ...
+
+    def view(self, since: int | None = None) -> TableState: ...
+
+    def scan(
+        self, *columns: Any, where: Any = None, keys: Any = None, since: Any = None, level: str | None = None
+    ) -> Any: ...
 
 
 class Scan(ScanResult):
-    """A scan of fresh records. Build with `Table.scan`; nothing is read until it is consumed
+    """A scan of fresh records of one table version (`source`, a `conch.snapshot.Snapshot`).
+    Build with `Table.scan` or `Snapshot.scan`; nothing is read until it is consumed
     (`to_arrow()`, `to_record_batches()`, iteration, `pa.table(scan)`, `pl.DataFrame(scan)`,
     DuckDB, ...: see `ScanResult`)."""
 
@@ -58,8 +72,7 @@ class Scan(ScanResult):
         columns: tuple[Any, ...],
         where: Any = None,
         keys: Any = None,
-        asof: int | datetime | None = None,
-        since: int | datetime | None = None,
+        since: int | str | datetime | None = None,
         level: str | None = None,
         limit: int | None = None,
     ) -> None:
@@ -67,9 +80,10 @@ class Scan(ScanResult):
             raise InvalidArgumentError(f"limit must be a non-negative number of rows, got {limit!r}")
         self.source = source
         # a since inside a compaction's window reads its retained originals (`conch.sinceview`)
-        self._state = source.state_at(asof, since=to_time(since, "since"))
+        since_us = to_time(since, "since")
+        self._state = source.view(since_us)
         self._plan = plan_scan(
-            self._state, columns, where=where, keys=keys, asof=asof, since=since, level=level, limit=limit
+            self._state, columns, where=where, keys=keys, asof=source.asof, since=since_us, level=level, limit=limit
         )
         self._options = source.scan_options
         self._metrics: ScanMetrics | None = None

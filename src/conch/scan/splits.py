@@ -2,16 +2,12 @@
 
 `scan.splits(n)` (`plan_splits` here) cuts a scan into about `n` splits of similar size,
 each a key range of the scan's level. Together they return exactly the scan's records, each
-once, in key order split after split. A `Split` is plain data: the warehouse URI, the table
-name, the pinned commit (sequence and time), the scan's arguments and its key range. It is
-picklable and `split.open()` reopens the table from the warehouse in any process (a Spark task,
-a data-loader worker, a distributed maintenance job) and scans exactly that range, as of the
-pinned commit.
-
-Reopening a table is the catalog's job, a layer above scans: the catalog registers how
-(`register_opener`) when `conch` is imported, which happens before any split can be unpickled
-(unpickling imports `conch.scan.splits`, whose parent package `conch` loads the catalog). So this
-module never imports upward.
+once, in key order split after split. A `Split` is plain data: the scan's snapshot (a
+`conch.snapshot.Snapshot`: the warehouse connection, the table, the pinned commit), the scan's
+arguments and its key range. It is picklable and `split.open()` reads it in any process (a Spark
+task, a data-loader worker, a distributed maintenance job): the snapshot reopens the warehouse
+exactly as `connect()` reached it (metastore, token, storage options) and the split scans that
+range of the pinned version.
 
 Where the runs (key spaces) are disjoint and there are enough of them, splits are cut at run
 starts: each split reads whole runs and fragments, a zip with no take. Otherwise at quantiles of
@@ -23,7 +19,6 @@ whose terms fragment statistics can refute limits the splits to the key spans wh
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,17 +36,10 @@ from conch.scan.keyspace import KeyCache
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache
 
-_opener: Callable[[Split], Any] | None = None
-
-
-def register_opener(opener: Callable[[Split], Any]) -> None:
-    """How `Split.open()` reopens a table in any process (registered by `conch.catalog`)."""
-    global _opener
-    _opener = opener
-
 
 class SplitSource(Protocol):
-    """What splitting needs of a scan's source: where to reopen it, and its key-space cache."""
+    """What splitting needs of a scan's source (a `conch.snapshot.Snapshot`, picklable): its
+    table, version and key-space cache, and how to scan it again."""
 
     @property
     def name(self) -> str: ...
@@ -60,7 +48,17 @@ class SplitSource(Protocol):
     def uri(self) -> str: ...
 
     @property
+    def seq(self) -> int: ...
+
+    @property
+    def time(self) -> int: ...
+
+    @property
     def key_cache(self) -> KeyCache: ...
+
+    def scan(
+        self, *columns: Any, where: Any = None, keys: Any = None, since: Any = None, level: str | None = None
+    ) -> Any: ...
 
 
 SAMPLES_PER_SPLIT = 64
@@ -73,10 +71,7 @@ MAX_SPLITS = 4096
 class Split:
     """One key range of a scan, as plain picklable data; `open()` scans it in any process."""
 
-    uri: str  # the warehouse (`conch.connect(uri)`)
-    table: str
-    seq: int  # the pinned commit (0: the table had none; the split reads nothing)
-    time: int  # its commit time (µs): the scan reads as of it (0 with seq 0)
+    snapshot: SplitSource  # the scan's table version (`conch.snapshot.Snapshot`), reopened by pickling
     level: str
     columns: tuple[str, ...]  # full column paths
     where: Expr | None
@@ -86,29 +81,42 @@ class Split:
     hi: bytes | None
     options: ScanOptions = field(default_factory=ScanOptions)
 
-    def open(self) -> Any:
-        """The `Scan` of this split: the table reopened from the warehouse, as of the pinned
-        commit, restricted to the split's key range."""
-        if _opener is None:  # pragma: no cover - `import conch` registers it
-            raise ConchError("no split opener is registered: import conch first")
-        return _opener(self)
+    @property
+    def uri(self) -> str:
+        """The warehouse's URI."""
+        return self.snapshot.uri
 
     @property
-    def asof(self) -> int | None:
-        """The `asof` that reopens the pinned commit: None for a table that had none (time 0
-        is no commit time; `restrict` then reads nothing whatever was written since)."""
-        return self.time if self.seq else None
+    def table(self) -> str:
+        return self.snapshot.name
+
+    @property
+    def seq(self) -> int:
+        """The pinned commit (0: the table had none; the split reads nothing)."""
+        return self.snapshot.seq
+
+    @property
+    def time(self) -> int:
+        """The pinned commit's time (µs; 0 with seq 0)."""
+        return self.snapshot.time
+
+    def open(self) -> Any:
+        """The `Scan` of this split: its snapshot's table version (reopened in this process when
+        the split was unpickled), restricted to the split's key range."""
+        scan = self.snapshot.scan(
+            *self.columns, where=self.where, keys=self.keys, since=self.since, level=self.level or None
+        )
+        return self.restrict(scan)
 
     def restrict(self, scan: Any) -> Any:
-        """`scan` (of this split's table, as of `asof`) restricted to the split's key range;
-        raises if the pinned commit no longer resolves by time (it was expired). A split pinned
-        before the table's first commit reads nothing."""
+        """`scan` (of this split's table version) restricted to the split's key range; raises if
+        it reads another version. A split pinned before the table's first commit reads nothing."""
         if not self.seq:
             return scan.within(NOTHING).with_options(self.options)
         if scan.plan.state.seq != self.seq:
             raise ConchError(
-                f"split of table {self.table!r} is pinned to commit {self.seq}, but its time {self.time} now"
-                f" resolves to commit {scan.plan.state.seq}; the commit may have been expired: re-plan the splits"
+                f"split of table {self.table!r} is pinned to commit {self.seq}, but the scan it restricts reads "
+                f"commit {scan.plan.state.seq}: scan the split's snapshot (`split.open()`)"
             )
         return scan.within(EncodedRange(self.lo, self.hi)).with_options(self.options)
 
@@ -148,7 +156,6 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     if n > 1 and runs and fields:
         cuts = boundaries(runs, n, fields, source.key_cache)
     edges: list[bytes | None] = [None, *cuts, None]
-    state = plan.state
     ranges = [
         EncodedRange(lo, hi) if plan.within is None else EncodedRange(lo, hi).intersect(plan.within)
         for lo, hi in itertools.pairwise(edges)
@@ -160,10 +167,7 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     for r in kept or ranges[:1] or [NOTHING]:  # no key at all: one split that returns nothing
         out.append(
             Split(
-                uri=source.uri,
-                table=source.name,
-                seq=state.seq,
-                time=plan.asof if plan.asof is not None else state.time,
+                snapshot=source,
                 level=plan.level,
                 columns=tuple(c.full_path for c in plan.columns),
                 where=plan.filter,

@@ -1,5 +1,6 @@
 """What the Spark reader (`conch.spark.source`) and writer (`conch.spark.writer`) share: where a
-table is (`Location`), a per-worker cache of open tables, and the parsing of option values.
+table is (`Location`, opened through `conch.connection.reopen`, the one way any process reopens
+a warehouse), a per-worker cache of open tables, and the parsing of option values.
 
 Both modules import this one and never each other, so the Spark package has no import cycle.
 """
@@ -13,14 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import conch
+from conch.connection import forget, reopen
 from conch.errors import ConchError, TableNotFoundError
 from conch.timeparse import to_time
+from conch.warehouse import Connection
 
 METASTORE_FILE = "_catalog.sqlite"  # the embedded metastore: a warehouse exists iff it does
 
 _lock = threading.Lock()
 _CatalogKey = tuple[str, str | None, str | None, tuple[tuple[str, Any], ...]]
-_catalogs: dict[_CatalogKey, tuple[tuple[int, int] | None, conch.Catalog]] = {}
+_identities: dict[_CatalogKey, tuple[int, int]] = {}  # of the metastore file each warehouse was opened on
 _tables: dict[tuple[_CatalogKey, str], conch.Table] = {}
 
 
@@ -65,17 +68,18 @@ class Location:
         """A local directory with its SQLite metastore (the default)."""
         return self.metastore is None and "://" not in self.warehouse
 
+    @property
+    def connection(self) -> Connection:
+        """These options as a `connect()` connection."""
+        return Connection(self.warehouse, self.metastore, self.token, dict(self.storage_options))
+
     def connect(self) -> conch.Catalog:
-        """The warehouse, for executors and for the Python worker that commits a job: with no
-        background settle (`conch.compaction.background`), which would outlive the task in a
-        reused worker; the driver's `Table.wait_for_maintenance()` or the next write settles."""
-        return conch.connect(
-            self.warehouse,
-            metastore=self.metastore,
-            token=self.token,
-            storage_options=dict(self.storage_options) or None,
-            maintenance=conch.Policy(settle_after=None),
-        )
+        """The warehouse, for executors and for the Python worker that commits a job, opened once
+        per process (`conch.connection.reopen`): with no background settle
+        (`conch.compaction.background`), which would outlive the task in a reused worker; the
+        driver's `Table.wait_for_maintenance()` or the next write settles. A new local
+        warehouse's directory is made on its first `create_table` (a Spark write)."""
+        return conch.Catalog(reopen(self.connection, create=None))
 
 
 def _absolute(warehouse: str) -> str:
@@ -109,17 +113,18 @@ def open_table(loc: Location) -> conch.Table:
     with _lock:
         ident = _identity(loc)
         if ident is None:
-            _catalogs.pop(key, None)
+            if _identities.pop(key, None) is not None:
+                forget(loc.connection)
             raise TableNotFoundError(
                 f"no Conch table at {loc.path!r}: {loc.warehouse!r} is not a Conch warehouse "
                 f"(no {METASTORE_FILE}); check the path, or create the table first"
             )
-        cached = _catalogs.get(key)
-        if cached is None or cached[0] != ident:
-            cat = loc.connect()
-            _catalogs[key] = (ident, cat)
-        else:
-            cat = cached[1]
+        if _identities.get(key, ident) != ident:  # another warehouse at the path now: connect afresh
+            forget(loc.connection)
+            for k in [k for k in _tables if k[0] == key]:
+                del _tables[k]
+        _identities[key] = ident
+        cat = loc.connect()
         try:
             table_id = cat.warehouse.metastore.get_table(loc.table).id
         except TableNotFoundError:

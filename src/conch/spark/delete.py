@@ -3,8 +3,8 @@
 The same delete as `Table.delete(where=...)` (`conch.delete_where`), with the filter evaluated by
 a Spark job: the driver pins the table's state, cuts the scan of candidate records into the
 core's key-range splits (`Scan.splits`, as the `conch` data source reads), and each Spark task
-reopens the table on its executor (through the same `Location` options: metastore, token,
-storage options), restricts the scan to its split and pinned commit, evaluates the filter on
+reopens the split's snapshot on its executor (with the driver's connection: metastore, token,
+storage options), scans its key range of the pinned commit, evaluates the filter on
 fresh records, and returns the matching keys as Arrow IPC. The driver then stages one tombstone
 key space and commits it in one **serial** transaction directly after the pinned state; if
 another commit landed meanwhile, the whole job runs again on the new state (bounded, then
@@ -31,9 +31,9 @@ from conch.delete_where import batch_keys, check_where, commit_matching, matchin
 from conch.errors import InvalidArgumentError
 from conch.expr import Expr
 from conch.filter_syntax import parse
-from conch.manifest import TableState
 from conch.scan.splits import Split
-from conch.spark.common import Location, open_table
+from conch.snapshot import Snapshot
+from conch.spark.common import Location
 from conch.txn import Commit
 
 
@@ -59,15 +59,15 @@ def delete_where(
     table = loc.connect().table(loc.table)
     lvl = level or ""
 
-    def match(state: TableState) -> pa.Table:
-        scan, _, _ = matching_scan(table, expr, lvl, state.time)  # validates columns and level here
+    def match(snap: Snapshot) -> pa.Table:
+        scan, _, _ = matching_scan(snap, expr, lvl)  # validates columns and level here
         splits = scan.splits(partitions)
         if not splits:
-            return no_keys(table, lvl)
-        task = MatchTask(loc, expr, lvl, state.time)
+            return no_keys(snap, lvl)
+        task = MatchTask(expr, lvl)
         blobs = spark.sparkContext.parallelize(splits, len(splits)).map(task).collect()
         parts = [pa.ipc.open_stream(b).read_all() for b in blobs]
-        return pa.concat_tables(parts) if parts else no_keys(table, lvl)
+        return pa.concat_tables(parts) if parts else no_keys(snap, lvl)
 
     return commit_matching(table, expr, lvl, match)
 
@@ -75,16 +75,14 @@ def delete_where(
 @dataclass(frozen=True)
 class MatchTask:
     """One Spark task: the keys of a split's fresh records that match, as Arrow IPC bytes.
-    Pickled to the executors (plain data: location, filter, level, pinned time)."""
+    Pickled to the executors (plain data: filter, level; the split carries its snapshot)."""
 
-    loc: Location
     where: Expr
     level: str
-    time: int
 
     def __call__(self, split: Split) -> bytes:
-        scan, rest, key_names = matching_scan(open_table(self.loc), self.where, self.level, self.time)
-        scan = split.restrict(scan)  # its key range; refuses if the pinned commit moved
+        scan, rest, key_names = matching_scan(split.snapshot, self.where, self.level)  # type: ignore[arg-type]
+        scan = split.restrict(scan)  # its key range of the pinned commit
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, pa.schema([scan.schema.field(n) for n in key_names])) as out:
             for batch in scan:

@@ -12,8 +12,9 @@ Reading (`ConchReader`):
   (a Conch filter, see `conch.spark.filters`), `level` (a child level such as `scenes.clips`;
   its full key columns come first), `asof` / `since` (commit time in µs or an ISO datetime),
   `partitions` (number of read tasks), `metricsDir` (each task writes its `ScanMetrics` there);
-- **a DataFrame is one snapshot**, pinned when it is created (`load()`, when Spark asks for its
-  schema): every query of it, and every task of each query, reads that table state, the one its
+- **a DataFrame is one snapshot** (`conch.snapshot.Snapshot`), pinned when it is created
+  (`load()`, when Spark asks for its schema): every query of it, and every task of each query
+  (the snapshot travels to the executors pickled as plain data), reads that table state, the one its
   schema describes. PySpark caches the planned reader on the DataFrame across queries (see
   `conch.spark.filters`), so no later pin could hold for every query; `load()` again to see
   newer commits;
@@ -36,8 +37,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from dataclasses import asdict, replace
-from datetime import datetime
+from dataclasses import asdict
 from typing import Any
 
 import pyarrow as pa
@@ -47,6 +47,7 @@ from pyspark.sql.types import StructType
 from conch.expr import Expr
 from conch.expr import mask as filter_mask
 from conch.filter_syntax import parse
+from conch.snapshot import Snapshot
 from conch.spark.common import Location, open_table, option, parse_time, split_list
 from conch.spark.filters import split_where
 from conch.spark.streaming import (
@@ -65,21 +66,23 @@ class ConchDataSource(DataSource):
     """`format("conch")`. Registered by `conch.spark.register(spark)`.
 
     Spark pickles this object once, after `schema()`, and hands that copy to every planning of
-    every query of the DataFrame: `snapshot` set here is the DataFrame's pinned commit time."""
+    every query of the DataFrame: `snapshot` set here is the DataFrame's pinned table version (a
+    `conch.snapshot.Snapshot`, pickled as plain data: it reopens the warehouse with the
+    options' metastore, token and storage options)."""
 
-    snapshot: int | datetime | None = None
+    snapshot: Snapshot | None = None
     changes_at: tuple[int, int] | None = None
 
     @classmethod
     def name(cls) -> str:
         return "conch"
 
-    def pin(self) -> int | datetime:
-        """The DataFrame's snapshot: the `asof` option, else the newest commit time now (0 for a
-        table never written: the DataFrame reads it as empty, see `as_of`)."""
+    def pin(self) -> Snapshot:
+        """The DataFrame's snapshot: as of the `asof` option, else the newest version now (version
+        0 for a table never written: the DataFrame reads it as empty)."""
         if self.snapshot is None:
             asof = parse_time(option(self.options, "asof"), "asof")
-            self.snapshot = asof if asof is not None else open_table(Location.from_options(self.options)).state().time
+            self.snapshot = open_table(Location.from_options(self.options)).snapshot(asof)
         return self.snapshot
 
     def changes_pin(self) -> tuple[int, int]:
@@ -91,14 +94,12 @@ class ConchDataSource(DataSource):
     def schema(self) -> StructType:
         if wants_changes(self.options):  # a change feed (`conch.spark.streaming`)
             return changes_schema(self.options, self.changes_pin())
-        loc = Location.from_options(self.options)
-        table = open_table(loc)
-        asof = self.pin()
+        snap = self.pin()
         level = option(self.options, "level") or ""
-        keys = {f.name for f in table.state_at(as_of(asof)).schema.key_fields(level)}
+        keys = {f.name for f in snap.state.schema.key_fields(level)}
         # Key columns always come first; naming them in `columns` is allowed and changes nothing.
         cols = [c for c in split_list(option(self.options, "columns")) if c not in keys]
-        scan = table.scan(*cols, level=level or None, asof=as_of(asof))
+        scan = snap.scan(*cols, level=level or None)
         return spark_schema(scan.schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -116,13 +117,6 @@ class ConchDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         return prepare_writer(dict(self.options), schema, overwrite)
-
-
-def as_of(pin: int | datetime) -> int | datetime | None:
-    """The `asof` of a scan at a DataFrame's pin: a table never written has pinned time 0, which
-    is no commit time, so it is scanned as it is now; its splits are pinned to commit 0 and
-    read nothing even if the table was written since (`Split.restrict`)."""
-    return None if pin == 0 else pin
 
 
 def leaf_paths(schema: StructType, keys: set[str]) -> list[str]:
@@ -149,45 +143,38 @@ class ConchReader(DataSourceReader):
     Holds only what the DataFrame fixes (options, schema, pinned snapshot): PySpark reuses one
     planned reader for many queries, so nothing here may depend on a query."""
 
-    def __init__(self, options: dict[str, str], schema: StructType, asof: int | datetime) -> None:
-        self.loc = Location.from_options(options)
+    def __init__(self, options: dict[str, str], schema: StructType, snapshot: Snapshot) -> None:
         self.level = option(options, "level") or ""
-        self.asof = asof
+        self.snapshot = snapshot
         self.since = parse_time(option(options, "since"), "since")
         parts = option(options, "partitions")
         self.n_partitions = int(parts) if parts else None
         self.metrics_dir = option(options, "metricsDir")
         self.target = arrow_schema(schema)
-        table = open_table(self.loc)
-        key_fields = table.state_at(as_of(asof)).schema.key_fields(self.level)
+        key_fields = snapshot.state.schema.key_fields(self.level)
         key_names = {f.name for f in key_fields}
         self.columns = leaf_paths(schema, key_names)
         where = option(options, "where")
         self.pushed = split_where(parse(where) if where else None, key_fields)
         # Fail at planning, on the driver, for unknown columns in `columns` or `where`.
-        table.scan(*self.columns, where=self.pushed.where, level=self.level or None, asof=as_of(asof))
+        snapshot.scan(*self.columns, where=self.pushed.where, level=self.level or None)
 
-    def _scan(self) -> Any:
-        return open_table(self.loc).scan(
+    def partitions(self) -> list[InputPartition]:
+        # the core's key-range splits (`Scan.splits`) of the pinned snapshot: disjoint, of similar
+        # size; a table never written (version 0) is one split that reads nothing
+        scan = self.snapshot.scan(
             *self.columns,
             where=self.pushed.where,
             keys=self.pushed.key_range,
-            asof=as_of(self.asof),
             since=self.since,
             level=self.level or None,
         )
-
-    def partitions(self) -> list[InputPartition]:
-        # the core's key-range splits (`Scan.splits`): disjoint, of similar size, pinned
-        splits = self._scan().splits(self.n_partitions)
-        if self.asof == 0:  # pinned before the first commit: one split of commit 0, read as empty
-            splits = [replace(splits[0], seq=0, time=0)]
-        return [InputPartition(s) for s in splits]
+        return [InputPartition(s) for s in scan.splits(self.n_partitions)]
 
     def read(self, partition: InputPartition) -> Any:
-        # Reopened through this reader's own location (metastore, token, storage options), not
-        # the split's bare URI, then restricted to the split's key range and pinned commit.
-        scan = partition.value.restrict(self._scan())
+        # the split's snapshot reopens the warehouse on this executor with the driver's
+        # connection (metastore, token, storage options); its key range of the pinned commit
+        scan = partition.value.open()
         key_filter = self.pushed.key_filter
         for batch in scan:
             if key_filter is not None:
