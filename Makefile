@@ -35,7 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 docs: $(STAMP)
-	$(BIN)/pdoc -o docs/api conch conch.filter_syntax conch.delete_where conch.progress conch.previews conch.ui
+	$(BIN)/pdoc -o docs/api conch conch.expr.syntax conch.api.delete_where conch.model.progress conch.apps.previews conch.apps.ui
 
 clean:
 	rm -rf $(VENV) docs/api demo-warehouse .pytest_cache .mypy_cache .ruff_cache

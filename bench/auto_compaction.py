@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 import conch
-from conch.wal import AddFragment, AddKeySpace
+from conch.log.wal import AddFragment, AddKeySpace
 
 
 def _keys(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -39,8 +39,8 @@ import pyarrow as pa
 
 import conch
 from bench import systems as S
-from conch.storage.base import FileInfo, RangeReader, Storage
-from conch.warehouse import Warehouse
+from conch.files.storage.base import FileInfo, RangeReader, Storage
+from conch.log.warehouse import Warehouse
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from services import ServerProcess, moto_server, postgres_server
@@ -282,20 +282,20 @@ def bench_lance(uri: str, options: dict[str, Any], rows: int, reps: int) -> list
 
 
 def bench_spark_ingest(s3: Any, local: Path, rows: int, reps: int, work: Path) -> list[dict[str, Any]]:
-    """The demo's Spark ingest (`conch.pipelines.ingest`, local[2], range-partitioned, one commit)
+    """The demo's Spark ingest (`conch.apps.pipelines.ingest`, local[2], range-partitioned, one commit)
     of the demo's audio dataset (generated Parquet, 2–30 KB blobs) into the embedded default, into
     S3 through the HTTP metastore (`conch serve` on S3), and into S3 with the object-store WAL.
     The targets take turns within each repetition (a loaded machine slows all alike); median."""
     try:
-        import conch.spark
+        import conch.engines.spark
     except ImportError:
         return []
     from rich.console import Console
 
-    from conch.pipelines.demo import generate_parquet
-    from conch.pipelines.generate import AUDIO_SCHEMA
-    from conch.pipelines.ingest import ingest
-    from conch.spark.common import Location
+    from conch.apps.pipelines.demo import generate_parquet
+    from conch.apps.pipelines.generate import AUDIO_SCHEMA
+    from conch.apps.pipelines.ingest import ingest
+    from conch.engines.spark.common import Location
 
     src = work / "demo-input"
     nbytes = generate_parquet(str(src), rows, files=4, console=Console(stderr=True))
@@ -306,7 +306,7 @@ def bench_spark_ingest(s3: Any, local: Path, rows: int, reps: int, work: Path) -
         "s3 via http metastore": {"warehouse": server.url, "token": TOKEN, "storageOptions": so},
         "s3 (object-store WAL)": {"warehouse": s3.uri("spark-wal"), "storageOptions": so},
     }
-    spark = conch.spark.session("conch-bench-backends")
+    spark = conch.engines.spark.session("conch-bench-backends")
     secs: dict[str, list[float]] = {name: [] for name in targets}
     try:
         for rep in range(reps + 1):  # repetition 0 warms up the JVM, Python workers and caches

@@ -90,7 +90,7 @@ def ingest(root: Path, commits: int, maintenance: Any) -> tuple[conch.Table, flo
 def bytes_by_kind(t: conch.Table) -> dict[str, int]:
     """Bytes of the files each kind of commit added (from the WAL's records; a file a record
     names again, as a move to L1 does, is counted once, by the commit that wrote it)."""
-    from conch.wal import AddFragment, AddKeySpace
+    from conch.log.wal import AddFragment, AddKeySpace
 
     out: dict[str, int] = {}
     seen: set[str] = set()

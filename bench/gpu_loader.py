@@ -3,15 +3,15 @@ run by `python -m bench` (workload "gpu_loader").
 
 Two tables, one epoch each through `DataLoader(ds, batch_size=None, num_workers=k)` (persistent
 workers, timed after a warm-up epoch), batches of 256, each batch moved to the device (CUDA
-when there is one: `pin_memory=True` and `conch.torch.to_device`; else the CPU, where the move
+when there is one: `pin_memory=True` and `conch.engines.torch.to_device`; else the CPU, where the move
 is a pass-through):
 
 - **tensors**: 200k rows × `uint8[3072]` (a 32×32×3 image as a fixed-size list) + an int64
   label (618 MB at scale 1);
-- **jpeg**: 40k 64×64 JPEGs + label, decoded in the loader (`conch.torch.decoders.image()`; the
+- **jpeg**: 40k 64×64 JPEGs + label, decoded in the loader (`conch.engines.torch.decoders.image()`; the
   Parquet and Lance loaders call the same decoder per value).
 
-Systems: `conch.torch.dataset`, a plain Parquet `IterableDataset` (row groups dealt to workers,
+Systems: `conch.engines.torch.dataset`, a plain Parquet `IterableDataset` (row groups dealt to workers,
 the way one would write it), and `lance.torch.data.LanceDataset` where pylance is installed
 (sharded per worker by fragment, its best setting). Worker counts: 0, 2, 4, … up to the cores.
 
@@ -93,9 +93,9 @@ def jpeg_table(n: int, side: int = 64) -> pa.Table:
 
 def image_decoder() -> Callable[[bytes], Any]:
     try:
-        from conch.torch import decoders
+        from conch.engines.torch import decoders
     except ImportError:  # measuring the loader before issue 22 (the decoder module copied next to it)
-        from conch.loaders import decoders
+        from conch.engines.torch import decoders
     return decoders.image()
 
 
@@ -190,7 +190,7 @@ def _worker_cpu(loader: Any) -> list[float]:
 
 def _move(loader: Any, device: torch.device) -> Any:
     try:
-        from conch.torch import to_device
+        from conch.engines.torch import to_device
     except ImportError:  # the loader before issue 22: a plain copy per batch
         return ({k: v.to(device, non_blocking=True) for k, v in b.items()} for b in loader)
     return to_device(loader, device)
@@ -286,7 +286,7 @@ def run_table(
     rec: list[dict[str, Any]],
     only: set[str] | None = None,
 ) -> None:
-    import conch.torch as ct
+    import conch.engines.torch as ct
 
     decode = image_decoder() if name == "jpeg" else None
     t = conch.connect(S.fresh(work / f"{name}-conch")).create_table(name, [("id", pa.int64())])
@@ -380,7 +380,7 @@ def main_cost(work: Path, rows: int = 10_000, epochs: int = 5) -> dict[int, floa
     epochs after a warm-up one: the per-batch cost of receiving a batch from a worker."""
     from torch.utils.data import DataLoader
 
-    import conch.torch as ct
+    import conch.engines.torch as ct
 
     t = conch.connect(S.fresh(work / "main-cost")).create_table("t", [("id", pa.int64())])
     t.write(tensor_table(rows))

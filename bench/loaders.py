@@ -2,7 +2,7 @@
 run by `python -m bench` (workload "loaders").
 
 1. Data loader throughput, one epoch through `DataLoader(ds, batch_size=None, num_workers=k)`
-   for k = 0, 1, 2 (persistent workers, timed after a warm-up epoch), on the same rows: `conch.torch.dataset` vs `lance.torch.data.LanceDataset`
+   for k = 0, 1, 2 (persistent workers, timed after a warm-up epoch), on the same rows: `conch.engines.torch.dataset` vs `lance.torch.data.LanceDataset`
    vs a Parquet + `pyarrow.dataset` loader (row groups dealt to workers). Samples/s on a
    metadata table (numbers + a 16-float vector) and MB/s on a 20 KB-blob table. Lance's dataset
    shards only across ranks, so each worker would read everything: here each DataLoader worker
@@ -86,7 +86,7 @@ class ParquetLoader(torch.utils.data.IterableDataset):  # type: ignore[misc]
         self.path, self.columns = path, columns
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        from conch.torch import to_tensors
+        from conch.engines.torch import to_tensors
 
         info = torch.utils.data.get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
@@ -98,7 +98,7 @@ class ParquetLoader(torch.utils.data.IterableDataset):  # type: ignore[misc]
 
 def lance_to_tensors(batch: Any, **_: Any) -> dict[str, Any]:
     """Lance's batches converted as the other loaders' are (its own converter rejects binary)."""
-    from conch.torch import to_tensors
+    from conch.engines.torch import to_tensors
 
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else pa.table(batch)
     return to_tensors(table)
@@ -132,7 +132,7 @@ def _epoch(loader: Any) -> int:
 def loader_throughput(work: Path, name: str, data: pa.Table, reps: int, rec: list[dict[str, Any]]) -> None:
     import lance
 
-    import conch.torch as ct
+    import conch.engines.torch as ct
 
     columns = data.column_names
     cat = conch.connect(S.fresh(work / f"{name}-conch"))
@@ -179,7 +179,7 @@ def loader_throughput(work: Path, name: str, data: pa.Table, reps: int, rec: lis
 def random_access(work: Path, name: str, data: pa.Table, reps: int, rec: list[dict[str, Any]]) -> None:
     import lance
 
-    import conch.torch as ct
+    import conch.engines.torch as ct
 
     cat = conch.connect(work / f"{name}-conch")
     t = cat.table(name)
@@ -202,8 +202,8 @@ def engines(work: Path, n: int, reps: int, rec: list[dict[str, Any]]) -> None:
     import duckdb
     import polars as pl
 
-    import conch.duckdb as cdb
-    import conch.polars as cpl
+    import conch.engines.duckdb as cdb
+    import conch.engines.polars as cpl
 
     data = metadata(n)
     payload = pa.py_buffer(np.random.default_rng(9).integers(0, 256, n * 512, dtype=np.uint8))
@@ -233,9 +233,9 @@ def engines(work: Path, n: int, reps: int, rec: list[dict[str, Any]]) -> None:
         return duckdb.sql(f"select id, x, y from whole where x < {cut}").to_arrow_table().num_rows
 
     runs = {
-        ("polars", "pushdown (conch.polars.scan)"): pl_push,
+        ("polars", "pushdown (conch.engines.polars.scan)"): pl_push,
         ("polars", "materialised scan"): pl_mat,
-        ("duckdb", "pushdown (conch.duckdb.source)"): dd_push,
+        ("duckdb", "pushdown (conch.engines.duckdb.source)"): dd_push,
         ("duckdb", "plain Arrow stream"): dd_stream,
         ("duckdb", "materialised scan"): dd_mat,
     }

@@ -30,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 import conch
-import conch.spark
+import conch.engines.spark
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="conch-spark-bench-"))
-    spark = conch.spark.session(
+    spark = conch.engines.spark.session(
         "conch-spark-bench", conf={"spark.driver.memory": "4g", "spark.driver.host": "127.0.0.1"}
     )
     df = spark.range(0, args.rows, numPartitions=args.partitions).selectExpr(

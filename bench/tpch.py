@@ -19,8 +19,8 @@ would see its result).
 
 Each query runs, engine by engine and side by side (Conch, then Parquet, so both see the same
 cache state), once to check the answer against the reference and warm up, then `--reps` timed
-runs (best kept). DuckDB reads Conch through `conch.duckdb.source` (one view per table) and
-Parquet through `read_parquet` views; Spark runs each query through `conch.spark.sql` (temp
+runs (best kept). DuckDB reads Conch through `conch.engines.duckdb.source` (one view per table) and
+Parquet through `read_parquet` views; Spark runs each query through `conch.engines.spark.sql` (temp
 views over `spark.read.format("conch")` reading only the columns the query uses, its planning
 timed with the query) and over `spark.read.parquet` temp views, in one local session. A wrong answer is reported (and counted)
 per query, never hidden. Writes `bench/results/tpch.json`: per query and engine the seconds of
@@ -174,7 +174,7 @@ def _timed(fn: Callable[[], Any], reps: int) -> tuple[float, Any]:
 def run_duckdb(data_dir: Path, wh: Path, queries: dict[str, str], reps: int) -> dict[str, dict[str, Any]]:
     import duckdb
 
-    import conch.duckdb as cd
+    import conch.engines.duckdb as cd
 
     sides = {"conch": duckdb.connect(), "parquet": duckdb.connect()}
     for name in TABLES:
@@ -192,19 +192,19 @@ def run_duckdb(data_dir: Path, wh: Path, queries: dict[str, str], reps: int) -> 
 
 
 def run_spark(data_dir: Path, wh: Path, queries: dict[str, str], reps: int) -> dict[str, dict[str, Any]]:
-    import conch.spark
+    import conch.engines.spark
 
-    spark = conch.spark.session()
+    spark = conch.engines.spark.session()
     try:
         out: dict[str, dict[str, Any]] = {}
         parquet = {n: spark.read.parquet(str(data_dir / f"{n}.parquet")) for n in TABLES}
         paths = {n: str(wh / n) for n in TABLES}
         for nr, sql in queries.items():
             out[nr] = {}
-            # Conch: `conch.spark.sql` registers the views reading only the columns the query
+            # Conch: `conch.engines.spark.sql` registers the views reading only the columns the query
             # uses (PySpark 4.3 gives Python sources no column pruning); planning is timed too
             out[nr]["conch"] = _timed(
-                lambda q=sql: [tuple(r) for r in conch.spark.sql(spark, q, paths).collect()], reps
+                lambda q=sql: [tuple(r) for r in conch.engines.spark.sql(spark, q, paths).collect()], reps
             )
             for n, df in parquet.items():
                 df.createOrReplaceTempView(n)

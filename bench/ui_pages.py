@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 
 import conch
-from conch.ui.app import Inspector
+from conch.apps.ui.app import Inspector
 from media_fixtures import make_first_hour, make_media
 
 RESULTS = Path(__file__).parent / "results"
@@ -41,7 +41,7 @@ def main() -> None:
         make_media(cat)
         make_first_hour(cat)
         ins = Inspector(wh)
-        css = (resources.files("conch.ui") / "static" / "style.css").read_text()
+        css = (resources.files("conch.apps.ui") / "static" / "style.css").read_text()
         html = {name: render(ins) for name, render in PAGES.items()}
         widths = _widths(
             {

@@ -16,9 +16,9 @@ SPARK_WAREHOUSE = tempfile.TemporaryDirectory(prefix="conch-spark-")
 
 @functools.cache
 def spark_session() -> Any:
-    import conch.spark
+    import conch.engines.spark
 
-    return conch.spark.session(
+    return conch.engines.spark.session(
         "conch-tests",
         conf={
             "spark.sql.shuffle.partitions": "2",

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 import conch
-from conch.storage import LocalStorage
+from conch.files.storage import LocalStorage
 
 
 def local_path(storage: LocalStorage, rel: str) -> str:
@@ -43,7 +43,7 @@ def realign(table: Any, level: str = "", split_seed: int | None = None, runs: in
     """Minor compaction by hand (what issue 10's minor compaction commits, built from public
     parts): the newest `runs` data key spaces of `level` (default: all) become one new key space
     holding their merged keys, with the newest one's time, and every fragment's data file is
-    reused through a mask file (`conch.masks.write_mask`) keeping exactly the fresh cells it
+    reused through a mask file (`conch.files.masks.write_mask`) keeping exactly the fresh cells it
     holds: sparse where a run's keys interleave with another's, masked where a newer write made
     some of its cells stale (then the columns of one file may split into several fragments
     sharing it). With `split_seed`, every new fragment of more than one row is dealt at random
@@ -52,11 +52,11 @@ def realign(table: Any, level: str = "", split_seed: int | None = None, runs: in
     """
     import numpy as np
 
-    from conch.compaction.minor import fresh_cells, merge_keys
-    from conch.manifest import Fragment, KeySpace
-    from conch.masks import MASK_SUFFIX, write_mask
-    from conch.storage import new_id
-    from conch.wal import AddFragment, AddKeySpace, RemoveFragment, RemoveKeySpace, Transaction
+    from conch.files.manifest import Fragment, KeySpace
+    from conch.files.masks import MASK_SUFFIX, write_mask
+    from conch.files.storage import new_id
+    from conch.log.wal import AddFragment, AddKeySpace, RemoveFragment, RemoveKeySpace, Transaction
+    from conch.maintain.compaction.minor import fresh_cells, merge_keys
 
     log = table.log
     state = log.state()
@@ -111,7 +111,7 @@ def run_cli(warehouse: str | Path, *args: str) -> subprocess.CompletedProcess[st
     render at 200 columns; nothing from the caller's environment leaks in). The subprocess
     imports the `conch` this process imported (a checkout's src/ before an installed copy)."""
     return subprocess.run(
-        [sys.executable, "-m", "conch.cli", "--warehouse", str(warehouse), *args],
+        [sys.executable, "-m", "conch.apps.cli", "--warehouse", str(warehouse), *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from conch.pipelines.local_s3 import LocalS3, s3_server
+from conch.apps.pipelines.local_s3 import LocalS3, s3_server
 
 
 def free_port() -> int:
@@ -56,7 +56,7 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 
 @dataclass(frozen=True)
 class MotoS3(LocalS3):
-    """A running moto S3 server (`conch.pipelines.local_s3.s3_server`) and one bucket on it."""
+    """A running moto S3 server (`conch.apps.pipelines.local_s3.s3_server`) and one bucket on it."""
 
     def uri(self, prefix: str | None = None) -> str:
         """A fresh warehouse URI in the bucket (a new random prefix unless one is given)."""
@@ -253,7 +253,7 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         tokens = ",".join(f"{tok}={scope}" for tok, scope in self.tokens.items())
-        cmd = [sys.executable, "-m", "conch.cli", "--warehouse", self.warehouse, "serve", "--host", "127.0.0.1"]
+        cmd = [sys.executable, "-m", "conch.apps.cli", "--warehouse", self.warehouse, "serve", "--host", "127.0.0.1"]
         cmd += ["--port", str(self.port), "--tokens", tokens]
         for k, v in self.extra.items():
             cmd += [f"--{k.replace('_', '-')}", v]

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-import conch.spark
+import conch.engines.spark
 
 
 def run(spark: object, opts: dict[str, str]) -> dict[str, int]:
@@ -25,7 +25,7 @@ def run(spark: object, opts: dict[str, str]) -> dict[str, int]:
 
 def main() -> None:
     targets = json.loads(sys.argv[1])
-    spark = conch.spark.session(
+    spark = conch.engines.spark.session(
         "conch-remote",
         master="local-cluster[2,1,1024]",
         conf={"spark.driver.memory": "1g", "spark.executor.memory": "1g", "spark.sql.shuffle.partitions": "4"},

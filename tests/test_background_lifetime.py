@@ -1,7 +1,7 @@
 """The background settle never touches a table after `Catalog.close()`, after interpreter
 shutdown begins, or after its warehouse directory is removed (issue 20 item 5,
-`conch.compaction.background`); and a process that reopened a warehouse for a snapshot never
-starts one (`conch.connection.reopen`)."""
+`conch.maintain.compaction.background`); and a process that reopened a warehouse for a snapshot never
+starts one (`conch.api.connection.reopen`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import conch
-from conch.compaction import background
+from conch.maintain.compaction import background
 
 LAZY = {"small_bytes": 0, "l0_trigger": 1000, "l1_ratio": 1000.0}  # every L0 run is the settle's
 
@@ -87,7 +87,7 @@ def test_no_settle_runs_once_shutdown_began(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import os, threading, time, pyarrow as pa, conch
-        from conch.compaction import background
+        from conch.maintain.compaction import background
         root = {str(tmp_path / "wh")!r}
         t = conch.connect(root, maintenance=conch.Policy(small_bytes=0, l0_trigger=1000, l1_ratio=1000.0,
                           settle_after=0.5)).create_table("t", [("id", pa.int64())])
@@ -122,13 +122,13 @@ def test_a_settle_is_never_started_in_a_process_that_reopened_a_snapshot(tmp_pat
     script = textwrap.dedent(
         """
         import pickle, sys, random, pyarrow as pa
-        from conch.compaction import background
+        from conch.maintain.compaction import background
         snap = pickle.loads(sys.stdin.buffer.read())
         log = snap.log
         assert log.warehouse.maintenance.settle_after is None
         ids = sorted(random.Random(5).sample(range(400), 30))
         for _ in range(3):  # commits through the reopened warehouse (as an enrich worker does)
-            from conch.table import Table
+            from conch.api.table import Table
             Table(log).write(pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array([1] * 30, pa.int64())}))
         assert not background.pending(log)
         print("ok", background._settler._thread is None)

@@ -1,4 +1,4 @@
-"""Background settling (`conch.compaction.background`): after the writer pauses, the L0 runs the
+"""Background settling (`conch.maintain.compaction.background`): after the writer pauses, the L0 runs the
 commit-time trigger left are folded in by a thread of the writing process; the table reads the
 same before and after, including while the same process keeps writing and deleting."""
 
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import conch
-from conch.compaction import background
+from conch.maintain.compaction import background
 
 # commit-time compaction never runs (no small-table trigger, no count trigger): every L0 run
 # left is the settle's to fold

@@ -22,7 +22,7 @@ from conch.errors import (
     TableNotFoundError,
     TimeTravelError,
 )
-from conch.wal import CLOCK_SLACK_US
+from conch.log.wal import CLOCK_SLACK_US
 from helpers import local_path
 
 
@@ -172,7 +172,7 @@ def test_expression_misuse_and_filter_syntax_errors(table: conch.Table) -> None:
         table.scan(where=(table["score"] > 0.1) and (table["score"] < 0.9))
     with pytest.raises(conch.ExpressionError, match="where= takes a Conch expression"):
         table.scan(where="score > 1")
-    from conch.filter_syntax import parse
+    from conch.expr.syntax import parse
 
     with pytest.raises(conch.FilterSyntaxError, match="cannot parse filter"):
         parse("score >")
@@ -235,7 +235,7 @@ def test_group_named_like_a_level_is_refused(catalog: conch.Catalog) -> None:
 
 
 def test_a_clashing_schema_from_before_the_check_is_a_typed_error_not_a_type_error() -> None:
-    from conch.schema import Column, Schema
+    from conch.model.schema import Column, Schema
 
     # What an older Conch committed: column "a" and column "a.x" (group "a") at the root level.
     base = Schema.empty(pa.schema([pa.field("id", pa.int64(), nullable=False)]))
@@ -356,7 +356,7 @@ def test_comparisons_type_check_the_literal(table: conch.Table) -> None:
     with pytest.raises(conch.ExpressionError, match=r"'name'.*\(name > 1\)"):
         _ = 1 < table["name"]  # noqa: SIM300 (reflected: still the string column)
     # unbound columns (CLI --where, Spark) are checked when the scan is planned
-    from conch.filter_syntax import parse
+    from conch.expr.syntax import parse
 
     with pytest.raises(conch.ExpressionError, match="'score'"):
         table.scan(where=parse("score > 'abc'"))

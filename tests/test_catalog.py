@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import conch
-import conch.txn as conch_txn
+import conch.log.txn as conch_txn
 from conch.errors import (
     ColumnNotFoundError,
     InvalidArgumentError,
@@ -25,11 +25,11 @@ from conch.errors import (
     WarehouseError,
     WarehouseNotFoundError,
 )
-from conch.timeparse import to_time
+from conch.model.time import to_time
 
 
 def cli(warehouse: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "conch.cli", "--warehouse", str(warehouse), *args]
+    cmd = [sys.executable, "-m", "conch.apps.cli", "--warehouse", str(warehouse), *args]
     env = {**os.environ, "PYTHONPATH": str(Path(conch.__file__).parents[1])}  # this checkout's conch
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 

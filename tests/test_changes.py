@@ -264,7 +264,7 @@ def test_changes_since_and_until_take_tags_and_times(table: conch.Table) -> None
     c3 = table.write([{"id": 2, "x": 2}])
     by_tag = table.changes("start").to_pylist()
     assert [r["id"] for r in by_tag] == [2]
-    from conch.timeparse import format_time
+    from conch.model.time import format_time
 
     assert table.changes(format_time(c1.time), c3.seq).to_pylist() == by_tag
     with pytest.raises(conch.TimeTravelError, match="no tag 'nope'"):
@@ -318,7 +318,7 @@ def test_update_writes_only_the_named_cells(table: conch.Table) -> None:
 def test_cli_tag_untag_tags_changes(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from conch.cli import app
+    from conch.apps.cli import app
 
     wh = tmp_path / "wh"
     t = conch.connect(wh).create_table("t", [("id", pa.int64())])

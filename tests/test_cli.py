@@ -175,7 +175,7 @@ def test_manifests_fit_the_terminal_and_blobs_are_previewed(tmp_path: Path) -> N
     t.delete([7])
     for width in ("80", "100", "200"):
         res = subprocess.run(
-            [sys.executable, "-m", "conch.cli", "--warehouse", w, "manifests", "m"],
+            [sys.executable, "-m", "conch.apps.cli", "--warehouse", w, "manifests", "m"],
             capture_output=True, text=True, timeout=120, env={"COLUMNS": width, "PATH": "/usr/bin:/bin"},
         )  # fmt: skip
         assert res.returncode == 0 and "Key Space manifest" in res.stdout
@@ -196,7 +196,7 @@ def test_ui_command_serves_the_inspector(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "--warehouse", w, "ui", "--port", str(port)])
+    proc = subprocess.Popen([sys.executable, "-m", "conch.apps.cli", "--warehouse", w, "ui", "--port", str(port)])
     try:
         for _ in range(300):
             try:
@@ -263,7 +263,7 @@ def test_user_strings_reach_the_terminal_literally(tmp_path: Path) -> None:
 @given(st.lists(st.text(st.sampled_from("[]/\\:=#@ab smile"), min_size=1, max_size=12), min_size=1, max_size=4))
 def test_any_cell_text_is_printed_as_it_is(values: list[str]) -> None:
     """Model: what print_arrow shows of a string column is the strings themselves."""
-    from conch.cli import common
+    from conch.apps.cli import common
 
     values = [v.strip() or "x" for v in values]
     common.console.width = 200
@@ -319,7 +319,7 @@ def test_comment_lines_are_skipped_in_any_chunking(lines: list[bytes], everywher
     every one, or only those before the first other line)."""
     import io
 
-    from conch.file_input import _SkipLines
+    from conch.write.file_input import _SkipLines
 
     data = b"\n".join(lines) + (b"\n" if eol and lines else b"")
     parts = data.split(b"\n")
@@ -341,7 +341,7 @@ def test_help_texts_survive_rich_markup() -> None:
     import typer
     from rich.markup import render
 
-    from conch.cli import app
+    from conch.apps.cli import app
 
     def helps(cmd: object) -> list[str]:
         out = [getattr(cmd, "help", None) or ""]

@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.compaction.displacement import displace, map_runs, read_map
-from conch.compaction.plan import plan, read_trigger
-from conch.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
-from conch.keys import decode_key, encode_keys
-from conch.manifest import KeySpace, TableState
-from conch.sinceview import since_view
-from conch.wal import AddDisplacementMap, RemoveFragment, RemoveKeySpace
+from conch.files.manifest import KeySpace, TableState
+from conch.log.sinceview import since_view
+from conch.log.wal import AddDisplacementMap, RemoveFragment, RemoveKeySpace
+from conch.maintain.compaction.displacement import displace, map_runs, read_map
+from conch.maintain.compaction.plan import plan, read_trigger
+from conch.maintain.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
+from conch.model.keys import decode_key, encode_keys
 
 OFF = conch.Policy(auto=False)
 

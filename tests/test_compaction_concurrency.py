@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 import pytest
 
 import conch
-from conch.compaction import CompactionResult, commit, execute, plan_tasks
-from conch.maintenance import referenced_files
+from conch.maintain.compaction import CompactionResult, commit, execute, plan_tasks
+from conch.maintain.vacuum import referenced_files
 
 pytestmark = pytest.mark.xdist_group("processes")
 

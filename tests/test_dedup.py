@@ -1,4 +1,4 @@
-"""The streamed write's duplicate check (conch/dedup.py): a write raises `DuplicateKeyError`
+"""The streamed write's duplicate check (conch/write/dedup.py): a write raises `DuplicateKeyError`
 naming a repeated key exactly when its rows repeat a key, however the input is cut into chunks
 (sorted chunks with disjoint spans, overlapping unsorted chunks, one or several key columns), and
 a write that raises commits nothing."""

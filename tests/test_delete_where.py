@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.filter_syntax import parse
+from conch.expr.syntax import parse
 from nested_fixtures import make_recordings
 
 VALUES = st.one_of(st.none(), st.integers(0, 5))

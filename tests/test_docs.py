@@ -60,8 +60,8 @@ def test_api_reference_builds_and_documents_every_public_name(tmp_path: Path) ->
     index = (tmp_path / "conch.html").read_text()
     missing = [name for name in conch.__all__ if name != "_" and f'id="{name}"' not in index]
     assert not missing, f"not in the API reference: {missing}"
-    assert (tmp_path / "conch" / "filter_syntax.html").exists()
-    assert "between" in (tmp_path / "conch" / "filter_syntax.html").read_text()
+    assert (tmp_path / "conch" / "expr" / "syntax.html").exists()
+    assert "between" in (tmp_path / "conch" / "expr" / "syntax.html").read_text()
 
 
 # Paths the docs may name that are made by running things, not kept in the repository.

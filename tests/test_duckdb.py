@@ -1,4 +1,4 @@
-"""`conch.duckdb.source`: SQL results equal DuckDB over a materialised scan; EXPLAIN and the Conch
+"""`conch.engines.duckdb.source`: SQL results equal DuckDB over a materialised scan; EXPLAIN and the Conch
 scan show what was pushed.
 
 DuckDB drops a predicate from its plan when the source accepts it, so a wrong "yes" would give
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import conch
-import conch.duckdb as cdb
+import conch.engines.duckdb as cdb
 from helpers import engine_table
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import conch
 from conch.errors import CommitConflictError
-from conch.wal import CLOCK_SLACK_US
+from conch.log.wal import CLOCK_SLACK_US
 from helpers import local_path
 
 WRITERS = 4
@@ -74,7 +74,7 @@ def test_cas_append_rejects_a_stale_sequence(catalog: conch.Catalog) -> None:
 
 CRASH_AFTER_FILES = """
 import os, signal, sys, pyarrow as pa, conch
-from conch.write import stage_write
+from conch.write.stage import stage_write
 t = conch.connect(sys.argv[1]).table("t")
 rows = pa.table({"id": pa.array(range(100, 200), pa.int64()), "v": pa.array(range(100), pa.int64())})
 staged = stage_write(t.log.files, t.state(), rows)
@@ -84,7 +84,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 CRASH_MID_WRITE = """
 import os, signal, sys, pyarrow as pa, conch
-from conch.fragments import VortexFormat
+from conch.files.fragments import VortexFormat
 written = []
 original = VortexFormat._encode  # every file's encoding, whichever thread runs it
 def dying_write(self, job, *args, **kwargs):
@@ -175,7 +175,7 @@ def test_vacuum_keeps_blob_files_of_live_data(catalog: conch.Catalog) -> None:
 
 
 def test_concurrent_commuting_schema_changes_rebase(catalog: conch.Catalog) -> None:
-    from conch.write import stage_write
+    from conch.write.stage import stage_write
 
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write([{"id": 1, "x": 1}])
@@ -192,7 +192,7 @@ def test_concurrent_commuting_schema_changes_rebase(catalog: conch.Catalog) -> N
 
 
 def test_concurrent_clashing_schema_changes_conflict(catalog: conch.Catalog) -> None:
-    from conch.write import stage_write
+    from conch.write.stage import stage_write
 
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write([{"id": 1, "x": 1}])
@@ -210,7 +210,7 @@ def test_concurrent_clashing_schema_changes_conflict(catalog: conch.Catalog) -> 
 
 
 def test_commit_after_a_vacuum_removed_its_staged_files_fails(catalog: conch.Catalog) -> None:
-    from conch.write import stage_write
+    from conch.write.stage import stage_write
 
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write([{"id": 1, "v": 1}])
@@ -224,7 +224,7 @@ def test_commit_after_a_vacuum_removed_its_staged_files_fails(catalog: conch.Cat
 def test_staged_files_older_than_a_later_vacuum_cutoff_conflict(catalog: conch.Catalog) -> None:
     """Even when the files survive (e.g. vacuum ran dry or lost a race), a commit after a vacuum
     whose cutoff is newer than the write's start must not go through."""
-    from conch.write import stage_write
+    from conch.write.stage import stage_write
 
     t = catalog.create_table("t", [("id", pa.int64())])
     t.write([{"id": 1, "v": 1}])

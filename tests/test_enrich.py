@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 import pytest
 
 import conch
-from conch.metastore.objectstore import ObjectStoreMetastore
-from conch.storage import LocalStorage
+from conch.files.storage import LocalStorage
+from conch.log.metastore.objectstore import ObjectStoreMetastore
 from services import Postgres
 
 

@@ -30,12 +30,12 @@ from hypothesis import strategies as st
 
 import conch
 from conch.errors import CommitConflictError, InvalidArgumentError, TimeTravelError
-from conch.expire import state_paths
-from conch.fragments import BLOB_SUFFIX
-from conch.metastore.sqlite import SqliteMetastore
-from conch.timeparse import format_time
-from conch.wal import RegisterSnapshot, Truncate, referenced_paths
-from conch.write import stage_write
+from conch.files.blobs import BLOB_SUFFIX
+from conch.log.metastore.sqlite import SqliteMetastore
+from conch.log.wal import RegisterSnapshot, Truncate, referenced_paths
+from conch.maintain.expire import state_paths
+from conch.model.time import format_time
+from conch.write.stage import stage_write
 
 KEYS = 12
 
@@ -207,7 +207,7 @@ def test_older_than_forms(tmp_path: Path) -> None:
 def test_time_arguments_follow_one_rule(tmp_path: Path) -> None:
     """An int is µs since the epoch everywhere; an age is a duration; out of range is typed
     (`asof=2**64` reached SQLite as an OverflowError)."""
-    from conch.timeparse import to_cutoff, to_time
+    from conch.model.time import to_cutoff, to_time
 
     t = conch.connect(tmp_path, maintenance=conch.Policy(auto=False)).create_table("t", [("id", pa.int64())])
     c = t.write([{"id": 1}])
@@ -292,7 +292,7 @@ def test_cli_expire_and_vacuum(tmp_path: Path) -> None:
     t.write([{"id": 3, "v": 3}])
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "conch.cli", "--warehouse", w, *args]
+        cmd = [sys.executable, "-m", "conch.apps.cli", "--warehouse", w, *args]
         env = {"COLUMNS": "200", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's conch
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 

@@ -1,4 +1,4 @@
-"""The SQL-like filter syntax (`conch.filter_syntax`, used by `conch.filter_syntax.parse`, the CLI's
+"""The SQL-like filter syntax (`conch.expr.syntax`, used by `conch.expr.syntax.parse`, the CLI's
 `--where` and the Spark `where` option): every form against a Python model of the same rows."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.filter_syntax import like_range, parse
+from conch.expr.syntax import like_range, parse
 
 ROWS: list[dict[str, Any]] = [
     {"id": 0, "x": 0.5, "name": "alpha", "n": 1, "g": {"odd name": 3}},
@@ -103,7 +103,7 @@ def test_string_literals_and_like_prefixes(value: str, prefix: str) -> None:
     if "%" in prefix or "_" in prefix:
         return
     expr = like_range(conch.Col("s"), prefix + "%")
-    from conch.expr import evaluate
+    from conch.expr.tree import evaluate
 
     words = [prefix, prefix + "a", prefix + "\U0010ffff", value, prefix[:-1], prefix[:-1] + "z", "", "\U0010ffff"]
     got = evaluate(expr, lambda _c: pa.array(words, pa.string())).to_pylist()
@@ -111,7 +111,7 @@ def test_string_literals_and_like_prefixes(value: str, prefix: str) -> None:
 
 
 def test_spark_where_option_uses_the_same_parser(tmp_path: Path) -> None:
-    from conch.spark.filters import split_where
+    from conch.engines.spark.filters import split_where
 
     pushed = split_where(parse("id between 1 and 3 and name like 'al%'"), [pa.field("id", pa.uint64())])
     assert pushed.key_range is not None and pushed.where is not None

@@ -97,8 +97,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_lazy_and_type_checking_imports() -> None:
     graph = import_graph()
-    assert "conch.manifest" in graph["conch.scan.plan"]
-    assert graph["conch.table"] >= {"conch.tablelog", "conch.scan", "conch.nested.api", "conch.nested"}
+    assert "conch.files.manifest" in graph["conch.scan.plan"]
+    assert graph["conch.api.table"] >= {"conch.log.tablelog", "conch.scan", "conch.nested.api", "conch.nested"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -119,9 +119,46 @@ def test_no_import_cycles() -> None:
 def test_core_layers_point_downward() -> None:
     """The commit layer never reaches up to the facade, and scans take handles, not a Table."""
     graph = import_graph()
-    for low in ("conch.wal", "conch.manifest", "conch.tablelog", "conch.warehouse", "conch.maintenance", "conch.txn"):
-        assert not graph[low] & {"conch.table", "conch.catalog", "conch"}, low
+    for low in (
+        "conch.log.wal",
+        "conch.files.manifest",
+        "conch.log.tablelog",
+        "conch.log.warehouse",
+        "conch.maintain.vacuum",
+        "conch.log.txn",
+    ):
+        assert not graph[low] & {"conch.api.table", "conch.api.catalog", "conch"}, low
     for mod in [m for m in graph if m.startswith("conch.scan")]:
-        assert not graph[mod] & {"conch.table", "conch.catalog", "conch.tablelog"}, mod
-    sqlite_users = {m for m, deps in graph.items() if "conch.metastore.sqlite" in deps}
-    assert sqlite_users <= {"conch.metastore", "conch.metastore.registry"}, "SQLite stays inside metastore/"
+        assert not graph[mod] & {"conch.api.table", "conch.api.catalog", "conch.log.tablelog"}, mod
+    sqlite_users = {m for m, deps in graph.items() if "conch.log.metastore.sqlite" in deps}
+    assert sqlite_users <= {"conch.log.metastore", "conch.log.metastore.registry"}, "SQLite stays inside metastore/"
+
+
+# The layers of `src/conch`, bottom-up (docs/architecture.md, "Layers"): a module imports only its
+# own layer and the ones below. `conch/__init__.py` (the public re-exports) stands above them all.
+LAYERS = ["errors", "model", "expr", "files", "log", "write", "scan", "nested", "maintain", "api", "engines", "apps"]
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_every_import_points_down_the_layers() -> None:
+    graph = import_graph()
+    upward = sorted(
+        f"{a} -> {b}"
+        for a, deps in graph.items()
+        for b in deps
+        if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)  # type: ignore[operator]
+    )
+    assert not upward, "imports reaching a higher layer (name a Protocol below instead):\n" + "\n".join(upward)
+
+
+def test_the_folder_list_is_the_architecture() -> None:
+    """Every top-level entry of `conch/` is a layer (plus the re-exporting `__init__.py`), and no
+    module outgrows 650 lines (STYLE: split by concept)."""
+    entries = {p.stem for p in SRC.iterdir() if p.name not in {"__init__.py", "py.typed", "__pycache__"}}
+    assert entries == set(LAYERS), sorted(entries ^ set(LAYERS))
+    too_long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 650}
+    assert not too_long, too_long

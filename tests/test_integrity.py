@@ -22,10 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch import integrity
 from conch.errors import ConchError, CorruptFileError, TableNotFoundError
-from conch.fragments import StoredFile, VortexFormat
-from conch.storage import LocalStorage
+from conch.files import integrity
+from conch.files.format import StoredFile
+from conch.files.fragments import VortexFormat
+from conch.files.storage import LocalStorage
 
 N = 300
 VALUE = 2000  # bytes per blob value: stored out of line (default large_value_bytes 512)
@@ -265,7 +266,7 @@ def test_check_on_a_sound_table_and_the_cli(pristine: Built, tmp_path: Path) -> 
     # 3 key spaces, 3 fragments, 1 blob file, 1 snapshot; 3 writes and the flush registering it
     assert report.files_checked == 8 and report.entries_checked == 4 and report.unverified == 0
     assert report.bytes_checked >= N * VALUE
-    run = [sys.executable, "-m", "conch.cli", "--warehouse", str(b.root), "check", "t"]
+    run = [sys.executable, "-m", "conch.apps.cli", "--warehouse", str(b.root), "check", "t"]
     ok = subprocess.run(run, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "no problems" in ok.stdout, ok
     rel = _files(b.root)["key space"]

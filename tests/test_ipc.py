@@ -1,4 +1,4 @@
-"""`conch.ipc`, the one format of mask files and displacement maps: what is written reads back
+"""`conch.files.ipc`, the one format of mask files and displacement maps: what is written reads back
 equal, maps written before it (Arrow IPC files, not streams) still read, damage is named."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conch.compaction.displacement import MAP_SCHEMA, displace, read_map
 from conch.errors import CorruptFileError
-from conch.integrity import digest
-from conch.ipc import read_table, table_bytes
-from conch.masks import RunsMask, decode_mask, encode_mask
-from conch.storage.local import LocalStorage
+from conch.files.integrity import digest
+from conch.files.ipc import read_table, table_bytes
+from conch.files.masks import RunsMask, decode_mask, encode_mask
+from conch.files.storage.local import LocalStorage
+from conch.maintain.compaction.displacement import MAP_SCHEMA, displace, read_map
 
 runs = st.lists(
     st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 1 << 40), st.integers(1, 1 << 20)), max_size=40
@@ -37,7 +37,7 @@ def _map(rows: list[tuple[str, int, int]]) -> pa.Table:
 
 
 def _old_map_bytes(t: pa.Table) -> bytes:
-    """A displacement map as written before `conch.ipc`: an Arrow IPC file, zstd."""
+    """A displacement map as written before `conch.files.ipc`: an Arrow IPC file, zstd."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, MAP_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
         w.write_table(t)

@@ -8,7 +8,7 @@ import hypothesis.strategies as st
 import pyarrow as pa
 from hypothesis import given
 
-from conch.keys import decode_key, encode_key, encode_keys
+from conch.model.keys import decode_key, encode_key, encode_keys
 
 FIELDS = [pa.field("i", pa.int32()), pa.field("s", pa.string()), pa.field("f", pa.float64()), pa.field("u", pa.uint8())]
 KEY = st.tuples(

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 import conch
 from conch import _
 from conch.errors import CorruptFileError
-from conch.masks import RunsMask, read_mask, write_mask, write_runs
+from conch.files.masks import RunsMask, read_mask, write_mask, write_runs
+from conch.files.storage import LocalStorage
 from conch.scan.keymask import layout
-from conch.storage import LocalStorage
 from helpers import local_path, realign
 from nested_fixtures import make_recordings
 
@@ -332,7 +332,7 @@ def test_manifest_listing_shows_masks(tmp_path: Path) -> None:
     t = _table(cat)
     realign(t)
     res = subprocess.run(
-        [sys.executable, "-m", "conch.cli", "--warehouse", str(tmp_path / "w"), "manifests", "t"],
+        [sys.executable, "-m", "conch.apps.cli", "--warehouse", str(tmp_path / "w"), "manifests", "t"],
         capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"},
     )  # fmt: skip
     assert res.returncode == 0, res.stderr

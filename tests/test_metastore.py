@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conch.errors import CommitConflictError, TableExistsError, TableNotFoundError, WarehouseError
-from conch.metastore import Metastore, TableRecord, metastore_from_uri
+from conch.log.metastore import Metastore, TableRecord, metastore_from_uri
 
 BACKENDS: dict[str, Callable[[Path], str]] = {
     "sqlite": lambda d: f"sqlite://{d}/meta/_catalog.sqlite",

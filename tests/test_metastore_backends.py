@@ -30,9 +30,9 @@ from conch.errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from conch.metastore import Metastore, TableRecord
-from conch.metastore.objectstore import ObjectStoreMetastore
-from conch.storage import LocalStorage
+from conch.files.storage import LocalStorage
+from conch.log.metastore import Metastore, TableRecord
+from conch.log.metastore.objectstore import ObjectStoreMetastore
 from services import Azurite, MotoS3, Postgres, ServerProcess
 
 WAREHOUSES = ["sqlite", "storage-local", "memory", "s3", "azure", "postgres", "http", "http-s3", "http-inproc"]
@@ -96,9 +96,9 @@ def _http_warehouse(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -
             warnings.simplefilter("ignore")
             from starlette.testclient import TestClient
 
-        from conch.metastore.http import HttpMetastore
-        from conch.metastore.sqlite import SqliteMetastore
-        from conch.server import create_app
+        from conch.apps.server import create_app
+        from conch.log.metastore.http import HttpMetastore
+        from conch.log.metastore.sqlite import SqliteMetastore
 
         app = create_app(SqliteMetastore(tmp_path / "c.sqlite"), str(tmp_path / "wh"), {TOKEN: "admin"})
         return Warehouse(kind, str(tmp_path / "wh"), HttpMetastore("http://inproc", TOKEN, client=TestClient(app)))

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.compaction.minor import minor_compact
+from conch.maintain.compaction.minor import minor_compact
 from helpers import run_cli
 
 

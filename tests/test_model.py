@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import conch
-from conch.expr import Col, Expr, IsNull, Lit
+from conch.expr.tree import Col, Expr, IsNull, Lit
 
 ROOT_COLS = {"a": pa.int64(), "b": pa.int64(), "g.x": pa.string(), "p": pa.binary()}
 KEYS = st.integers(min_value=0, max_value=15)

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
+from conch.engines.spark.filters import split_where
 from conch.errors import InexactKeyError, InvalidKeyError, KeyTypeError, SchemaError
-from conch.expr import And, Cmp, Col, IsIn, Lit, mask
-from conch.keys import KeyPrefix, KeyRange
+from conch.expr.tree import And, Cmp, Col, IsIn, Lit, mask
+from conch.model.keys import KeyPrefix, KeyRange
 from conch.nested import _
 from conch.nested.api import NoSuchName
 from conch.scan.keyfilter import extract
-from conch.spark.filters import split_where
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ TYPES = [pa.uint64(), pa.int8(), pa.float64(), pa.string()]
 def _polars_range(field: pa.Field, op: str, v: Any) -> Any:
     import polars as pl
 
-    from conch.loaders.polars_expr import PolarsTranslator
+    from conch.engines.polars_expr import PolarsTranslator
 
     col = pl.col(field.name)
     try:
@@ -135,7 +135,7 @@ def test_core_spark_and_polars_take_the_same_key_range(t: pa.DataType) -> None:
 
 def test_duckdb_returns_what_the_filter_says(table: conch.Table) -> None:
     duckdb = pytest.importorskip("duckdb")
-    import conch.duckdb as cdb
+    import conch.engines.duckdb as cdb
 
     scans: list[Any] = []
     src = cdb.source(table, on_scan=scans.append)  # noqa: F841 - found by name by DuckDB

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.fragments import FileJob
+from conch.files.format import FileJob
 
 
 def _wide(rows: int, groups: int, seed: int) -> pa.Table:

@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 
 import conch
-from conch.pipelines.generate import AUDIO_SCHEMA, audio_batches
-from conch.wal import AddFragment, RemoveFragment, RemoveKeySpace
+from conch.apps.pipelines.generate import AUDIO_SCHEMA, audio_batches
+from conch.log.wal import AddFragment, RemoveFragment, RemoveKeySpace
 from conftest_spark import spark_session
 from services import Postgres
 
@@ -30,7 +30,7 @@ def spark() -> Any:
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])
 def test_ingest_files(spark: Any, tmp_path: Path, fmt: str) -> None:
-    from conch.pipelines.ingest import ingest
+    from conch.apps.pipelines.ingest import ingest
 
     data = pa.table({"id": list(range(50)), "name": [f"n{i}" for i in range(50)], "x": [i / 2 for i in range(50)]})
     src = tmp_path / "in"
@@ -59,7 +59,7 @@ def test_ingest_files(spark: Any, tmp_path: Path, fmt: str) -> None:
 def test_ingest_csv_comments_and_timestamp_format_on_spark(spark: Any, tmp_path: Path) -> None:
     """`conch ingest --spark`: a leading `#` block is skipped, `--timestamp-format` (strptime) is
     translated to Spark's pattern (`%d-%b-%y` → `dd-MMM-yy`)."""
-    from conch.pipelines.ingest import csv_options, ingest, spark_pattern
+    from conch.apps.pipelines.ingest import csv_options, ingest, spark_pattern
 
     assert spark_pattern("%Y-%m-%dT%H:%M:%S") == "yyyy-MM-dd'T'HH:mm:ss"
     src = tmp_path / "prices.csv"
@@ -72,7 +72,7 @@ def test_ingest_csv_comments_and_timestamp_format_on_spark(spark: Any, tmp_path:
 
 
 def test_enrich_adds_a_group_without_rewriting(spark: Any, tmp_path: Path) -> None:
-    from conch.pipelines.enrich import audio_features
+    from conch.apps.pipelines.enrich import audio_features
 
     cat = conch.connect(tmp_path / "wh")
     t = cat.create_table("audio", [("id", pa.uint64())], pa.schema(list(AUDIO_SCHEMA)[1:]))
@@ -120,7 +120,7 @@ def test_enrich_on_spark_reaches_the_table_as_the_driver_connected(
 
 
 def test_demo_end_to_end(spark: Any, tmp_path: Path) -> None:
-    from conch.pipelines.demo import run
+    from conch.apps.pipelines.demo import run
 
     console = Console(record=True, width=120)
     res = run(str(tmp_path / "demo"), rows=400, console=console, spark=spark)
@@ -136,7 +136,7 @@ def test_demo_end_to_end(spark: Any, tmp_path: Path) -> None:
 DEMO_ON_S3 = """
 import json, sys
 from rich.console import Console
-from conch.pipelines.demo import run
+from conch.apps.pipelines.demo import run
 res = run(sys.argv[1], rows=300, console=Console(width=120), s3=True)
 print(json.dumps({k: v for k, v in res.items() if k != "seconds"}))
 """

@@ -1,4 +1,4 @@
-"""`conch.polars.scan`: results equal Polars over a materialised scan; pushed work shows in the scan.
+"""`conch.engines.polars.scan`: results equal Polars over a materialised scan; pushed work shows in the scan.
 
 The property test builds random predicates (comparisons on floats with NaN and null, strings,
 struct fields, the key, `is_in`, `is_between`, `is_null`, `~`, `|`, `&` and terms Conch cannot
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import conch
-import conch.polars as cpl
+import conch.engines.polars as cpl
 from helpers import engine_table
 
 

@@ -24,7 +24,7 @@ import pytest
 
 import conch
 from conch.errors import CommitStateUnknownError, MetastoreUnavailableError
-from conch.metastore.postgres import PostgresMetastore
+from conch.log.metastore.postgres import PostgresMetastore
 from services import Postgres, postgres_bin_dir, postgres_server
 
 RESTARTS = 4

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from conch.previews import sniff, wav_samples, waveform
-from conch.ui import values
+from conch.apps.previews import sniff, wav_samples, waveform
+from conch.apps.ui import values
 from media_fixtures import photo, png, wav_pcm
 
 ENCODINGS = [8, 16, 24, 32, -32, -64]  # bits of integer PCM; negative: IEEE float

@@ -69,7 +69,7 @@ def test_silent_when_asked_or_not_a_terminal(tmp_path: Path) -> None:
 def test_cli_export_progress_and_quiet(tmp_path: Path) -> None:
     w = str(tmp_path / "w")
     conch.connect(w).create_table("t", [("id", pa.uint64())]).write({"id": list(range(3000)), "x": [0.5] * 3000})
-    base = [sys.executable, "-m", "conch.cli", "--warehouse", w]
+    base = [sys.executable, "-m", "conch.apps.cli", "--warehouse", w]
     code, shown = run_on_tty(
         [*base, "scan", "t", "--format", "parquet", "--output", str(tmp_path / "o.parquet")], env()
     )

@@ -1,7 +1,7 @@
 """Every filter type runs inside the Vortex scan or is declined, and pushing never changes a row
 (issue 25).
 
-The reference is Arrow's evaluation of the filter (`conch.expr.mask`) on the whole table read
+The reference is Arrow's evaluation of the filter (`conch.expr.tree.mask`) on the whole table read
 without a filter. For every type a DuckDB or Conch filter can compare (ints, floats with NaN,
 -NaN, ±0.0 and ±inf, strings, binary, bools, dates, timestamps with and without a zone, decimals)
 and every form (comparisons, `IN`, `BETWEEN`, prefix `LIKE`, `IS [NOT] NULL`, `NOT`, `AND`,
@@ -34,10 +34,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import conch
-import conch.duckdb as cdb
-from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
-from conch.expr import mask as filter_mask
-from conch.filter_syntax import parse
+import conch.engines.duckdb as cdb
+from conch.expr.syntax import parse
+from conch.expr.tree import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
+from conch.expr.tree import mask as filter_mask
 
 N = 240
 NEG_NAN = struct.unpack("d", struct.pack("Q", 0xFFF8000000000000))[0]

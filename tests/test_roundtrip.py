@@ -166,7 +166,7 @@ def test_readme_walkthrough_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("missing", ["pandas", "polars"])
 def test_missing_optional_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
-    from conch._deps import optional_import
+    from conch.model.deps import optional_import
 
     monkeypatch.setitem(sys.modules, missing, None)
     with pytest.raises(conch.MissingDependencyError, match=f"conch\\[{missing}\\]"):

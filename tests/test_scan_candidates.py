@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.filter_syntax import parse
+from conch.expr.syntax import parse
 from conch.scan.candidates import estimated_rows
 
 

@@ -316,7 +316,7 @@ def test_locate_through_dense_and_sparse_masks(data: st.DataObject) -> None:
     """Random key spaces whose rows are dealt to fragments either as contiguous runs (dense) or
     as arbitrary interleaved subsets (sparse): `locate` finds each row's fragment and the row
     within it, whichever implementation the masks are."""
-    from conch.masks import RunsMask
+    from conch.files.masks import RunsMask
     from conch.scan.keymask import DenseMask, locate
 
     masks: list = []

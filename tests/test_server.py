@@ -18,10 +18,10 @@ import schemathesis
 from hypothesis import settings
 
 import conch
+from conch.apps.server import create_app, parse_tokens
 from conch.errors import AuthorizationError, ConchError, InvalidNameError
-from conch.metastore.http import HttpMetastore
-from conch.metastore.sqlite import SqliteMetastore
-from conch.server import create_app, parse_tokens
+from conch.log.metastore.http import HttpMetastore
+from conch.log.metastore.sqlite import SqliteMetastore
 from services import ServerProcess
 
 with warnings.catch_warnings():

@@ -25,9 +25,9 @@ import pyarrow as pa
 import pytest
 
 import conch
+from conch.apps.server import create_app
 from conch.errors import CorruptFileError
-from conch.metastore.sqlite import SqliteMetastore
-from conch.server import create_app
+from conch.log.metastore.sqlite import SqliteMetastore
 from services import ServerProcess
 
 with warnings.catch_warnings():

@@ -30,7 +30,7 @@ import pytest
 import conch
 from conch import _
 from conch.errors import TableNotFoundError, WarehouseError
-from conch.metastore.sqlite import SqliteMetastore
+from conch.log.metastore.sqlite import SqliteMetastore
 from conch.scan.splits import Split
 from services import MotoS3, Postgres, ServerProcess
 
@@ -204,9 +204,9 @@ def test_engines_read_one_version_of_several_levels(busy: conch.Table) -> None:
     import polars as pl
     import torch.utils.data
 
-    import conch.duckdb as cdb
-    import conch.polars as cpl
-    import conch.torch as ctorch
+    import conch.engines.duckdb as cdb
+    import conch.engines.polars as cpl
+    import conch.engines.torch as ctorch
 
     t = busy
     for _i in range(6):
@@ -246,9 +246,9 @@ def test_every_reader_works_with_the_connection_options(remote: Where, monkeypat
     import polars as pl
     import torch.utils.data
 
-    import conch.duckdb as cdb
-    import conch.polars as cpl
-    import conch.torch as ctorch
+    import conch.engines.duckdb as cdb
+    import conch.engines.polars as cpl
+    import conch.engines.torch as ctorch
 
     for k in [k for k in list(__import__("os").environ) if k.startswith("AWS_")]:
         monkeypatch.delenv(k)  # only the options reach S3

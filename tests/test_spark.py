@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 import pytest
 
 import conch
-from conch.pipelines.demo import has_filter_node
-from conch.spark.types import arrow_schema, spark_schema
+from conch.apps.pipelines.demo import has_filter_node
+from conch.engines.spark.types import arrow_schema, spark_schema
 from conftest_spark import spark_session
 
 pytestmark = pytest.mark.spark
@@ -360,22 +360,22 @@ def test_columns_option_projects_groups(spark: Any, tmp_path: Path) -> None:
 def test_register_works_on_every_session(spark: Any, tmp_path: Path) -> None:
     """`spark.newSession()` has its own source registry: `register` on it used to fail with
     DATA_SOURCE_ALREADY_EXISTS (PySpark checks the *active* session), leaving it unable to read."""
-    import conch.spark
+    import conch.engines.spark
 
     t = conch.connect(tmp_path / "wh").create_table("t", [("id", pa.int64())])
     t.write({"id": [1, 2, 3], "x": [1.0, 2.0, 3.0]})
     other = spark.newSession()
-    assert conch.spark.register(other) is other
-    assert conch.spark.register(other) is other  # again: a no-op
+    assert conch.engines.spark.register(other) is other
+    assert conch.engines.spark.register(other) is other  # again: a no-op
     assert other.read.format("conch").load(str(tmp_path / "wh" / "t")).count() == 3
     assert spark.read.format("conch").load(str(tmp_path / "wh" / "t")).count() == 3  # the first still reads
-    assert conch.spark.register(spark) is spark  # already registered: a no-op, no error
+    assert conch.engines.spark.register(spark) is spark  # already registered: a no-op, no error
 
 
 def test_sql_reads_only_the_columns_a_query_uses(spark: Any, tmp_path: Path) -> None:
-    """`conch.spark.sql`: the same rows as Spark SQL over whole-table views, with each view
+    """`conch.engines.spark.sql`: the same rows as Spark SQL over whole-table views, with each view
     reading only the columns the query (subqueries and self-joins included) references."""
-    import conch.spark
+    import conch.engines.spark
 
     cat = conch.connect(tmp_path / "wh")
     t = cat.create_table("t", [("id", pa.int64())])
@@ -388,11 +388,11 @@ def test_sql_reads_only_the_columns_a_query_uses(spark: Any, tmp_path: Path) -> 
         "select t.y, sum(u.v) as s, count(*) as n from t join u on t.id = u.k "
         "where t.x > (select avg(z) from t as t2 where t2.y = 'y1') group by t.y order by t.y"
     )
-    got = conch.spark.sql(spark, query, paths).collect()
+    got = conch.engines.spark.sql(spark, query, paths).collect()
     assert spark.table("t").columns == ["id", "x", "y", "z"]  # no `blob`: never referenced
     assert spark.table("u").columns == ["k", "v"]
     for name, path in paths.items():
         spark.read.format("conch").load(path).createOrReplaceTempView(name)
     assert got == spark.sql(query).collect()
-    assert conch.spark.sql(spark, "select count(*) as n from u", paths).collect()[0].n == 10
+    assert conch.engines.spark.sql(spark, "select count(*) as n from u", paths).collect()[0].n == 10
     assert spark.table("u").columns == ["k", "v"]  # keys only: plus the narrowest value column

@@ -1,4 +1,4 @@
-"""`conch.spark.compact`: compaction planned on the driver, executed per key range as Spark
+"""`conch.engines.spark.compact`: compaction planned on the driver, executed per key range as Spark
 tasks, committed as one WAL entry per task, equals `Table.compact()` on the same table: the same
 scans (now, `asof` before it, `since` inside its window) and the same runs and fragments modulo
 ids. The table is built once and copied, so both compactions start from identical commits."""
@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 import conch
-import conch.spark
-from conch.compaction.plan import table_ranges
+import conch.engines.spark
+from conch.maintain.compaction.plan import table_ranges
 from conftest_spark import spark_session
 
 pytestmark = pytest.mark.spark
@@ -70,7 +70,7 @@ def test_equals_the_python_compaction(spark: Any, tmp_path: Path) -> None:
     py = conch.connect(str(tmp_path / "py"), maintenance=OFF).table("t")
     sp = conch.connect(str(tmp_path / "sp"), maintenance=OFF).table("t")
     r_py = py.compact(policy=SMALL)
-    r_sp = conch.spark.compact(spark, str(tmp_path / "sp" / "t"), policy=SMALL)
+    r_sp = conch.engines.spark.compact(spark, str(tmp_path / "sp" / "t"), policy=SMALL)
     assert (r_sp.tasks, r_sp.runs_in, r_sp.runs_out) == (r_py.tasks, r_py.runs_in, r_py.runs_out)
     assert r_sp.tasks >= 1 and r_sp.runs_out >= ranges
     assert [c.kind for c in sp.history()] == [c.kind for c in py.history()]  # one "compact" entry per task
@@ -90,7 +90,7 @@ def test_a_write_during_the_job_stays_newer(spark: Any, tmp_path: Path) -> None:
     t = conch.connect(wh, maintenance=OFF).create_table("t", [("id", pa.uint64())])
     write_history(t, seed=3, rounds=4)
     expected = {r["id"]: r["x"] for r in t.scan("x").to_pylist()}
-    conch.spark.compact(spark, f"{wh}/t", force=True, policy=OFF)
+    conch.engines.spark.compact(spark, f"{wh}/t", force=True, policy=OFF)
     t.write({"id": pa.array([1, 2], pa.uint64()), "x": [-1, -2]})
     expected.update({1: -1, 2: -2})
     assert {r["id"]: r["x"] for r in t.scan("x").to_pylist()} == expected
@@ -100,5 +100,5 @@ def test_a_write_during_the_job_stays_newer(spark: Any, tmp_path: Path) -> None:
 def test_nothing_to_do(spark: Any, tmp_path: Path) -> None:
     t = conch.connect(str(tmp_path / "w"), maintenance=OFF).create_table("t", [("id", pa.uint64())])
     t.write({"id": pa.array([1], pa.uint64()), "x": [1]})
-    r = conch.spark.compact(spark, str(tmp_path / "w" / "t"), force=False, policy=OFF)
+    r = conch.engines.spark.compact(spark, str(tmp_path / "w" / "t"), force=False, policy=OFF)
     assert r.tasks == 0 and len(t.history()) == 1

@@ -1,4 +1,4 @@
-"""`conch.spark.delete_where`: a delete by filter evaluated as a Spark job over key-range splits
+"""`conch.engines.spark.delete_where`: a delete by filter evaluated as a Spark job over key-range splits
 and committed as one serial tombstone commit, equal to `Table.delete(where=...)` in Python."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 import conch
-import conch.spark
-from conch.filter_syntax import parse
+import conch.engines.spark
+from conch.expr.syntax import parse
 from conftest_spark import spark_session
 from nested_fixtures import make_recordings
 
@@ -55,7 +55,7 @@ def test_equals_the_python_delete(spark: Any, tmp_path: Path, where: str) -> Non
     py, sp = build(tmp_path / "py"), build(tmp_path / "sp")
     assert py.scan().to_arrow() == sp.scan().to_arrow()
     c_py = py.delete(where=parse(where))
-    c_sp = conch.spark.delete_where(spark, str(tmp_path / "sp" / "t"), where=where, partitions=3)
+    c_sp = conch.engines.spark.delete_where(spark, str(tmp_path / "sp" / "t"), where=where, partitions=3)
     assert c_sp.kind == c_py.kind == "delete" and c_sp.seq == c_py.seq
     assert c_sp.summary == c_py.summary  # "<n> keys at root where <filter>"
     assert sp.scan().to_arrow() == py.scan().to_arrow()
@@ -69,7 +69,7 @@ def test_equals_the_python_delete(spark: Any, tmp_path: Path, where: str) -> Non
 
 def test_child_level_and_connection_options(spark: Any, tmp_path: Path) -> None:
     t = make_recordings(conch.connect(str(tmp_path / "w")))
-    conch.spark.delete_where(
+    conch.engines.spark.delete_where(
         spark, warehouse=str(tmp_path / "w"), table=t.name, where="duration > 18", level="scenes.clips"
     )
     assert [c["scenes.clips"] for c in t.scan(level="scenes.clips").to_pylist()] == ["c2"]
@@ -81,13 +81,13 @@ def test_bad_calls_change_nothing(spark: Any, tmp_path: Path) -> None:
     t.write([{"id": 1, "x": 1}])
     path = str(tmp_path / "w" / "t")
     with pytest.raises(conch.ColumnNotFoundError):
-        conch.spark.delete_where(spark, path, where="nope > 0")
+        conch.engines.spark.delete_where(spark, path, where="nope > 0")
     with pytest.raises(conch.FilterSyntaxError):
-        conch.spark.delete_where(spark, path, where="x >")
+        conch.engines.spark.delete_where(spark, path, where="x >")
     with pytest.raises(conch.InvalidArgumentError, match="partitions"):
-        conch.spark.delete_where(spark, path, where="x > 0", partitions=0)
+        conch.engines.spark.delete_where(spark, path, where="x > 0", partitions=0)
     with pytest.raises(conch.TableNotFoundError):
-        conch.spark.delete_where(spark, str(tmp_path / "w" / "nope"), where="x > 0")
+        conch.engines.spark.delete_where(spark, str(tmp_path / "w" / "nope"), where="x > 0")
     assert len(t.history()) == 1 and t.scan().count() == 1
 
 
@@ -110,7 +110,7 @@ def test_a_concurrent_writer_is_never_undone(spark: Any, tmp_path: Path) -> None
     th.start()
     started.wait()
     try:
-        c = conch.spark.delete_where(spark, str(tmp_path / "w" / "t"), where="x = 1", partitions=2)
+        c = conch.engines.spark.delete_where(spark, str(tmp_path / "w" / "t"), where="x = 1", partitions=2)
     finally:
         th.join()
     before = {r["id"]: r["x"] for r in t.scan(asof=c.time - 1).to_pylist()}

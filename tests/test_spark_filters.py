@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conch.engines.spark.filters import split_where
 from conch.errors import FilterSyntaxError
-from conch.expr import mask
-from conch.filter_syntax import parse
-from conch.keys import KeyRange
-from conch.spark.filters import split_where
+from conch.expr.syntax import parse
+from conch.expr.tree import mask
+from conch.model.keys import KeyRange
 
 KEYS = [pa.field("id", pa.uint64()), pa.field("sub", pa.string())]
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.filter_syntax import parse
-from conch.spark.source import ConchDataSource
-from conch.spark.types import arrow_schema, spark_schema
+from conch.engines.spark.source import ConchDataSource
+from conch.engines.spark.types import arrow_schema, spark_schema
+from conch.expr.syntax import parse
 from conftest_spark import spark_session
 
 VALUES = pa.schema([("x", pa.float64()), ("name", pa.string())])

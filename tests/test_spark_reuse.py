@@ -2,7 +2,7 @@
 snapshot (issue 8, item 1).
 
 PySpark 4.3 caches a Python source's planned reader on the DataFrame and reuses it for later
-queries and for other scans of the same DataFrame in one query (`conch.spark.filters` says
+queries and for other scans of the same DataFrame in one query (`conch.engines.spark.filters` says
 why that rules out pushing Spark's filters). Each check here compares Spark with the Python
 scan (`Table.scan(where=...)`) of the same snapshot.
 """
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import conch
 from conch.errors import TableNotFoundError
-from conch.keys import KeyRange
+from conch.model.keys import KeyRange
 from conftest_spark import spark_session
 
 pytestmark = pytest.mark.spark
@@ -143,7 +143,7 @@ def test_load_of_a_mistyped_path_creates_nothing(spark: Any, tmp_path: Path) -> 
         spark.read.format("conch").load(str(tmp_path / "wh" / "audoi")).count()
     assert sorted(p.name for p in (tmp_path / "wh").iterdir()) == before
     with pytest.raises(TableNotFoundError):  # what Spark wraps: the typed error, raised by the source
-        from conch.spark.common import Location, open_table
+        from conch.engines.spark.common import Location, open_table
 
         open_table(Location.from_options({"path": str(typo / "t")}))
     assert not typo.exists()

@@ -1,4 +1,4 @@
-"""Change feeds on Spark (`conch.spark.streaming`): batch reads of changes, a Structured Streaming
+"""Change feeds on Spark (`conch.engines.spark.streaming`): batch reads of changes, a Structured Streaming
 source over a table a writer keeps committing to (stopped and restarted from its checkpoint: the
 union of the micro-batches is `changes(start, end, per_commit=True)`, nothing twice), the sink
 under a retried micro-batch (commits once), and a mirror kept by `applyChanges`."""
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import conch
-import conch.spark
+import conch.engines.spark
 from conftest_spark import spark_session
 
 pytestmark = pytest.mark.spark

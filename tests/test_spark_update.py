@@ -1,4 +1,4 @@
-"""`conch.spark.update_where`: an update by predicate computed as a Spark job over key-range
+"""`conch.engines.spark.update_where`: an update by predicate computed as a Spark job over key-range
 splits and committed as one serial commit, equal to `Table.update(where=..., set=...)` in Python."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pytest
 
 import conch
-import conch.spark
-from conch.filter_syntax import parse
+import conch.engines.spark
+from conch.expr.syntax import parse
 from conftest_spark import spark_session
 
 pytestmark = pytest.mark.spark
@@ -46,7 +46,7 @@ def test_spark_update_equals_python_update(spark: Any, tmp_path: Path) -> None:
     values = {"x": lambda r: pc.multiply(r["x"], 100), "y": "updated"}
     where = "x < 4 and id >= 50"
     py = a.update(where=parse(where), set=values)
-    sp = conch.spark.update_where(spark, str(tmp_path / "b" / "t"), where=where, set=values, partitions=3)
+    sp = conch.engines.spark.update_where(spark, str(tmp_path / "b" / "t"), where=where, set=values, partitions=3)
     assert py.kind == sp.kind == "update" and py.seq == sp.seq == v + 1
     assert a.to_arrow().to_pylist() == b.to_arrow().to_pylist()
     changed = b.changes(v).to_pylist()

@@ -18,7 +18,7 @@ import pytest
 
 import conch
 from conch.errors import ConchError, CorruptFileError
-from conch.metastore.sqlite import SqliteMetastore
+from conch.log.metastore.sqlite import SqliteMetastore
 
 SWEEP_STEP = 331  # bytes between spread positions
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conch.errors import ConditionalWriteUnsupportedError, StorageError, WarehouseError, WarehouseNotFoundError
-from conch.storage import LocalStorage, RangeReader, Storage
-from conch.storage.registry import split_uri, storage_from_uri
+from conch.files.storage import LocalStorage, RangeReader, Storage
+from conch.files.storage.registry import split_uri, storage_from_uri
 from services import Azurite, MotoS3
 
 BACKENDS = ["local", "file-uri", "memory", "s3", "azure"]

@@ -1,4 +1,4 @@
-"""`conch.torch`: sharded, shuffled, resumable, pinned datasets over Conch scans."""
+"""`conch.engines.torch`: sharded, shuffled, resumable, pinned datasets over Conch scans."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import conch
-import conch.torch as ct
+import conch.engines.torch as ct
 
 N = 240
 
@@ -213,7 +213,7 @@ def test_an_epoch_is_pinned_while_another_process_commits(tmp_path: Path) -> Non
 
 
 RANK = """
-import json, conch, conch.torch as ct
+import json, conch, conch.engines.torch as ct
 from torch.utils.data import DataLoader
 t = conch.connect({wh!r}).table("t")
 ds = ct.dataset(t.scan("x", asof={asof}), batch_size=16, shuffle=True, splits=10)
@@ -313,7 +313,7 @@ def test_every_worker_gets_work_on_a_small_table(tmp_path: Path, workers: int) -
 def test_ring_reuses_slots_and_frees_them_when_batches_die() -> None:
     import gc
 
-    from conch.loaders import ring
+    from conch.engines.torch import ring
 
     ring._ring = None
     got = []
@@ -340,7 +340,7 @@ def test_ring_reuses_slots_and_frees_them_when_batches_die() -> None:
 
 
 def test_batches_leave_workers_through_reused_shared_slots(table: conch.Table) -> None:
-    from conch.loaders import ring
+    from conch.engines.torch import ring
 
     ds = ct.dataset(table.scan("x", "v"), batch_size=4, splits=6)
     ptrs, n = set(), 0

@@ -1,4 +1,4 @@
-"""`conch.torch.decoders` (issue 22): real PNG, JPEG and WAV bytes to tensors, as decode hooks."""
+"""`conch.engines.torch.decoders` (issue 22): real PNG, JPEG and WAV bytes to tensors, as decode hooks."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 import conch
-import conch.torch as ct
-from conch.loaders.decoders import DecodeError
+import conch.engines.torch as ct
+from conch.engines.torch.decoders import DecodeError
 
 
 def _encoded(arr: np.ndarray, fmt: str, **kw: object) -> bytes:

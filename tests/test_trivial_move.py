@@ -16,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.compaction import execute, plan_tasks
-from conch.compaction.plan import commit_budget, is_l1, move_task, plan, run_bytes, table_ranges
-from conch.compaction.run import commit, compact
 from conch.errors import CommitConflictError
-from conch.keys import encode_keys
-from conch.manifest import KeySpace, extent, overlaps, subtree_end
-from conch.wal import AddFragment, AddKeySpace, RemoveFragment, RemoveKeySpace
+from conch.files.manifest import KeySpace, extent, overlaps, subtree_end
+from conch.log.wal import AddFragment, AddKeySpace, RemoveFragment, RemoveKeySpace
+from conch.maintain.compaction import execute, plan_tasks
+from conch.maintain.compaction.plan import commit_budget, is_l1, move_task, plan, run_bytes, table_ranges
+from conch.maintain.compaction.run import commit, compact
+from conch.model.keys import encode_keys
 
 OFF = conch.Policy(auto=False)
 MOVE_ALL = conch.Policy(move_bytes=0, settle_after=None)  # every disjoint run moves, no background settle

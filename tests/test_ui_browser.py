@@ -58,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     make_first_hour(cat)
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "conch.cli", "--warehouse", wh, "ui", "--port", str(port)],
+        [sys.executable, "-m", "conch.apps.cli", "--warehouse", wh, "ui", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

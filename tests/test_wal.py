@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch import wal
 from conch.errors import CommitConflictError
-from conch.manifest import Fragment, KeySpace, TableState
-from conch.metastore.base import LogEntry
-from conch.schema import Schema
+from conch.files.manifest import Fragment, KeySpace, TableState
+from conch.log import wal
+from conch.log.metastore.base import LogEntry
+from conch.model.schema import Schema
 
 SCHEMA = Schema.empty(pa.schema([("id", pa.int64())]))
 

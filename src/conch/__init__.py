@@ -10,8 +10,10 @@ LSM tree, committed through a table-wide write-ahead log, read with fresh-record
 >>> cat.scan(t["audio.bytes"], where=t["silence_ratio"] < 0.1).to_arrow()   # doctest: +SKIP
 """
 
-from conch.catalog import Catalog, connect
-from conch.changes import Changes
+from conch.api.catalog import Catalog, connect
+from conch.api.changes import Changes
+from conch.api.snapshot import Snapshot
+from conch.api.table import Table, TableColumn
 from conch.errors import (
     ColumnNotFoundError,
     CommitConflictError,
@@ -35,15 +37,13 @@ from conch.errors import (
     WarehouseError,
     WarehouseNotFoundError,
 )
-from conch.expr import Col, Expr
-from conch.keys import KeyPrefix, KeyRange
+from conch.expr.tree import Col, Expr
+from conch.log.txn import Commit
+from conch.model.budget import WriteOptions
+from conch.model.keys import KeyPrefix, KeyRange
+from conch.model.policy import Policy
 from conch.nested import _
-from conch.policy import Policy
 from conch.scan import Scan, ScanMetrics
-from conch.snapshot import Snapshot
-from conch.table import Table, TableColumn
-from conch.txn import Commit
-from conch.write import WriteOptions
 
 __version__ = "0.1.0"
 

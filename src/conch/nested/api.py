@@ -18,103 +18,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch import expr as core_expr
 from conch.errors import ColumnNotFoundError, ExpressionError, InvalidKeyError, LevelError
-from conch.keys import key_array, key_table, sorted_unique
+from conch.expr import tree as core_expr
+from conch.model.keys import key_array, key_table, sorted_unique
+from conch.model.schema import join_path
 from conch.nested import nodes as N
+from conch.nested.deferred import Deferred, resolve
 from conch.nested.lower import lift, lower
-from conch.nested.nodes import Agg, Binary, Domain, Node, RekeyDomain, Unary, is_ancestor, level_name
-from conch.schema import join_path
+from conch.nested.nodes import Agg, Binary, Domain, Node, RekeyDomain, TableHandle, Unary, is_ancestor, level_name
 
 
 class NoSuchName(ColumnNotFoundError, AttributeError):
     """An attribute names no child level, column, group or key of a level."""
-
-
-# ----- `_`: a placeholder for the level a select/where/regroup is applied to ------------------------
-class Deferred:
-    """`_` and expressions built from it; resolved against the level of the enclosing call.
-
-    >>> clips.where(_.duration > 10)         # `_` is `clips` here             # doctest: +SKIP
-    """
-
-    __slots__ = ("_fn", "_repr")
-    _fn: Callable[[Path], Any]
-    _repr: str
-
-    def __init__(self, fn: Callable[[Path], Any], text: str) -> None:
-        object.__setattr__(self, "_fn", fn)
-        object.__setattr__(self, "_repr", text)
-
-    def resolve(self, path: Path) -> Any:
-        return self._fn(path)
-
-    def __repr__(self) -> str:
-        return self._repr
-
-    def __getattr__(self, name: str) -> Deferred:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return Deferred(lambda p: getattr(self._fn(p), name), f"{self._repr}.{name}")
-
-    def __getitem__(self, key: Any) -> Deferred:
-        return Deferred(lambda p: self._fn(p)[key], f"{self._repr}[{key!r}]")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Deferred:
-        def call(p: Path) -> Any:
-            a = [resolve(x, p) for x in args]
-            kw = {k: resolve(v, p) for k, v in kwargs.items()}
-            return self._fn(p)(*a, **kw)
-
-        return Deferred(call, f"{self._repr}(...)")
-
-    def __bool__(self) -> bool:
-        raise ExpressionError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
-
-    __hash__ = object.__hash__
-
-
-def _deferred_op(name: str) -> Callable[..., Deferred]:
-    def op(self: Deferred, *other: Any) -> Deferred:
-        return Deferred(lambda p: getattr(self._fn(p), name)(*[resolve(o, p) for o in other]), f"{self._repr} {name}")
-
-    return op
-
-
-for _name in [
-    "__add__",
-    "__radd__",
-    "__sub__",
-    "__rsub__",
-    "__mul__",
-    "__rmul__",
-    "__truediv__",
-    "__rtruediv__",
-    "__floordiv__",
-    "__rfloordiv__",
-    "__mod__",
-    "__pow__",
-    "__neg__",
-    "__abs__",
-    "__invert__",
-    "__and__",
-    "__rand__",
-    "__or__",
-    "__ror__",
-    "__eq__",
-    "__ne__",
-    "__lt__",
-    "__le__",
-    "__gt__",
-    "__ge__",
-]:
-    setattr(Deferred, _name, _deferred_op(_name))
-
-_ = Deferred(lambda p: p, "_")
-
-
-def resolve(v: Any, path: Path) -> Any:
-    return v.resolve(path) if isinstance(v, Deferred) else v
 
 
 # ----- node conversion --------------------------------------------------------------------------
@@ -215,7 +130,7 @@ class Expr:
         raise ExpressionError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
 
     def __conch_expr__(self) -> core_expr.Expr:
-        """This row filter as the `conch.expr` tree every `where=` takes (`nested.lower`):
+        """This row filter as the `conch.expr.tree` tree every `where=` takes (`nested.lower`):
         `t.x > 1` is the same filter as `t["x"] > 1`."""
         return lower(self.node)
 
@@ -639,13 +554,13 @@ class RekeyPath:
         return Expr(Agg("count", N.Rows(self.domain)))
 
 
-def root_member(table: Any, name: str) -> Any:
+def root_member(table: TableHandle, name: str) -> Any:
     """`t.<name>`: a key column, child level, column or group of the table's root (the nested
     API's entry)."""
     return _member(Domain(table, ""), name)
 
 
-def root_path(table: Any, level: str = "") -> Path:
+def root_path(table: TableHandle, level: str = "") -> Path:
     """The rows of `level` (default the root) as a `Path`: `t.select(...)` / `t.where(...)`."""
     p = Path(Domain(table, ""))
     for part in level.split(".") if level else ():
@@ -653,8 +568,8 @@ def root_path(table: Any, level: str = "") -> Path:
     return p
 
 
-def as_filter(where: Any, table: Any, level: str | None) -> Any:
-    """A `where=` argument as a `conch.expr` tree: core trees as they are, nested expressions
+def as_filter(where: Any, table: TableHandle, level: str | None) -> Any:
+    """A `where=` argument as a `conch.expr.tree` tree: core trees as they are, nested expressions
     lowered, `_` resolved against the scanned level first. Anything else is returned unchanged
     (the scan names it in its error)."""
     if isinstance(where, Deferred):

@@ -32,9 +32,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch import expr as core_expr
 from conch.errors import ConchError, LevelError
-from conch.keys import KeyPrefix, KeyRange, equal_adjacent
+from conch.expr import tree as core_expr
+from conch.model.keys import KeyPrefix, KeyRange, equal_adjacent
+from conch.model.schema import join_path
 from conch.nested import kernels as K
 from conch.nested.lower import lower_at as pushable
 from conch.nested.nodes import (
@@ -50,13 +51,13 @@ from conch.nested.nodes import (
     Node,
     RekeyDomain,
     Rows,
+    TableHandle,
     Unary,
     Window,
     children,
     node_domain,
     render,
 )
-from conch.schema import join_path
 
 MAX_PREFIX_SEEKS = 256  # above this many selected prefixes, one range scan + semi-join is cheaper
 
@@ -171,7 +172,7 @@ class Executor:
     in neither or both. Scans, row sets and values are cached per domain, so a level is read
     once however many expressions use it."""
 
-    def __init__(self, table: Any, asof: Any = None, since: Any = None) -> None:
+    def __init__(self, table: TableHandle, asof: Any = None, since: Any = None) -> None:
         self.table = table
         self.snapshot = table.snapshot(asof)
         self.since = since

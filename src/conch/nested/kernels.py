@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.keys import equal_adjacent
+from conch.model.keys import equal_adjacent
 
 EMPTY_DEFAULTS = {"count": 0, "any": False, "all": True}
 SHIFTED_WINDOW_MAX = 16  # windows narrower than this sum shifted columns; wider ones prefix sums

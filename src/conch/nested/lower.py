@@ -1,6 +1,6 @@
-"""The nested API's row filters as `conch.expr` trees: one filter language for every `where=`.
+"""The nested API's row filters as `conch.expr.tree` trees: one filter language for every `where=`.
 
-`t["x"]` builds `conch.expr.Col("x")`; `t.x` and `_.x` build a nested `Field` node (it carries
+`t["x"]` builds `conch.expr.tree.Col("x")`; `t.x` and `_.x` build a nested `Field` node (it carries
 the level it lives on, which broadcasting and reductions need). A nested expression that only
 compares one level's own columns and keys is a row filter, and lowers to exactly the nodes
 `t["x"]` builds: `t.x > 1` and `t["x"] > 1` become the same `Cmp(">", Col("x"), Lit(1))`. That is
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conch import expr as core
 from conch.errors import ExpressionError
+from conch.expr import tree as core
+from conch.model.schema import join_path
 from conch.nested.nodes import Binary, Domain, Field, Lit, Node, Unary, is_ancestor, render
-from conch.schema import join_path
 
 _CMP = ("==", "!=", "<", "<=", ">", ">=")
 

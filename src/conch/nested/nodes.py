@@ -13,11 +13,13 @@ hang from ("scenes.clips.frames.~detections"), so the ancestor rules below apply
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from conch.errors import LevelError
+from conch.files.manifest import TableState
+from conch.model.schema import Schema
 
 AGGREGATES = ("count", "sum", "mean", "min", "max", "first", "last", "list", "any", "all")
 
@@ -67,6 +69,34 @@ def deeper(a: str, b: str, root_keyed: bool = False) -> str:
 
 
 # ----- domains ----------------------------------------------------------------------------------
+class SchemaView(Protocol):
+    """A table's schema as the table layer shows it (`conch.api.table.TableSchema`)."""
+
+    @property
+    def tree(self) -> Schema: ...
+
+
+class TableHandle(Protocol):
+    """What the nested API reads and writes through. `conch.api.table.Table` is one: the layer
+    above hands itself down, so this layer names the little it needs instead of importing it."""
+
+    name: str
+
+    @property
+    def schema(self) -> SchemaView: ...
+
+    @property
+    def key_schema(self) -> pa.Schema: ...
+
+    def state(self) -> TableState: ...
+
+    def snapshot(self, asof: Any = None, version: Any = None) -> Any: ...
+
+    def write(
+        self, data: Any = None, level: str | None = None, evolve: bool | None = None, progress: bool | None = None
+    ) -> Any: ...
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Domain:
     """Rows of `level`: its records whose keys match the binding, whose ancestors are in `parent`,
@@ -76,7 +106,7 @@ class Domain:
     `keys` (an Arrow table of leading key columns, one row per selected prefix, sorted).
     """
 
-    table: Any  # conch.table.Table; Any so this module does not import the table layer
+    table: TableHandle
     level: str
     parent: Domain | None = None
     filters: tuple[Node, ...] = ()

@@ -155,7 +155,7 @@ class NestedScan(ScanResult):
         return super().to_pandas() if keys else self.to_arrow(keys).to_pandas()
 
     def to_polars(self, keys: bool = True, progress: bool | None = None) -> Any:
-        from conch._deps import optional_import
+        from conch.model.deps import optional_import
 
         return optional_import("polars").from_arrow(self.to_arrow(keys))
 

@@ -18,11 +18,11 @@ from typing import Any
 import pyarrow as pa
 
 from conch.errors import InvalidKeyError, SchemaError
-from conch.nested.nodes import Domain
-from conch.schema import CHILD_KEY, Schema, join_path
+from conch.model.schema import CHILD_KEY, Schema, join_path
+from conch.nested.nodes import Domain, TableHandle
 
 
-def _schema(table: Any) -> Schema:
+def _schema(table: TableHandle) -> Schema:
     return table.state().schema
 
 
@@ -176,7 +176,7 @@ class BatchWriter:
     ...     w.scenes["s1"].clips["c1"].duration = 45.0
     """
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: TableHandle) -> None:
         self._table = table
         self._root: dict[str, Any] = {}
         self._roots: dict[tuple[Any, ...], dict[str, Any]] = {}

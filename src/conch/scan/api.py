@@ -11,14 +11,15 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from conch.errors import ConchError, CorruptFileError, InvalidArgumentError
-from conch.fragments import VortexFormat
-from conch.keys import EncodedRange
-from conch.manifest import TableState
+from conch.files.format import FragmentFormat
+from conch.files.keycache import KeyCache
+from conch.files.manifest import TableState
+from conch.model.budget import ScanOptions
+from conch.model.keys import EncodedRange
 from conch.scan.assemble import output_schema
-from conch.scan.context import ScanContext, ScanOptions
+from conch.scan.context import ScanContext
 from conch.scan.execute import execute
 from conch.scan.explain import render
-from conch.scan.keyspace import KeyCache
 from conch.scan.metrics import ScanMetrics
 from conch.scan.plan import ScanPlan, narrow, plan_scan, to_time
 from conch.scan.result import ScanResult
@@ -27,7 +28,7 @@ from conch.scan.splits import Split, plan_splits
 
 class ScanSource(Protocol):
     """What a scan reads from: one table version and the warehouse's handles (its URI, fragment
-    format, key-space cache and default scan options). `conch.snapshot.Snapshot` is one."""
+    format, key-space cache and default scan options). `conch.api.snapshot.Snapshot` is one."""
 
     @property
     def name(self) -> str: ...
@@ -36,7 +37,7 @@ class ScanSource(Protocol):
     def uri(self) -> str: ...
 
     @property
-    def format(self) -> VortexFormat: ...
+    def format(self) -> FragmentFormat: ...
 
     @property
     def key_cache(self) -> KeyCache: ...
@@ -61,7 +62,7 @@ class ScanSource(Protocol):
 
 
 class Scan(ScanResult):
-    """A scan of fresh records of one table version (`source`, a `conch.snapshot.Snapshot`).
+    """A scan of fresh records of one table version (`source`, a `conch.api.snapshot.Snapshot`).
     Build with `Table.scan` or `Snapshot.scan`; nothing is read until it is consumed
     (`to_arrow()`, `to_record_batches()`, iteration, `pa.table(scan)`, `pl.DataFrame(scan)`,
     DuckDB, ...: see `ScanResult`)."""
@@ -79,7 +80,7 @@ class Scan(ScanResult):
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidArgumentError(f"limit must be a non-negative number of rows, got {limit!r}")
         self.source = source
-        # a since inside a compaction's window reads its retained originals (`conch.sinceview`)
+        # a since inside a compaction's window reads its retained originals (`conch.log.sinceview`)
         since_us = to_time(since, "since")
         self._state = source.view(since_us)
         self._plan = plan_scan(
@@ -107,7 +108,7 @@ class Scan(ScanResult):
         return out
 
     def within(self, r: EncodedRange) -> Scan:
-        """This scan restricted to keys whose order-preserving encoding (`conch.keys.encode_key`)
+        """This scan restricted to keys whose order-preserving encoding (`conch.model.keys.encode_key`)
         is in `r`; bounds are full-key encodings. `Split.open` uses it."""
         out = copy.copy(self)
         out._plan = narrow(self._plan, r)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from conch.schema import Column, Schema, nest, struct_of
+from conch.model.schema import Column, Schema, nest, struct_of
 
 
 def output_schema(schema: Schema, level: str, cols: list[Column]) -> pa.Schema:

@@ -23,11 +23,12 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from conch.expr import Cmp, Expr, col_op_lit, columns, conjuncts
-from conch.expr import mask as filter_mask
-from conch.keys import EncodedRange, encode_keys, span_overlaps
-from conch.manifest import KeySpace
-from conch.scan.keyspace import KeyCache, numeric_key
+from conch.expr.tree import Cmp, Expr, col_op_lit, columns, conjuncts
+from conch.expr.tree import mask as filter_mask
+from conch.files.keycache import KeyCache
+from conch.files.manifest import KeySpace
+from conch.model.keys import EncodedRange, encode_keys, span_overlaps
+from conch.scan.keyspace import numeric_key
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache, may_match_many
 

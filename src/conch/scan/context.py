@@ -11,44 +11,22 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from conch.budget import DEFAULT_SPLIT
-from conch.errors import ConchError
-from conch.fragments import FileRef, VortexFormat, column_name
-from conch.manifest import Fragment
+from conch.files.format import FileRef, FragmentFormat, column_name
+from conch.files.keycache import KeyCache, KeyIndex
+from conch.files.manifest import Fragment
+from conch.model.budget import ScanOptions
+from conch.model.schema import Column, join_path
 from conch.scan.keymask import KeyMask, key_mask
-from conch.scan.keyspace import KeyCache, KeyIndex
 from conch.scan.metrics import GroupMetrics, ScanMetrics
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache
-from conch.schema import Column, join_path
 
 _STATS = StatsCache()  # fragment statistics are immutable: decoded once per process
-
-
-@dataclass(frozen=True)
-class ScanOptions:
-    """Execution knobs of one scan (`Scan.with_options`); the defaults are what users want.
-
-    `fast_paths=False` is the documented debug switch that forces the general path (merge, fresh-cell
-    location, take) instead of the streamed zip and the whole-unit decode: the scan-engine
-    equivalence tests compare both. `batch_rows` fixes the rows per output batch of the general
-    path (default: sized by `batch_bytes`); tests set it small to exercise many batches.
-    """
-
-    fast_paths: bool = True
-    batch_rows: int | None = None
-    batch_bytes: int = DEFAULT_SPLIT.batch
-    cache_bytes: int = DEFAULT_SPLIT.scan_cache  # decoded fragments shared by a scan's batches
-
-    def __post_init__(self) -> None:
-        if self.batch_rows is not None and self.batch_rows < 1:
-            raise ConchError(f"ScanOptions.batch_rows must be a positive row count, got {self.batch_rows}")
 
 
 class DecodedCache:
@@ -83,7 +61,7 @@ def file_schema(cols: Sequence[Column]) -> pa.Schema:
 class ScanContext:
     """The plan, the I/O handles, the options and the metrics of one run of a scan."""
 
-    def __init__(self, plan: ScanPlan, fmt: VortexFormat, key_cache: KeyCache, options: ScanOptions) -> None:
+    def __init__(self, plan: ScanPlan, fmt: FragmentFormat, key_cache: KeyCache, options: ScanOptions) -> None:
         self.plan = plan
         self.format = fmt
         self.key_cache = key_cache
@@ -225,7 +203,7 @@ class CountedKeys:
     for all the scan's key spaces): a scan of a table whose keys would fill more than half the
     cache reads them, uses them and drops them."""
 
-    def __init__(self, cache: KeyCache, fmt: VortexFormat, on_bytes: Any, keep: bool) -> None:
+    def __init__(self, cache: KeyCache, fmt: FragmentFormat, on_bytes: Any, keep: bool) -> None:
         self.cache, self.format, self.on_bytes, self.keep = cache, fmt, on_bytes, keep
 
     def keys(self, ks: FileRef, fields: list[pa.Field]) -> pa.Table:

@@ -6,11 +6,11 @@ The text is stable for a given table state (tests compare it with golden files i
 
 from __future__ import annotations
 
-from conch.expr import columns, conjuncts
+from conch.expr.tree import columns, conjuncts
+from conch.model.schema import join_path
 from conch.scan.metrics import ScanMetrics
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import schema_vortex_expr
-from conch.schema import join_path
 
 
 def render(table_name: str, p: ScanPlan, metrics: ScanMetrics | None = None) -> str:

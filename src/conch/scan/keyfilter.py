@@ -1,11 +1,11 @@
 """Filter terms on key columns turned into keys to seek: the one place that decides it.
 
 The core scan (`where=`), Spark's `where` option, the Polars and DuckDB pushdown all translate
-their own syntax into `conch.expr` and ask `extract` which keys the filter can match; nothing
+their own syntax into `conch.expr.tree` and ask `extract` which keys the filter can match; nothing
 else decides it, so the engines cannot disagree (NaN, None, out-of-range or mixed-type literals).
 
 A conjunct bounds the first key column when it compares it with a literal that *is* a value of
-the key type (`conch.expr.literal_fits`): `id >= 10`, `id < 20`, `id == 7`, `id > 9` (integers and strings
+the key type (`conch.expr.tree.literal_fits`): `id >= 10`, `id < 20`, `id == 7`, `id > 9` (integers and strings
 have a successor, so `>`, `<=` and `==` are exact for them), and `id.isin([...])`. A term the
 result states exactly leaves the filter; any other term on keys (other key columns, `!=`, a
 literal that does not fit, NaN, None, a bool on a number) stays in the residual and is evaluated
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.expr import And, Cmp, Col, Expr, IsIn, col_op_lit, conjuncts, literal_fits
-from conch.keys import KeyPredicate, KeyRange, to_key_predicate
+from conch.expr.tree import And, Cmp, Col, Expr, IsIn, col_op_lit, conjuncts, literal_fits
+from conch.model.keys import KeyPredicate, KeyRange, to_key_predicate
 
 __all__ = ["KeyFilter", "extract", "key_fits", "key_range_of", "literal_fits", "successor"]
 

@@ -5,7 +5,7 @@ A **dense** fragment holds rows [start, start + rows) of its key space, and its 
 row start + i and file row i (`DenseMask`). Minor compaction (issue 10) realigns data files to new
 key spaces without rewriting them: a **sparse** fragment holds a subset of its key space's rows
 and a **masked** fragment uses only some rows of a (possibly shared) data file; both are a
-`conch.masks.RunsMask` read from the fragment's mask file. The scan uses masks only through this
+`conch.files.masks.RunsMask` read from the fragment's mask file. The scan uses masks only through this
 interface, never `start`/`rows` arithmetic of its own:
 
 - `lo`, `hi`: the span of key-space rows the mask may hold (every held row is in [lo, hi));
@@ -30,9 +30,9 @@ from typing import Protocol
 import numpy as np
 
 from conch.errors import ConchError, CorruptFileError
-from conch.manifest import Fragment
-from conch.masks import read_mask
-from conch.storage import Storage
+from conch.files.manifest import Fragment
+from conch.files.masks import read_mask
+from conch.files.storage import Storage
 
 
 class KeyMask(Protocol):
@@ -102,7 +102,7 @@ class DenseMask:
 
 
 def key_mask(fr: Fragment, storage: Storage | None = None) -> KeyMask:
-    """The key mask of a fragment: dense, or read from its mask file (`conch.masks`, cached by
+    """The key mask of a fragment: dense, or read from its mask file (`conch.files.masks`, cached by
     path; needs the table's `storage`). A mask that disagrees with its fragment record is damage."""
     if not fr.mask:
         return DenseMask(fr.start, fr.rows)

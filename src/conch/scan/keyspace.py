@@ -25,158 +25,19 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from conch.budget import DEFAULT_SPLIT
-from conch.fragments import FileRef, VortexFormat
-from conch.keys import (
+from conch.files.format import FileRef
+from conch.files.keycache import INDEX_STEP, KeyIndex
+from conch.model.keys import (
     EncodedRange,
     KeyPredicate,
     KeySet,
     SortedBytes,
     decode_key,
-    encode_keys,
     equal_adjacent,
-    key_space_schema,
     predicate_bounds,
     predicate_mask,
     sort_indices,
 )
-from conch.manifest import KeySpace
-
-
-class KeyCache:
-    """Key spaces are immutable: cache their key tables (and encodings) by file path, LRU, within
-    one byte budget over every form held (a table's numpy view is counted again though it may
-    share the table's buffer). The budget, not the table's key count, bounds what scans keep:
-    a key space larger than it is read, used and dropped.
-
-    Admission has one rule, `fits`: a reader of key spaces whose keys would fill more than half
-    the cache reads them with `keep=False` (a scan decides it once: `ScanContext.keys`), since
-    keeping them would only evict what other readers use. Sparse indexes are always kept (8 B
-    per 1,024 keys). Thread-safe: scans of a server's request threads and the background settle
-    (`conch.compaction.background`) share one cache; two threads missing the same key space may
-    both read it, and the second put replaces the first."""
-
-    def __init__(self, fmt: VortexFormat, max_entries: int = 65536, max_bytes: int = DEFAULT_SPLIT.key_cache) -> None:
-        self.format = fmt
-        self._lru: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._max = max_entries  # an un-compacted table has hundreds of key spaces
-        self.max_bytes = max_bytes
-        self._used = 0
-        self._lock = threading.Lock()
-
-    def keys(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.Table:
-        """The key space's keys as a table named like `fields`; `keep=False`: not cached (see
-        `fits`)."""
-        t = self._get("table", ks.path)
-        if t is None:
-            schema = key_space_schema(fields)
-            t = self.format.read(ks, schema.names, schema).rename_columns([f.name for f in fields])
-            t = t.combine_chunks()
-            if keep:
-                self._put("table", ks.path, t)
-        return t
-
-    def encoded(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.BinaryArray:
-        """The key space's keys in the order-preserving byte encoding; `keep` as in `keys`."""
-        e = self._get("encoded", ks.path)
-        if e is None:
-            e = encode_keys(self.keys(ks, fields, keep).columns)
-            if keep:
-                self._put("encoded", ks.path, e)
-        return e
-
-    def numeric(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> np.ndarray:
-        """The single numeric key column as numpy (timestamps as int64); `keep` as in `keys`."""
-        a = self._get("numeric", ks.path)
-        if a is None:
-            a = _as_numpy(self.keys(ks, fields, keep).column(0))
-            if keep:
-                self._put("numeric", ks.path, a)
-        return a
-
-    def fits(self, key_spaces: Sequence[KeySpace], fields: list[pa.Field]) -> bool:
-        """The admission rule: whether these key spaces' keys fill at most half the cache. Then
-        their readers keep them (repeated scans and takes search memory); beyond, keeping them
-        would only evict, so they are read, used and dropped (`keep=False`), and takes find
-        keys through sparse indexes (`find_keys`)."""
-        width = sum(max(1, f.type.bit_width // 8) if pa.types.is_primitive(f.type) else 16 for f in fields)
-        return 2 * width * sum(ks.rows for ks in key_spaces) <= self.max_bytes
-
-    def cached(self, ks: FileRef) -> bool:
-        """Whether the key space's keys are in memory (a lookup then needs no file read)."""
-        with self._lock:
-            return ("numeric", ks.path) in self._lru or ("table", ks.path) in self._lru
-
-    def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
-        """The sparse index of a numeric key space (`KeyIndex`), built by one streamed pass over
-        its keys (one Vortex batch in memory) and cached by path: key spaces are immutable."""
-        idx = self._get("index", ks.path)
-        if idx is None:
-            firsts, offset = [], 0
-            for b in self.format.stream(ks, ["k0"], pa.schema([pa.field("k0", fields[0].type)])):
-                v = _as_numpy(b.column(0))
-                firsts.append(v[(-offset) % INDEX_STEP :: INDEX_STEP])
-                offset += len(v)
-            idx = KeyIndex(np.concatenate(firsts) if firsts else np.zeros(0), offset)
-            self._put("index", ks.path, idx)
-        return idx
-
-    def numeric_at(self, ks: FileRef, fields: list[pa.Field], rows: np.ndarray) -> np.ndarray:
-        """The numeric keys at sorted `rows` (Vortex reads only the chunks holding them)."""
-        t = self.format.read(ks, ["k0"], pa.schema([pa.field("k0", fields[0].type)]), rows)
-        return _as_numpy(t.column(0))
-
-    def keys_at(self, ks: FileRef, fields: list[pa.Field], rows: np.ndarray) -> pa.Table:
-        """The keys at sorted `rows`, named like `fields`: from memory when the key table is
-        cached, else Vortex reads only the chunks holding them (not the whole key table)."""
-        t = self._get("table", ks.path)
-        if t is not None:
-            return t.take(pa.array(rows))
-        schema = key_space_schema(fields)
-        return self.format.read(ks, schema.names, schema, rows).rename_columns([f.name for f in fields])
-
-    def _get(self, kind: str, path: str) -> Any:
-        with self._lock:
-            v = self._lru.get((kind, path))
-            if v is not None:
-                self._lru.move_to_end((kind, path))
-            return v
-
-    def _put(self, kind: str, path: str, v: Any) -> None:
-        if v.nbytes > self.max_bytes:
-            return  # larger than the whole budget: the caller uses it once
-        with self._lock:
-            old = self._lru.pop((kind, path), None)
-            if old is not None:
-                self._used -= old.nbytes
-            self._lru[(kind, path)] = v
-            self._used += v.nbytes
-            while len(self._lru) > self._max or self._used > self.max_bytes:
-                _, gone = self._lru.popitem(last=False)
-                self._used -= gone.nbytes
-
-
-INDEX_STEP = 1024  # keys per block of a sparse key index
-
-
-@dataclass
-class KeyIndex:
-    """A numeric key space's sparse index: the key at every `INDEX_STEP`-th row (8 B per 1,024
-    keys). A key set finds its rows by reading only the blocks its keys fall in."""
-
-    firsts: np.ndarray
-    rows: int
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.firsts.nbytes)
-
-
-def _as_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A numeric key column as numpy (timestamps as their int64 value)."""
-    if pa.types.is_timestamp(col.type):
-        col = col.cast(pa.int64())
-    return np.asarray(col.to_numpy(zero_copy_only=False) if isinstance(col, pa.Array) else col.to_numpy())
 
 
 class IndexLookup(Protocol):

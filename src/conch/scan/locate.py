@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from conch.manifest import Fragment
+from conch.files.manifest import Fragment
+from conch.model.schema import Column
 from conch.scan.context import ScanContext
 from conch.scan.keymask import locate
 from conch.scan.keyspace import MergedKeys
-from conch.schema import Column
 
 
 @dataclass

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.expr import computable
-from conch.keys import KeySet, encode_keys
+from conch.expr.tree import computable
+from conch.model.keys import KeySet, encode_keys
 from conch.scan.context import ScanContext
 from conch.scan.keyspace import (
     MergedKeys,

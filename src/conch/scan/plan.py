@@ -14,12 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from conch.errors import ColumnNotFoundError, ExpressionError, LevelError, TimeTravelError
-from conch.expr import Expr, as_expr, check_types, columns, rename
-from conch.keys import EncodedRange, KeyPredicate, KeySet, predicate_bounds, span_overlaps, to_key_predicate
-from conch.manifest import Fragment, KeySpace, TableState
+from conch.expr.tree import Expr, as_expr, check_types, columns, rename
+from conch.files.manifest import Fragment, KeySpace, TableState
+from conch.model.keys import EncodedRange, KeyPredicate, KeySet, predicate_bounds, span_overlaps, to_key_predicate
+from conch.model.schema import Column, Schema, join_path
+from conch.model.time import to_time as parse_time
 from conch.scan.keyfilter import key_range_of
-from conch.schema import Column, Schema, join_path
-from conch.timeparse import to_time as parse_time
 
 
 @dataclass
@@ -53,7 +53,7 @@ class ScanPlan:
 
 def to_time(t: object, what: str) -> int | None:
     """Commit times are µs since the epoch; datetimes and ISO strings are converted
-    (`conch.timeparse`, the one parser of Python, CLI and Spark)."""
+    (`conch.model.time`, the one parser of Python, CLI and Spark)."""
     return parse_time(t, what)
 
 

@@ -1,7 +1,7 @@
 """Filter pushdown helpers: Conch expressions as Vortex expressions, and vectorised pruning of
 fragments by their statistics (DESIGN §3 "keep manifests as Arrow tables", §5).
 
-Arrow's evaluation (`conch.expr.evaluate`) is the reference; a term goes into the Vortex scan
+Arrow's evaluation (`conch.expr.tree.evaluate`) is the reference; a term goes into the Vortex scan
 only where Vortex computes exactly the same rows. Vortex 0.90 compares only values of exactly
 the same dtype (`u64 < i64`, `decimal(15,2) < decimal(38,2)` raise), so literals are typed from
 the column's Arrow type, and a literal that does not fit that type exactly (2.5 against an int
@@ -21,11 +21,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch._deps import LazyModule
-from conch.expr import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit, computable, literal_fits
-from conch.fragments import column_name, decode_stats
-from conch.manifest import Fragment
-from conch.schema import Schema
+from conch.expr.tree import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit, computable, literal_fits
+from conch.files.format import column_name, decode_stats
+from conch.files.manifest import Fragment
+from conch.model.deps import LazyModule
+from conch.model.schema import Schema
 
 vx: Any = LazyModule("vortex")
 ve: Any = LazyModule("vortex.expr")
@@ -59,7 +59,7 @@ def _vx_dtype(t: pa.DataType) -> Any | None:
 
 def _exact_value(value: Any, t: pa.DataType) -> Any | None:
     """`value` as a Python value of exactly type `t`, as Arrow compares it (the reference,
-    `conch.expr.evaluate` casts the literal to the column's type), or None where that cast is
+    `conch.expr.tree.evaluate` casts the literal to the column's type), or None where that cast is
     not exact (2.5 against an int column, 0.051 against decimal(15,2), -1 against a u64, a
     datetime with microseconds against a ms column): such a term is evaluated in Arrow."""
     if value is None or isinstance(value, bool | np.bool_) != pa.types.is_boolean(t):
@@ -160,7 +160,7 @@ def to_vortex(e: Expr, column_name: Callable[[str], str | None], types: Callable
         name, t = column_name(e.operand.path), types(e.operand.path)
         if name is None or pa.types.is_floating(t):
             return None  # Arrow's `is_in` matches floats by hash: -0.0 is not 0.0 there, unlike `==`
-        # a number not exactly of the column's type equals no value (`conch.expr.evaluate`)
+        # a number not exactly of the column's type equals no value (`conch.expr.tree.evaluate`)
         numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
         values = [v for v in e.values if v is not None and (not numeric or literal_fits(v, t))]
         if not values or len(values) > MAX_IN:

@@ -10,7 +10,7 @@ A result is lazy until consumed. `to_record_batches()` is the primitive (a strea
 - `count()` (subclasses count cheaper where they can: `Scan.count` reads keys only).
 
 The materialising conversions take `progress=`: a rows-and-bytes bar on a terminal
-(`conch.progress`) for scans that run longer than a second, `False` never, `True` at once.
+(`conch.model.progress`) for scans that run longer than a second, `False` never, `True` at once.
 
 Subclasses give `to_record_batches`, `schema`, `explain` and `metrics`.
 """
@@ -22,8 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from conch._deps import optional_import
-from conch.progress import Progress, scan_delay
+from conch.model.deps import optional_import
+from conch.model.progress import Progress, scan_delay
 from conch.scan.metrics import ScanMetrics
 
 

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.expr import And, Expr, columns, conjuncts
-from conch.expr import mask as filter_mask
-from conch.fragments import ORDINAL
-from conch.manifest import Fragment
+from conch.expr.tree import And, Expr, columns, conjuncts
+from conch.expr.tree import mask as filter_mask
+from conch.files.format import ORDINAL
+from conch.files.manifest import Fragment
 from conch.scan.context import ScanContext
 from conch.scan.locate import ReadUnit
 from conch.scan.pushdown import may_match_many, schema_vortex_expr

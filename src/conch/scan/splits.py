@@ -3,7 +3,7 @@
 `scan.splits(n)` (`plan_splits` here) cuts a scan into about `n` splits of similar size,
 each a key range of the scan's level. Together they return exactly the scan's records, each
 once, in key order split after split. A `Split` is plain data: the scan's snapshot (a
-`conch.snapshot.Snapshot`: the warehouse connection, the table, the pinned commit), the scan's
+`conch.api.snapshot.Snapshot`: the warehouse connection, the table, the pinned commit), the scan's
 arguments and its key range. It is picklable and `split.open()` reads it in any process (a Spark
 task, a data-loader worker, a distributed maintenance job): the snapshot reopens the warehouse
 exactly as `connect()` reached it (metastore, token, storage options) and the split scans that
@@ -27,18 +27,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.errors import ConchError
-from conch.expr import Expr
-from conch.keys import EncodedRange, KeyPredicate, encode_keys, predicate_bounds
-from conch.manifest import KeySpace
+from conch.expr.tree import Expr
+from conch.files.keycache import KeyCache
+from conch.files.manifest import KeySpace
+from conch.model.budget import ScanOptions
+from conch.model.keys import EncodedRange, KeyPredicate, encode_keys, predicate_bounds
 from conch.scan.candidates import NOTHING, candidate_ranges, estimated_rows, pieces, runs_meeting
-from conch.scan.context import ScanOptions
-from conch.scan.keyspace import KeyCache
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache
 
 
 class SplitSource(Protocol):
-    """What splitting needs of a scan's source (a `conch.snapshot.Snapshot`, picklable): its
+    """What splitting needs of a scan's source (a `conch.api.snapshot.Snapshot`, picklable): its
     table, version and key-space cache, and how to scan it again."""
 
     @property
@@ -71,7 +71,7 @@ MAX_SPLITS = 4096
 class Split:
     """One key range of a scan, as plain picklable data; `open()` scans it in any process."""
 
-    snapshot: SplitSource  # the scan's table version (`conch.snapshot.Snapshot`), reopened by pickling
+    snapshot: SplitSource  # the scan's table version (`conch.api.snapshot.Snapshot`), reopened by pickling
     level: str
     columns: tuple[str, ...]  # full column paths
     where: Expr | None

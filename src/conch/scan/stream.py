@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.expr import mask as filter_mask
-from conch.fragments import ORDINAL
-from conch.keys import KeySet
-from conch.manifest import Fragment, KeySpace
+from conch.expr.tree import mask as filter_mask
+from conch.files.format import ORDINAL
+from conch.files.manifest import Fragment, KeySpace
+from conch.model.keys import KeySet
+from conch.model.schema import Column
 from conch.scan.assemble import assemble, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
@@ -40,7 +41,6 @@ from conch.scan.overlay import OverlayColumn, OverlayKeys, Window, overlay_keys,
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
 from conch.scan.take import take_rows
-from conch.schema import Column
 
 
 @dataclass

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from conch.fragments import column_name
-from conch.manifest import Fragment
+from conch.files.format import column_name
+from conch.files.manifest import Fragment
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.locate import ReadUnit
 

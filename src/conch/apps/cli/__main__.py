@@ -1,0 +1,5 @@
+"""`python -m conch.apps.cli`."""
+
+from conch.apps.cli import main
+
+main()

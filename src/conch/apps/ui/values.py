@@ -1,0 +1,188 @@
+"""Cell values as HTML: image thumbnails, audio players with waveforms, tensor heat maps, folded
+text, structs as compact field grids.
+
+A page never carries a blob: an image is a thumbnail (at most `THUMB_PX` on its longer side,
+made with Pillow once per distinct image and kept in a bounded cache) inlined as a data URI and
+linked to the full image at the blob endpoint; audio is a waveform and a player whose source is
+the blob endpoint (fetched on play). Waveforms and heat maps are SVG computed here with NumPy, so
+the browser needs no script to draw them. `blob_url(path)` gives the blob endpoint of the value
+at a column path (`image.png`), for blobs at any depth of a struct.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from html import escape
+from typing import Any
+
+import numpy as np
+
+from conch.apps.previews import describe, sniff, tensor_shape, waveform
+
+BlobUrl = Callable[[str], str]
+THUMB_PX = 128  # a thumbnail's longer side
+SMALL_IMAGE_BYTES = 12_000  # an image within THUMB_PX and this size is its own thumbnail
+THUMB_CACHE = 1024  # thumbnails kept (each a few KB)
+TEXT_FOLD = 120
+HEAT_CELLS = 48  # a heat map shows at most this many rows and columns (strided)
+STRUCT_TABLE_FIELDS = 3  # a struct of at most this many fields stays a small table; wider: a grid
+
+
+def render(value: Any, blob_url: BlobUrl | None = None, path: str = "") -> str:
+    """One cell as HTML; `path` is the value's column path (for `blob_url`)."""
+    if value is None:
+        return '<span class="null">null</span>'
+    if isinstance(value, bytes):
+        return render_blob(value, blob_url(path) if blob_url is not None else None)
+    if isinstance(value, list):
+        shape = tensor_shape(value)
+        if shape is not None and len(shape) >= 1 and (len(shape) > 1 or shape[0] > 8):
+            return render_tensor(np.asarray(value, dtype=np.float64), shape)
+        if len(value) > 8:
+            return f"<details><summary>[{len(value)} items]</summary>{escape(str(value))}</details>"
+        return escape(str(value))
+    if isinstance(value, dict):
+        return render_struct(value, blob_url, path)
+    if isinstance(value, str) and len(value) > TEXT_FOLD:
+        return (
+            f'<details class="fold"><summary>{escape(value[:TEXT_FOLD])}… '
+            f'<span class="muted">({len(value)} chars)</span></summary>{escape(value)}</details>'
+        )
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return escape(str(value))
+
+
+def render_struct(value: dict[str, Any], blob_url: BlobUrl | None, path: str) -> str:
+    """A struct: up to `STRUCT_TABLE_FIELDS` fields as a small table; wider ones as a grid of
+    `name value` cells that wraps into columns (a 13-field group is a few lines, not 13 rows).
+    Blobs, tensors and long text take a whole line of the grid."""
+
+    def sub(k: str) -> str:
+        return f"{path}.{k}" if path else k
+
+    if len(value) <= STRUCT_TABLE_FIELDS:
+        rows = "".join(f"<tr><th>{escape(k)}</th><td>{render(v, blob_url, sub(k))}</td></tr>" for k, v in value.items())
+        return f'<table class="nested">{rows}</table>'
+    cells = []
+    for k, v in value.items():
+        wide = isinstance(v, (bytes, dict, list)) or (isinstance(v, str) and len(v) > 40)
+        cells.append(
+            f'<div class="kv{" wide" if wide else ""}"><span class="k">{escape(k)}</span>'
+            f'<span class="v">{render(v, blob_url, sub(k))}</span></div>'
+        )
+    return f'<div class="struct">{"".join(cells)}</div>'
+
+
+def render_blob(blob: bytes, blob_url: str | None) -> str:
+    info = sniff(blob)
+    label = f'<div class="blob-info">{escape(info.describe())}</div>'
+    if info.kind == "image":
+        thumb = thumbnail(blob)
+        if thumb is not None:
+            mime, data, w, h = thumb
+            img = (
+                f'<img class="thumb" alt="{escape(info.describe())}" width="{w}" height="{h}" '
+                f'src="data:{mime};base64,{base64.b64encode(data).decode()}">'
+            )
+            if blob_url:
+                img = f'<a class="full" href="{escape(blob_url)}" target="_blank" title="full image">{img}</a>'
+            return img + label
+    if info.kind == "audio":
+        wave = waveform_svg(blob)
+        player = f'<audio controls preload="none" src="{escape(blob_url)}"></audio>' if blob_url else ""
+        return f'<div class="audio">{wave}{player}{label}</div>'
+    if blob_url:
+        return f'<a href="{escape(blob_url)}">{escape(describe(blob))}</a>'
+    return f'<span class="blob">{escape(describe(blob))}</span>'
+
+
+_thumbs: OrderedDict[bytes, tuple[str, bytes, int, int] | None] = OrderedDict()
+_thumbs_lock = threading.Lock()
+
+
+def thumbnail(blob: bytes) -> tuple[str, bytes, int, int] | None:
+    """`(mime, bytes, width, height)` of a thumbnail of an image blob, at most `THUMB_PX` on its
+    longer side (a small image is its own), or None when Pillow is missing or cannot decode it.
+    Computed once per distinct image (a bounded LRU cache keyed by the image's digest)."""
+    digest = hashlib.blake2b(blob, digest_size=16).digest()
+    with _thumbs_lock:
+        if digest in _thumbs:
+            _thumbs.move_to_end(digest)
+            return _thumbs[digest]
+    thumb = _make_thumbnail(blob)
+    with _thumbs_lock:
+        _thumbs[digest] = thumb
+        while len(_thumbs) > THUMB_CACHE:
+            _thumbs.popitem(last=False)
+    return thumb
+
+
+def _make_thumbnail(blob: bytes) -> tuple[str, bytes, int, int] | None:
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    info = sniff(blob)
+    try:
+        with Image.open(io.BytesIO(blob)) as img:
+            w, h = img.size
+            if w <= THUMB_PX and h <= THUMB_PX and len(blob) <= SMALL_IMAGE_BYTES:
+                return info.mime, blob, w, h
+            img.draft("RGB", (THUMB_PX * 2, THUMB_PX * 2))  # JPEG: decode at a reduced scale
+            img.thumbnail((THUMB_PX, THUMB_PX))
+            alpha = img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info)
+            out = img.convert("RGBA" if alpha else "RGB")
+            buf = io.BytesIO()
+            out.save(buf, format="WEBP", quality=80, method=4)
+            return "image/webp", buf.getvalue(), out.width, out.height
+    except Exception:
+        return None
+
+
+def waveform_svg(blob: bytes, width: int = 240, height: int = 48) -> str:
+    """Peak envelope of a PCM WAV as an SVG polyline (empty for other audio)."""
+    peaks = waveform(blob, points=width // 2)
+    if peaks is None or peaks.size == 0:
+        return ""
+    mid = height / 2
+    xs = np.linspace(0, width, peaks.size)
+    top = " ".join(f"{x:.1f},{mid - p * mid:.1f}" for x, p in zip(xs, peaks, strict=True))
+    bottom = " ".join(f"{x:.1f},{mid + p * mid:.1f}" for x, p in zip(xs[::-1], peaks[::-1], strict=True))
+    return (
+        f'<svg class="wave" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg"><polyline points="{top} {bottom}"/></svg>'
+    )
+
+
+def render_tensor(arr: np.ndarray, shape: tuple[int, ...]) -> str:
+    """A tensor by its shape, with a heat map of its first 2-D slice."""
+    label = f'<div class="blob-info">tensor {"×".join(map(str, shape))}, min {arr.min():.3g}, max {arr.max():.3g}</div>'
+    plane = arr.reshape(1, -1) if arr.ndim == 1 else arr.reshape(-1, arr.shape[-2], arr.shape[-1])[0]
+    rs = max(1, -(-plane.shape[0] // HEAT_CELLS))
+    cs = max(1, -(-plane.shape[1] // HEAT_CELLS))
+    plane = plane[::rs, ::cs]
+    lo, hi = float(plane.min()), float(plane.max())
+    norm = (plane - lo) / (hi - lo) if hi > lo else np.zeros_like(plane)
+    cell = 6 if arr.ndim > 1 else 4
+    rects = []
+    for (i, j), v in np.ndenumerate(norm):
+        r, g, b = _viridis(float(v))
+        rects.append(f'<rect x="{j * cell}" y="{i * cell}" width="{cell}" height="{cell}" fill="rgb({r},{g},{b})"/>')
+    w, h = plane.shape[1] * cell, plane.shape[0] * cell
+    svg = f'<svg class="heat" viewBox="0 0 {w} {h}" width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg">{"".join(rects)}</svg>'
+    return f'<div class="tensor">{svg}{label}</div>'
+
+
+def _viridis(v: float) -> tuple[int, int, int]:
+    stops = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)]
+    pos = min(max(v, 0.0), 1.0) * (len(stops) - 1)
+    i = min(int(pos), len(stops) - 2)
+    t = pos - i
+    a, b = stops[i], stops[i + 1]
+    return (round(a[0] + (b[0] - a[0]) * t), round(a[1] + (b[1] - a[1]) * t), round(a[2] + (b[2] - a[2]) * t))

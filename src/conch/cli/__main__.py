@@ -1,5 +1,0 @@
-"""`python -m conch.cli`."""
-
-from conch.cli import main
-
-main()

@@ -1,0 +1,1 @@
+"""Engines over Conch: Spark, PyTorch, Polars, DuckDB (each needs its extra)."""

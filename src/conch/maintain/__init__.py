@@ -1,0 +1,1 @@
+"""Maintenance (spec/003, DESIGN §6): compaction, expire, vacuum and `check`."""

@@ -1,0 +1,149 @@
+"""Displacement maps (spec/003): where each row of a compaction's origin key spaces went.
+
+Every key-space compaction writes one: for each origin (input) data key space, its rows that
+survive, mapped to a destination (output) key space and row. It is what minor compaction needs to
+re-align an origin's fragments to the destination key spaces without reading their data, and it
+documents a compaction for time travel and audits.
+
+Stored compactly as **runs**: `(origin, origin_start, dest, dest_start, length)` says origin rows
+`[origin_start, origin_start + length)` are destination rows `[dest_start, dest_start + length)`.
+Rows of one origin are contiguous in its destination wherever no other input's key falls between
+them, so an L1 run merged with a few small L0 runs is a handful of runs, not one entry per key.
+Rows absent from the map were dropped (deleted by a tombstone). The map is a small Arrow IPC
+stream (`maps/<id>.arrow`, `conch.files.ipc`; maps written earlier as IPC files read the same),
+referenced by the compaction's `AddDisplacementMap` WAL op with its size and checksum; reads
+verify it (`CorruptFileError` naming the file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conch.files.integrity import digest, verify
+from conch.files.ipc import read_table, table_bytes
+from conch.files.storage import Storage, new_id
+
+MAP_SCHEMA = pa.schema(
+    [
+        ("origin", pa.string()),
+        ("origin_start", pa.int64()),
+        ("dest", pa.string()),
+        ("dest_start", pa.int64()),
+        ("length", pa.int64()),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenMap:
+    path: str
+    bytes: int
+    checksum: str
+    runs: int
+    rows: int  # origin rows mapped
+
+
+def map_runs(origin: str, origin_enc: pa.BinaryArray, dest_ids: list[str], dest_encs: list[pa.BinaryArray]) -> pa.Table:
+    """The runs mapping one origin key space (its encoded keys, in row order) into destination
+    key spaces (theirs, in key order, disjoint)."""
+    if not dest_encs or len(origin_enc) == 0:
+        return MAP_SCHEMA.empty_table()
+    offsets = np.cumsum([0] + [len(d) for d in dest_encs])
+    allkeys = pa.concat_arrays([d.cast(pa.binary()) for d in dest_encs])
+    found, gpos = _positions(origin_enc.cast(pa.binary()), allkeys)
+    rows = np.nonzero(found)[0].astype(np.int64)
+    if not len(rows):
+        return MAP_SCHEMA.empty_table()
+    dest = np.searchsorted(offsets, gpos, side="right") - 1
+    brk = np.ones(len(rows), dtype=bool)
+    brk[1:] = (np.diff(rows) != 1) | (np.diff(gpos) != 1) | (np.diff(dest) != 0)
+    starts = np.nonzero(brk)[0]
+    lengths = np.diff(np.append(starts, len(rows)))
+    return pa.table(
+        {
+            "origin": pa.array([origin] * len(starts), pa.string()),
+            "origin_start": pa.array(rows[starts]),
+            "dest": pa.array([dest_ids[int(d)] for d in dest[starts]], pa.string()),
+            "dest_start": pa.array(gpos[starts] - offsets[dest[starts]]),
+            "length": pa.array(lengths.astype(np.int64)),
+        },
+        schema=MAP_SCHEMA,
+    )
+
+
+def _positions(origin: pa.BinaryArray, allkeys: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray]:
+    """For each origin key: whether it is in `allkeys` (sorted, distinct), and where (for the
+    found ones). Keys of at most 8 bytes, all of one width (every fixed-width key type), are
+    searched as big-endian integers: a binary search over the sorted destination, where hashing
+    the destination's keys cost ~60 % of a major compaction's CPU (259k keys, 3 origins)."""
+    o, a = _as_words(origin), _as_words(allkeys)
+    same_width = not len(origin) or not len(allkeys) or len(origin[0].as_py()) == len(allkeys[0].as_py())
+    if o is None or a is None or not len(a) or not same_width:  # padding would equate different widths
+        pos = pc.index_in(origin, value_set=allkeys)
+        found = np.asarray(pos.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        return found, np.asarray(pos.filter(pa.array(found)).to_numpy(zero_copy_only=False), dtype=np.int64)
+    at = np.minimum(np.searchsorted(a, o), len(a) - 1)
+    found = a[at] == o
+    return found, at[found].astype(np.int64)
+
+
+def _as_words(keys: pa.BinaryArray) -> np.ndarray | None:
+    """Keys all of one width `w <= 8`, as integers ordered like the bytes (right-padded with
+    zeros to 8 bytes; equal widths keep the order); None for other keys."""
+    n = len(keys)
+    if not n:
+        return np.empty(0, dtype=np.uint64)
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1, offset=keys.offset * 4)
+    widths = np.diff(offsets)
+    width = int(widths[0])
+    if not 0 < width <= 8 or keys.null_count or not (widths == width).all():
+        return None
+    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8, count=width * n, offset=int(offsets[0]))
+    words = np.zeros((n, 8), dtype=np.uint8)
+    words[:, :width] = data.reshape(n, width)
+    return words.view(">u8").ravel().astype(np.uint64)
+
+
+def write_map(storage: Storage, table_id: str, runs: list[pa.Table]) -> WrittenMap:
+    """Write the runs as one zstd Arrow IPC stream (`conch.files.ipc`) under the table's `maps/`."""
+    t = pa.concat_tables(runs) if runs else MAP_SCHEMA.empty_table()
+    data = table_bytes(t)
+    path = f"{table_id}/maps/{new_id()}.arrow"
+    storage.write(path, data)
+    rows = int(pc.sum(t.column("length")).as_py() or 0)
+    return WrittenMap(path, len(data), digest(data), t.num_rows, rows)
+
+
+def read_map(storage: Storage, path: str, checksum: str = "") -> pa.Table:
+    """A displacement map's runs, verified against its recorded checksum."""
+    data = storage.read(path)
+    if checksum:
+        verify(data, checksum, f"displacement map {path}")
+    return read_table(data, f"displacement map {path}", MAP_SCHEMA)
+
+
+def displace(runs: pa.Table, origin: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where origin rows `rows` (sorted) went: `(dest index into the map's dest ids, dest row)`,
+    -1 for rows that were dropped. Dest ids are `runs['dest']` values (use `dest_ids(runs)`)."""
+    mine = runs.filter(pc.equal(runs.column("origin"), origin))
+    o = mine.column("origin_start").to_numpy()
+    n = mine.column("length").to_numpy()
+    order = np.argsort(o)
+    o, n = o[order], n[order]
+    d = mine.column("dest_start").to_numpy()[order]
+    ids = pc.index_in(mine.column("dest"), value_set=dest_ids(runs)).to_numpy().astype(np.int64)[order]
+    i = np.searchsorted(o, rows, side="right") - 1
+    ok = (i >= 0) & (rows < o[np.maximum(i, 0)] + n[np.maximum(i, 0)]) if len(o) else np.zeros(len(rows), bool)
+    j = np.maximum(i, 0)
+    dest = np.where(ok, ids[j] if len(o) else -1, -1)
+    row = np.where(ok, d[j] + rows - o[j] if len(o) else -1, -1)
+    return dest, row
+
+
+def dest_ids(runs: pa.Table) -> pa.Array:
+    """The distinct destination key spaces of a map, in first-seen order."""
+    return pc.unique(runs.column("dest")) if runs.num_rows else pa.array([], pa.string())

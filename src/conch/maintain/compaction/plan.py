@@ -1,0 +1,338 @@
+"""Which runs to compact, and why: the maintenance policy (spec/003 "Compaction", DESIGN §6).
+
+The LSM tree has two levels. **L0** holds what commits add: overlapping sorted runs (one key
+space per write and level, tombstone sets too). **L1** holds disjoint sorted runs, one per key
+range (`ranges.Ranges`). A *component* is a maximal set of ranges connected by runs that span
+them; a compaction works on one component (a run can only be removed whole), so every run of
+any level overlapping the component's key span is in it.
+
+Two kinds of task, both over a **contiguous window in commit time** (DESIGN §6's invariant): the
+runs they merge are exactly the component's runs whose times fall in the window, so no run left
+outside is both older than one input and newer than another, and each output can take the
+newest input's place in the time order without changing any fresh cell:
+
+- **major** (`L0 + L1 → L1`): every run of the component. Tombstones are applied and dropped
+  (TEAM rule: no data run of their level or a descendant overlapping them, older than them, is
+  left), shadowed cells dropped, the output cut at the range boundaries plus new ones where a
+  range outgrows `max_l1_rows`, and at partition changes (`partition_by`).
+- **merge** (`L0 → L0`, size-tiered): the newest L0 runs whose sizes are similar (each older run
+  at most `size_ratio` × the newer ones together). Cheap: it rewrites small runs only, so many
+  small commits do not each rewrite L1. Tombstones in the window are applied to the window's
+  data and merged into one tombstone run per level (they still hide older runs), so a
+  delete-heavy history does not pile up tombstone runs either.
+
+The default policy (`conch.Policy()`, measured in `docs/compaction.md`) is **read-cost aware**.
+Every L0 run beside the rest of its component costs a scan a fixed time whatever its size: its
+files are opened and decoded and the scan takes the overlay path (measured: the first run ~1.1
+ms, each further one ~0.25 ms, while a scan reads ~0.5 MB of fragments per ms and costs ~0.6 ms
+fixed). `Policy.l0_read_bytes` (512 KB) is that cost as bytes of scanning. A small component
+(`small_bytes`) is compacted whole (major) once `n` L0 runs would cost more than
+`read_overhead` (1.0) × its own scan (its bytes plus one run's fixed cost): `read_trigger`. So
+below 0.5 MB every second run is folded in, below 1 MB every third, above that every
+`l0_trigger`-th: reads *during* an ingest stay within ~2-3× of one run, and the background settle
+(`background.py`) folds what is left once the writer pauses (at rest: one run). (The pre-settle
+0.2 folded every run below ~2 MB, so reads stayed one run, but 200-row commits then cost 2.6×
+the ingest CPU and 3.4× the write amplification: `docs/compaction.md`.) A larger component
+waits for `l0_trigger` runs,
+major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet, or when a merge
+would not reduce the run count; else merge. The automatic trigger after
+commits runs at most `commit_budget` of input per commit: a small multiple of what the commit
+wrote (a writer never stalls long); larger tasks are listed by `maintenance_plan()` and run by
+the settle, `Table.compact()` or `conch compact`.
+
+A third kind of task rewrites nothing: **move** (`move_task`), L0 runs that overlap no other run
+re-labelled L1 as they are (a bulk load lands as disjoint runs; merging them would rewrite every
+byte for nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from conch.files.manifest import Fragment, KeySpace, extent
+from conch.maintain.compaction.ranges import Ranges, ranges_of
+from conch.model.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionTask:
+    """One compaction: merge `inputs` (key-space ids) over the key range `[lo, hi)`."""
+
+    kind: str  # "major" | "merge" | "move" (to L1 as they are: no rewrite)
+    lo: bytes
+    hi: bytes | None
+    inputs: tuple[str, ...]  # key spaces removed (data and tombstone runs)
+    min_time: int  # oldest cell time of the inputs
+    max_time: int  # newest: the output's place in the time order
+    input_bytes: int  # key spaces + fragments read
+    l0_runs: int
+    reason: str
+
+    def describe(self) -> str:
+        hi = self.hi.hex() if self.hi is not None else "ff…"
+        return (
+            f"{self.kind} [{self.lo.hex() or '00'}, {hi}): {len(self.inputs)} runs "
+            f"({self.l0_runs} L0), {self.input_bytes:,} B — {self.reason}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenancePlan:
+    """What compaction would do now, and why (`Table.maintenance_plan()`; prints readably)."""
+
+    tasks: tuple[CompactionTask, ...]
+    l0_runs: int
+    l1_runs: int
+    ranges: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __str__(self) -> str:
+        lines = [f"LSM: {self.l0_runs} L0 runs, {self.l1_runs} L1 runs over {self.ranges} key range(s)"]
+        lines += [f"  - {t.describe()}" for t in self.tasks] or ["  nothing to compact"]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def oldest_time(ks: KeySpace) -> int:
+    """The oldest cell time in a run (a compacted run spans `[min_time, time]`)."""
+    return ks.min_time or ks.time
+
+
+def is_l1(ks: KeySpace) -> bool:
+    return ks.lsm >= 1 and ks.kind == "data"
+
+
+def table_ranges(key_spaces: Iterable[KeySpace]) -> Ranges:
+    """The L1 ranges: the root level's L1 runs start them (`ranges.ranges_of`)."""
+    return ranges_of(bytes.fromhex(k.min_key) for k in key_spaces if is_l1(k) and k.level == "")
+
+
+def lsm_counts(key_spaces: Iterable[KeySpace]) -> tuple[int, int]:
+    """(L0 runs, L1 runs) of a state: what `explain()` and the manifests show."""
+    l0 = l1 = 0
+    for k in key_spaces:
+        if is_l1(k):
+            l1 += 1
+        else:
+            l0 += 1
+    return l0, l1
+
+
+def run_bytes(key_spaces: Iterable[KeySpace], fragments: Iterable[Fragment]) -> dict[str, int]:
+    """Bytes of each run: its key space file plus the fragments aligned to it."""
+    out = {k.id: k.bytes for k in key_spaces}
+    for f in fragments:
+        if f.key_space in out:
+            out[f.key_space] += f.bytes
+    return out
+
+
+@dataclass
+class Component:
+    """Ranges `first..last` and every run overlapping them."""
+
+    first: int
+    last: int
+    runs: list[KeySpace]
+
+
+def components(key_spaces: Iterable[KeySpace], ranges: Ranges) -> list[Component]:
+    """Maximal sets of ranges connected by runs that span them (sweep over range intervals)."""
+    spans = sorted(
+        ((*ranges.span(bytes.fromhex(k.min_key), bytes.fromhex(k.max_key)), k) for k in key_spaces if k.rows),
+        key=lambda s: (s[0], s[1]),
+    )
+    out: list[Component] = []
+    for first, last, ks in spans:
+        if out and first <= out[-1].last:
+            out[-1].last = max(out[-1].last, last)
+            out[-1].runs.append(ks)
+        else:
+            out.append(Component(first, last, [ks]))
+    return out
+
+
+def plan(
+    key_spaces: Mapping[str, KeySpace],
+    fragments: Mapping[str, Fragment],
+    policy: Policy,
+    force: bool = False,
+    budget: int | None = None,
+) -> MaintenancePlan:
+    """The compaction tasks the policy asks for now (`force`: a major compaction of every
+    component with any L0 run or more than one L1 run of one level, whatever the thresholds; a
+    component already holding one L1 run per level is left as it is, so a repeated `compact()`
+    rewrites nothing). Runs that overlap nothing come first, as one `move` task (`move_task`),
+    and the rest is planned as if it were done. `budget`: the input bytes a rewrite may take (the
+    commit-time trigger's, `commit_budget`): a component whose major would exceed it gets the
+    size-tiered merge of its newest L0 runs that fits, if any (the major waits for the settle or
+    `compact()`)."""
+    ks_list = list(key_spaces.values())
+    sizes = run_bytes(ks_list, fragments.values())
+    tasks: list[CompactionTask] = []
+    n_l0, n_l1 = lsm_counts(ks_list)
+    move = move_task(ks_list, sizes, policy)
+    if move is not None:
+        tasks.append(move)
+        moved = set(move.inputs)
+        ks_list = [dataclasses.replace(k, lsm=1) if k.id in moved else k for k in ks_list]
+    ranges = table_ranges(ks_list)
+    cap = policy.auto_budget_bytes if budget is None else min(budget, policy.auto_budget_bytes)
+    for comp in components(ks_list, ranges):
+        l0 = sorted((k for k in comp.runs if not is_l1(k)), key=lambda k: (k.time, k.seq, k.id))
+        l1 = [k for k in comp.runs if is_l1(k)]
+        if not l0 and (not force or _one_run_per_level(l1)):
+            continue
+        l0_bytes = sum(sizes[k.id] for k in l0)
+        l1_bytes = sum(sizes[k.id] for k in l1)
+        small = l0_bytes + l1_bytes <= policy.small_bytes
+        trigger = read_trigger(l0_bytes + l1_bytes, policy) if small else policy.l0_trigger
+        if not force and len(l0) < trigger:
+            continue
+        if not force and small and not l1 and len(l0) == 1:
+            continue  # one run and nothing to merge it with: rewriting it would gain nothing
+        lo, hi = ranges.bounds(comp.first, comp.last)
+        window = [] if force else _tier_window(l0, sizes, policy, cap)
+        if window and l1 and oldest_time(window[0]) < max(k.time for k in l1):
+            window = []  # not contiguous in time with the L1 runs it would stay above: major
+        major = force or small or not l1 or l0_bytes >= policy.l1_ratio * l1_bytes or len(window) < 2
+        if major and not force and budget is not None and l0_bytes + l1_bytes > budget:
+            if len(window) < 2:
+                continue  # nothing within this trigger's budget: the settle or compact() runs the major
+            major = False  # the merge that fits; the major waits for the settle or compact()
+        if major:
+            why = (
+                "forced"
+                if force
+                else f"{len(l0)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
+                f"{policy.small_bytes:,} B; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
+                if small
+                else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B >= {policy.l1_ratio:g} × L1 "
+                f"{l1_bytes:,} B"
+                if l1
+                else f"{len(l0)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
+            )
+            tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
+        else:
+            why = (
+                f"{len(l0)} L0 runs >= {policy.l0_trigger}; the newest {len(window)} have similar sizes "
+                f"(L0 {l0_bytes:,} B < {policy.l1_ratio:g} × L1 {l1_bytes:,} B)"
+            )
+            tasks.append(_task("merge", lo, hi, window, sizes, len(window), why))
+    return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
+
+
+def _one_run_per_level(runs: list[KeySpace]) -> bool:
+    levels = [k.level for k in runs]
+    return len(levels) == len(set(levels))
+
+
+def read_trigger(component_bytes: int, policy: Policy) -> int:
+    """The L0 runs at which a small component is compacted: the fewest whose fixed read cost
+    (`l0_read_bytes` each) exceeds `read_overhead` × the component's own scan (its bytes plus one
+    run's fixed cost), at most `l0_trigger` (module doc)."""
+    if policy.l0_read_bytes <= 0:
+        return policy.l0_trigger
+    scan = component_bytes + policy.l0_read_bytes
+    return min(policy.l0_trigger, int(policy.read_overhead * scan // policy.l0_read_bytes) + 1)
+
+
+def _task(
+    kind: str, lo: bytes, hi: bytes | None, runs: list[KeySpace], sizes: Mapping[str, int], n_l0: int, why: str
+) -> CompactionTask:
+    return CompactionTask(
+        kind,
+        lo,
+        hi,
+        tuple(k.id for k in runs),
+        min(oldest_time(k) for k in runs),
+        max(k.time for k in runs),
+        sum(sizes[k.id] for k in runs),
+        n_l0,
+        why,
+    )
+
+
+def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy, cap: int) -> list[KeySpace]:
+    """The newest L0 runs of similar size: walking from the newest, an older run joins while its
+    bytes are at most `size_ratio` × the window's so far (universal compaction's size rule) and
+    the window stays within `cap` bytes (the automatic budget).
+    Empty when it would merge fewer than two runs."""
+    window: list[KeySpace] = []
+    total = 0
+    for k in reversed(l0):
+        b = sizes[k.id]
+        # within the automatic budget too: otherwise a geometric series of runs would make every
+        # window span them all, exceed the budget, and let L0 grow without bound
+        if window and (b > policy.size_ratio * total or total + b > cap):
+            break
+        window.append(k)
+        total += b
+    if len(window) < 2:
+        return []
+    return window[::-1]
+
+
+def within_budget(task: CompactionTask, policy: Policy, budget: int | None = None) -> bool:
+    """Whether an automatic trigger may run `task`: a move rewrites nothing, so always."""
+    limit = policy.auto_budget_bytes if budget is None else budget
+    return task.kind == "move" or task.input_bytes <= limit
+
+
+def commit_budget(written: int, policy: Policy) -> int:
+    """The input bytes the commit-time trigger may rewrite after a commit that wrote `written`
+    bytes: `commit_rewrite_ratio` × that, at least `small_bytes` (a small table is still folded at
+    its read-cost trigger), at most `auto_budget_bytes`. So the work a commit does inline is
+    bounded by what it wrote; larger merges run in the settle or `compact()`."""
+    return min(policy.auto_budget_bytes, max(policy.small_bytes, int(policy.commit_rewrite_ratio * written)))
+
+
+def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: Policy) -> CompactionTask | None:
+    """L0 runs that overlap nothing, moved to L1 as they are (RocksDB's "trivial move"): a bulk
+    load lands as disjoint runs, and merging them would rewrite every byte for nothing.
+
+    Runs are grouped by overlapping extents (`manifest.extent`: a run's keys and the subtrees of
+    its largest key), over every run of every level and kind. A group moves when it holds only L0
+    data runs, at most one per level, its root-level run starts it (that run's first key becomes a
+    range boundary, `ranges.ranges_of`, and the group lies inside the range it starts: any run
+    holding a key between it and the next boundary would overlap it), and it holds at least
+    `move_bytes` (smaller runs are cheaper to fold than to read as runs of their own). Each run
+    keeps its files, time and `min_time`: no cell is relabelled, so DESIGN §6's invariant holds
+    trivially. One task moves every such group; None when there is none."""
+    runs = sorted((k for k in key_spaces if k.rows), key=lambda k: extent(k)[0])
+    groups: list[list[KeySpace]] = []
+    hi: bytes | None = b""
+    for k in runs:
+        lo, end = extent(k)
+        if groups and (hi is None or lo < hi):
+            groups[-1].append(k)
+            hi = None if hi is None or end is None else max(hi, end)
+        else:
+            groups.append([k])
+            hi = end
+    moved = [g for g in groups if _movable(g, sizes, policy)]
+    if not moved:
+        return None
+    ins = [k for g in moved for k in g]
+    return CompactionTask(
+        "move",
+        b"",
+        None,
+        tuple(k.id for k in ins),
+        min(oldest_time(k) for k in ins),
+        max(k.time for k in ins),
+        sum(sizes[k.id] for k in ins),
+        len(ins),
+        f"{len(moved)} group(s) of runs overlapping no other run: moved to L1 as they are, no rewrite",
+    )
+
+
+def _movable(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> bool:
+    if any(k.lsm != 0 or k.kind != "data" for k in group) or not _one_run_per_level(group):
+        return False
+    root = next((k for k in group if k.level == ""), None)
+    if root is None or root.min_key != group[0].min_key:
+        return False
+    return sum(sizes[k.id] for k in group) >= policy.move_bytes

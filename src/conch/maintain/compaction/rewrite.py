@@ -1,0 +1,390 @@
+"""Execute one compaction task: rewrite its window of runs (spec/003, DESIGN §6).
+
+The fresh cells of the window are computed by the scan engine itself, run over a *view* of the
+table that holds only the inputs (their key spaces, fragments, and the tombstones among them):
+the scan is the definition of a fresh cell (spec/000), so the rewrite cannot disagree with it.
+Each level's result streams out in key order and is cut into pieces at the L1 range boundaries
+inside the task's range, at partition changes (`partition_by`), and, for the root level of a
+major, wherever a piece reaches its share of `Policy.max_l1_rows` at a change of root key
+(child levels are cut where the root level was, so a key and its subtree stay in one range).
+Each piece is written as one key space and, per column group, byte-bounded dense fragments
+(`write.write_key_space` / `write_fragments`: one way to write files).
+
+**Cell times stay exact** (DESIGN §6's invariant, by the first of its two options: per-cell times
+would cost a column per group and a wider merge on every read, while a window contiguous in
+commit time costs nothing to read): the output takes the newest input's time and records the
+oldest as `min_time`. `asof` before the compaction reads the retained originals (time travel
+replays the log); a `since` inside `(min_time, time]` reads them too (`sinceview.py`).
+
+- **major**: a column with only nulls in a piece is not written: nothing older is left in the
+  range, so "no cell" and "a null cell" read the same (null), now and for any later `since`.
+  Tombstones are dropped (applied; no older data of their level or below is left).
+- **merge** (L0 → L0): older runs stay outside the window, so a column the window never wrote for
+  a key must stay "no cell" (a null would hide the older value): rows are grouped by which
+  columns hold cells (`_by_presence`). The window's tombstones are merged into one run per
+  level whose time is the window's *oldest* time: it still hides every older run (all older
+  than the window), and never the window's own output (newer).
+
+`execute` writes files and returns them with their operations (`Staged`), committing nothing:
+in-process compaction (`run.py`) and Spark tasks over key ranges (`within`) share it, and one
+`run.commit` adds every part's outputs and removes the inputs in one WAL entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conch.files.keycache import KeyCache
+from conch.files.layout import TableFiles
+from conch.files.manifest import KeySpace, TableState
+from conch.log.wal import AddFragment, AddKeySpace, Op
+from conch.maintain.compaction.displacement import WrittenMap, map_runs, write_map
+from conch.maintain.compaction.plan import CompactionTask, table_ranges
+from conch.maintain.compaction.ranges import change_points, prefix_keys
+from conch.model.budget import ScanOptions, WriteOptions
+from conch.model.keys import EncodedRange, encode_keys, numeric_key_type, range_mask, sorted_unique
+from conch.model.schema import Column, Schema
+from conch.scan.context import ScanContext
+from conch.scan.execute import execute as run_scan
+from conch.scan.plan import narrow, plan_scan
+from conch.write.stage import StagedWrite, write_fragments, write_key_space
+
+
+@dataclass
+class Staged:
+    """What one execution wrote (nothing committed): output operations, files, the displacement
+    map, and byte counts for the write-amplification figures."""
+
+    ops: list[Op] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    map: WrittenMap | None = None
+    bytes_written: int = 0
+    started_us: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How outputs are cut: root key columns, partition key columns, the most rows per piece."""
+
+    root_keys: int
+    partition_keys: int = 0
+    max_rows: int = 1 << 20
+
+
+def input_view(state: TableState, task: CompactionTask) -> TableState:
+    """The table as far as the task's inputs go: their runs and their fragments."""
+    kss = {i: state.key_spaces[i] for i in task.inputs}
+    data = {i for i, k in kss.items() if k.kind == "data"}
+    frs = {f.id: f for f in state.fragments.values() if f.key_space in data}
+    return TableState(state.schema, state.seq, state.time, kss, frs)
+
+
+def execute(
+    files: TableFiles,
+    key_cache: KeyCache,
+    state: TableState,
+    task: CompactionTask,
+    layout: Layout,
+    within: EncodedRange | None = None,
+    opts: WriteOptions | None = None,
+    scan: ScanOptions | None = None,
+) -> Staged:
+    """Write the outputs of `task` (restricted to keys in `within`, a Spark task's part) and
+    return them with their operations; removing the inputs is `run.commit`'s job. `scan`: how
+    the inputs are read (the warehouse's, sized by `connect(memory_budget=)`)."""
+    opts = opts or WriteOptions()
+    scan = scan or ScanOptions()
+    started = time.time_ns() // 1000
+    view = input_view(state, task)
+    schema = state.schema
+    staged = StagedWrite(schema, schema, [], base_seq=state.seq)
+    levels = sorted(
+        {k.level for k in view.key_spaces.values() if k.kind == "data"}, key=lambda lvl: lvl.count(".") + bool(lvl)
+    )
+    fixed = [b for b in table_ranges(state.key_spaces.values()).boundaries if b > task.lo and _below(b, task.hi)]
+    cuts = fixed
+    target = _target_rows(view, layout.max_rows, key_cache) if task.kind == "major" else None
+    outputs: dict[str, list[tuple[str, pa.BinaryArray]]] = {}
+    for level in levels:  # root first: child levels are cut where it was
+        batches = _fresh_batches(view, level, files.format, key_cache, within, scan)
+        if task.kind == "merge":
+            for merged, present in _by_presence(view, level, batches, key_cache):
+                for piece in _pieces(iter([merged]), layout, [], None):  # partition cuts only
+                    _write_piece(files, schema, level, piece, staged, opts, outputs, present)
+            continue
+        starts: list[bytes] = []
+        for piece in _pieces(batches, layout, cuts, target):
+            starts.append(prefix_keys(piece.columns, layout.root_keys)[0].as_py())
+            _write_piece(files, schema, level, piece, staged, opts, outputs)
+        if level == "":
+            cuts = sorted(set(fixed) | set(starts[1:]))
+            target = None
+    if task.kind == "merge":
+        _merge_tombstones(files, schema, view, staged, within, key_cache)
+    now = time.time_ns() // 1000
+    ops = [_as_output(op, task, now) for op in staged.ops]
+    runs = [
+        map_runs(k.id, _encoded(key_cache, k, schema), *_dest(outputs.get(k.level, [])))
+        for k in view.key_spaces.values()
+        if k.kind == "data"
+    ]
+    written = write_map(files.storage, files.table_id, runs)
+    return Staged(
+        ops,
+        [*staged.files, written.path],
+        written,
+        sum(_op_bytes(op) for op in ops) + written.bytes,
+        started,
+    )
+
+
+def _below(b: bytes, hi: bytes | None) -> bool:
+    return hi is None or b < hi
+
+
+def _op_bytes(op: Op) -> int:
+    if isinstance(op, AddKeySpace):
+        return op.key_space.bytes
+    if isinstance(op, AddFragment):
+        return op.fragment.bytes
+    return 0
+
+
+def _dest(outs: list[tuple[str, pa.BinaryArray]]) -> tuple[list[str], list[pa.BinaryArray]]:
+    return [i for i, _ in outs], [e for _, e in outs]
+
+
+def _encoded(key_cache: KeyCache, ks: KeySpace, schema: Schema) -> pa.BinaryArray:
+    fields = schema.key_fields(ks.level)
+    if not fields:
+        return pa.array([b""] * ks.rows, pa.binary())
+    return key_cache.encoded(ks, fields)
+
+
+def _as_output(op: Op, task: CompactionTask, now: int) -> Op:
+    """An output record takes the window's times (DESIGN §6), its level and compaction time."""
+    lsm = 1 if task.kind == "major" else 0
+    if isinstance(op, AddKeySpace):
+        ks = op.key_space
+        if ks.kind == "tombstone":  # a merged tombstone run: the window's oldest time (module doc)
+            t = task.min_time
+            return AddKeySpace(dataclasses.replace(ks, time=t, min_time=0, lsm=0, compacted_at=now))
+        ks = dataclasses.replace(ks, time=task.max_time, min_time=task.min_time, lsm=lsm, compacted_at=now)
+        return AddKeySpace(ks)
+    if isinstance(op, AddFragment):
+        return AddFragment(dataclasses.replace(op.fragment, time=task.max_time, lsm=lsm, compacted_at=now))
+    return op
+
+
+def _target_rows(view: TableState, max_rows: int, key_cache: KeyCache) -> int:
+    """Rows per root-level piece: the output rows shared evenly by as few pieces of at most
+    `max_rows` as it takes. The output has at most the inputs' rows; when that bound would cut
+    more pieces than one, its root keys are counted (an upsert of 10 % of a 1M-key run is 1M
+    keys, not 1.1M: one piece, laid out as the rows written once)."""
+    runs = [k for k in view.key_spaces.values() if k.kind == "data" and k.level == ""]
+    upper = sum(k.rows for k in runs)
+    if upper > max_rows and len(runs) > 1:
+        upper = _distinct_root_keys(runs, view.schema, key_cache)
+    pieces = max(1, -(-upper // max_rows))
+    return max(1, -(-upper // pieces))
+
+
+def _distinct_root_keys(runs: list[KeySpace], schema: Schema, key_cache: KeyCache) -> int:
+    """Keys in the union of sorted, unique runs. A numeric key: the other runs' keys found in the
+    largest by binary search (cost: the small runs, not the big one); others: hashed."""
+    fields = schema.key_fields("")
+    if not fields:  # a keyless root: one row
+        return 1
+    keep = key_cache.fits(runs, fields)  # the scan that follows reads the same keys
+    if len(fields) == 1 and numeric_key_type(fields[0].type):
+        big, *rest = sorted(runs, key=lambda k: -k.rows)
+        base = key_cache.numeric(big, fields, keep)
+        others = np.unique(np.concatenate([key_cache.numeric(k, fields, keep) for k in rest]))
+        at = np.minimum(np.searchsorted(base, others), len(base) - 1)
+        return len(base) + len(others) - int(np.count_nonzero(base[at] == others))  # base: the most rows, > 0
+    keys = pa.chunked_array([key_cache.encoded(k, fields, keep) for k in runs], pa.binary())
+    return int(pc.count_distinct(keys).as_py())
+
+
+def _fresh_batches(
+    view: TableState, level: str, fmt: Any, key_cache: KeyCache, within: EncodedRange | None, scan: ScanOptions
+) -> Iterator[pa.Table]:
+    plan = plan_scan(view, (), level=level)
+    if within is not None:
+        plan = narrow(plan, within)
+    for b in run_scan(ScanContext(plan, fmt, key_cache, scan)):
+        if b.num_rows:
+            yield _flatten(pa.Table.from_batches([b]), view.schema, level)
+
+
+def _flatten(t: pa.Table, schema: Schema, level: str) -> pa.Table:
+    """Scan output (groups as structs) → key columns + one column per leaf, named by its path
+    within the level."""
+    keys = schema.key_names(level)
+    cols: dict[str, Any] = {k: t.column(k) for k in keys}
+
+    def walk(prefix: str, arr: pa.ChunkedArray) -> None:
+        if pa.types.is_struct(arr.type) and not isinstance(arr.type, pa.ExtensionType):
+            for i, sub in enumerate(arr.type):
+                # StructArray.flatten() folds the struct's validity into its children.
+                child = pa.chunked_array([c.flatten()[i] for c in arr.chunks], sub.type)
+                walk(f"{prefix}.{sub.name}", child)
+        else:
+            cols[prefix] = arr
+
+    for name in t.column_names:
+        if name not in keys:
+            walk(name, t.column(name))
+    return pa.table(cols)
+
+
+def _pieces(batches: Iterator[pa.Table], layout: Layout, cuts: list[bytes], target: int | None) -> Iterator[pa.Table]:
+    """Cut a key-ordered stream into pieces at the boundaries `cuts` (root-key prefixes), at
+    every change of partition prefix, and, when `target` is set, at the first change of root key
+    after every `target` rows."""
+    pending: list[pa.Table] = []
+    rows = 0
+    bi = 0
+    part: bytes | None = None  # the partition prefix of the pending rows
+
+    def flush() -> Iterator[pa.Table]:
+        nonlocal pending, rows
+        if pending:
+            yield pa.concat_tables(pending).combine_chunks()
+        pending, rows = [], 0
+
+    for t in batches:
+        while t.num_rows:
+            n = t.num_rows
+            if layout.partition_keys:  # cut at the first change of partition
+                parts = prefix_keys(t.columns, layout.partition_keys)
+                if part is not None and parts[0].as_py() != part:
+                    yield from flush()
+                part = parts[0].as_py()
+                changes = change_points(parts)
+                n = int(changes[0]) if len(changes) else n
+            if bi < len(cuts):
+                below = _count_below(prefix_keys(t.columns, layout.root_keys), cuts[bi])
+                if below == 0:  # at the cut
+                    yield from flush()
+                    bi += 1
+                    continue
+                # the rows before the cut take the `target` path below like any others, so the
+                # pieces do not depend on where scan batches end (a Spark part ends at the cut)
+                n = min(n, below)
+            pending.append(t.slice(0, n))
+            rows += n
+            t = t.slice(n)
+            while target is not None and rows > target:
+                whole = pa.concat_tables(pending).combine_chunks()
+                changes = change_points(prefix_keys(whole.columns, layout.root_keys))
+                after = changes[changes >= target]
+                if not len(after):
+                    pending = [whole]
+                    break
+                c = int(after[0])
+                yield whole.slice(0, c)
+                pending, rows = [whole.slice(c)], whole.num_rows - c
+    yield from flush()
+
+
+def _count_below(prefixes: pa.BinaryArray, bound: bytes) -> int:
+    return int(pc.sum(pc.less(prefixes, pa.scalar(bound, pa.binary()))).as_py() or 0)
+
+
+def _by_presence(
+    view: TableState, level: str, batches: Iterator[pa.Table], key_cache: KeyCache
+) -> Iterator[tuple[pa.Table, set[int]]]:
+    """A merge window's fresh records split by which columns hold a cell.
+
+    A run's fragments each cover all of its rows, so run `r` holds a cell of column `c` for each
+    of its keys iff `c` is in its column set; the rows of the merged result are grouped by the
+    union of the column sets of the runs holding them, one output run per group (usually one:
+    writes name the same columns).
+    """
+    fields = view.schema.key_fields(level)
+    names = [f.name for f in fields]
+    runs = [k for k in view.key_spaces.values() if k.kind == "data" and k.level == level]
+    col_sets: dict[str, frozenset[int]] = {k.id: frozenset() for k in runs}
+    for f in view.fragments.values():
+        if f.key_space in col_sets:
+            col_sets[f.key_space] |= frozenset(f.column_ids)
+    distinct = sorted(set(col_sets.values()), key=sorted)
+    bit = {s: 1 << i for i, s in enumerate(distinct)}
+    parts = list(batches)
+    if not parts:
+        return
+    out = pa.concat_tables(parts).combine_chunks()
+    enc = encode_keys([out.column(n) for n in names]) if names else pa.array([b""] * out.num_rows, pa.binary())
+    pattern = np.zeros(out.num_rows, dtype=np.int64)
+    for r in runs:
+        if not names:
+            pattern |= bit[col_sets[r.id]]
+            continue
+        hit = pc.is_in(enc, value_set=key_cache.encoded(r, fields))
+        pattern[np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)] |= bit[col_sets[r.id]]
+    for value in np.unique(pattern):
+        cols = set().union(*(s for s in distinct if bit[s] & int(value)))
+        rows = np.nonzero(pattern == value)[0]
+        yield out.take(pa.array(rows)), cols
+
+
+def _merge_tombstones(
+    files: TableFiles,
+    schema: Schema,
+    view: TableState,
+    staged: StagedWrite,
+    within: EncodedRange | None,
+    key_cache: KeyCache,
+) -> None:
+    """One tombstone run per level: the union of the window's tombstone runs (module doc)."""
+    by_level: dict[str, list[KeySpace]] = {}
+    for k in view.key_spaces.values():
+        if k.kind == "tombstone":
+            by_level.setdefault(k.level, []).append(k)
+    for level, tombs in by_level.items():
+        fields = schema.key_fields(level)
+        keys = pa.concat_tables([key_cache.keys(k, fields) for k in tombs])
+        if within is not None and fields:
+            keys = keys.filter(range_mask(within, encode_keys(keys.columns)))
+        keys = sorted_unique(keys) if fields else keys.slice(0, 1)
+        if keys.num_rows:
+            write_key_space(files, level, keys, staged, kind="tombstone")
+
+
+def _write_piece(
+    files: TableFiles,
+    schema: Schema,
+    level: str,
+    piece: pa.Table,
+    staged: StagedWrite,
+    opts: WriteOptions,
+    outputs: dict[str, list[tuple[str, pa.BinaryArray]]],
+    present: set[int] | None = None,
+) -> None:
+    """One output run. `present`: the column ids holding cells (merge); None (major): every
+    column that is not all null (see the module doc)."""
+    keys = schema.key_names(level)
+    ks_id = write_key_space(files, level, piece.select(keys), staged)
+    enc = encode_keys(piece.select(keys).columns) if keys else pa.array([b""] * piece.num_rows, pa.binary())
+    outputs.setdefault(level, []).append((ks_id, enc))
+    by_path = {c.path: c for c in schema.columns_of(level)}
+    by_group: dict[str, list[tuple[Column, pa.ChunkedArray]]] = {}
+    for name in piece.column_names:
+        if name in keys:
+            continue
+        data = piece.column(name)
+        col = by_path[name]
+        if (col.id not in present) if present is not None else data.null_count == len(data):
+            continue
+        by_group.setdefault(col.group, []).append((col, data))
+    for group, cols in by_group.items():
+        write_fragments(files, level, group, ks_id, cols, staged, opts)

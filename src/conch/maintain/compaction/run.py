@@ -1,0 +1,226 @@
+"""Running compactions: plan, execute, commit, and re-plan after losing to a concurrent one.
+
+The three steps are separate so that Spark runs the middle one on executors (issue 10 item 7):
+
+- `plan_tasks(log, policy, force)`: the tasks the policy asks for now (`plan.py`);
+- `execute(log, state, task, within)`: write one task's outputs (restricted to the encoded key
+  range `within`, for a Spark task) and return them as `Staged`, committing nothing;
+- `commit(log, task, parts)`: one WAL entry of kind `"compact"` removing the task's inputs (and
+  their fragments) and adding every part's outputs and displacement maps.
+
+Concurrency (DESIGN §4): the commit goes through the table log's compare-and-swap. Writes and
+deletes committed meanwhile never conflict (outputs take the newest input's time, so later
+commits stay newer); a commit that removed one of the inputs (another compaction) makes
+`wal.conflicts` reject the entry: the loser's files are deleted by `TableLog.commit` and it
+plans again, at most `Policy.max_replans` times, then gives up cleanly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from conch.errors import CommitConflictError, CorruptFileError
+from conch.files.manifest import TableState
+from conch.log.tablelog import TableLog
+from conch.log.txn import Commit
+from conch.log.wal import AddDisplacementMap, AddFragment, AddKeySpace, Op, RemoveFragment, RemoveKeySpace, Transaction
+from conch.maintain.compaction.plan import CompactionTask, MaintenancePlan, Policy, commit_budget, plan, within_budget
+from conch.maintain.compaction.rewrite import Layout, Staged
+from conch.maintain.compaction.rewrite import execute as rewrite
+from conch.model.keys import EncodedRange
+from conch.model.progress import Progress
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What `Table.compact()` did: tasks committed, runs in and out, bytes read and written
+    (their ratio to ingested bytes is the write amplification), lost races, runs moved."""
+
+    tasks: int = 0
+    runs_in: int = 0
+    runs_out: int = 0
+    bytes_in: int = 0
+    bytes_written: int = 0
+    conflicts: int = 0
+    moved: int = 0  # runs moved to L1 as they were (no rewrite; not counted in `tasks`)
+
+    def __add__(self, o: CompactionResult) -> CompactionResult:
+        return CompactionResult(
+            self.tasks + o.tasks,
+            self.runs_in + o.runs_in,
+            self.runs_out + o.runs_out,
+            self.bytes_in + o.bytes_in,
+            self.bytes_written + o.bytes_written,
+            self.conflicts + o.conflicts,
+            self.moved + o.moved,
+        )
+
+
+def maintenance_plan(log: TableLog, policy: Policy, force: bool = False) -> MaintenancePlan:
+    """What compaction would do now, and why."""
+    state = log.state()
+    return plan(state.key_spaces, state.fragments, policy, force)
+
+
+def plan_tasks(log: TableLog, policy: Policy, force: bool = False) -> list[CompactionTask]:
+    """The tasks the policy asks for now (`force`: a major of every component with L0 runs or
+    several runs). Spark's driver calls this, then `execute` per key range, then `commit`."""
+    return list(maintenance_plan(log, policy, force).tasks)
+
+
+def layout(log: TableLog, policy: Policy) -> Layout:
+    """How a table's outputs are cut: its root key and partition key, and the policy's bound."""
+    state = log.state()
+    return Layout(len(state.schema.key_fields("")), log.partition_keys, policy.max_l1_rows)
+
+
+def execute(
+    log: TableLog,
+    state: TableState,
+    task: CompactionTask,
+    within: EncodedRange | None = None,
+    policy: Policy | None = None,
+) -> Staged:
+    """Write `task`'s outputs over `state` (those with keys in `within` only, if given), and
+    return them uncommitted (see the module doc)."""
+    policy = policy or Policy()
+    if task.kind == "move":
+        return move(state, task)
+    wh = log.warehouse
+    with log.staging():
+        return rewrite(
+            log.files, wh.key_cache, state, task, layout(log, policy), within, wh.write_options, wh.scan_options
+        )
+
+
+def move(state: TableState, task: CompactionTask) -> Staged:
+    """A `move` task's operations: each input run and its fragments re-added as L1, same ids,
+    files, times (`plan.move_task`); nothing is written. The removals make the commit conflict
+    if a concurrent compaction removed an input first."""
+    now = time.time_ns() // 1000
+    ids = set(task.inputs)
+    ops: list[Op] = []
+    for i in task.inputs:
+        ks = state.key_spaces[i]
+        ops += [RemoveKeySpace(i), AddKeySpace(dataclasses.replace(ks, lsm=1, compacted_at=now))]
+    for f in sorted(state.fragments.values(), key=lambda f: f.id):
+        if f.key_space in ids:
+            ops += [RemoveFragment(f.id), AddFragment(dataclasses.replace(f, lsm=1, compacted_at=now))]
+    return Staged(ops, [], None, 0, now)
+
+
+def commit(log: TableLog, task: CompactionTask, parts: Sequence[Staged], base_seq: int = -1) -> Commit:
+    """Commit the parts of one task as one `"compact"` WAL entry (module doc). `base_seq`: the
+    log sequence the task was planned on. `CommitConflictError` if an input was removed
+    meanwhile (the parts' files are then deleted)."""
+    state = log.state()
+    removed = set(task.inputs)
+    ops: list[Op] = [op for p in parts for op in p.ops]
+    outs = sum(1 for op in ops if isinstance(op, AddKeySpace))
+    if task.kind == "move":
+        summary = f"move: {len(task.inputs)} runs → L1 as they are (no rewrite)"
+    else:
+        ops += [AddDisplacementMap(p.map.path, p.map.bytes, p.map.checksum, p.map.runs) for p in parts if p.map]
+        ops += [RemoveKeySpace(i) for i in task.inputs]
+        # fragments of the inputs live at commit: those of `state` (an input removed meanwhile makes
+        # `wal.conflicts` reject the entry whatever these are)
+        ops += [RemoveFragment(f.id) for f in state.fragments.values() if f.key_space in removed]
+        summary = f"{task.kind}: {len(task.inputs)} runs → {outs}"
+    txn = Transaction(
+        "compact",
+        tuple(ops),
+        summary,
+        base_seq=base_seq,
+        files=tuple(f for p in parts for f in p.files),
+        started_us=min((p.started_us for p in parts), default=0),
+    )
+    return log.commit(txn)
+
+
+def compact(
+    log: TableLog,
+    policy: Policy,
+    force: bool = True,
+    budget: bool | int = False,
+    progress: bool | None = False,
+) -> CompactionResult:
+    """Run the tasks planned now, once each (a merge's output waits for the next trigger), and
+    plan again only when a task lost to a concurrent compaction (at most `policy.max_replans`
+    times). `budget`: the automatic trigger after commits: the moves (no rewrite) and at most one
+    rewrite of at most `budget` input bytes (True: `auto_budget_bytes`). `progress`: a progress
+    bar over the tasks (`conch.model.progress`). Each task commits against the state it was planned on,
+    so a concurrent compaction that placed L1 runs over its range meanwhile makes it re-plan."""
+    total = CompactionResult()
+    limit = None if budget is False else policy.auto_budget_bytes if budget is True else int(budget)
+    tasks, planned = _tasks(log, policy, force, limit)
+    replans = 0
+    with Progress("compacting", progress=progress) as bar:
+        while tasks:
+            task = tasks.pop(0)
+            state = log.state()
+            if any(i not in state.key_spaces for i in task.inputs):  # another compactor was first
+                tasks, planned, replans = _replan(log, policy, force, limit, replans)
+                continue
+            staged = execute(log, state, task, policy=policy)
+            try:
+                commit(log, task, [staged], planned)
+            except CommitConflictError:
+                total = total + CompactionResult(conflicts=1)
+                tasks, planned, replans = _replan(log, policy, force, limit, replans)
+                continue
+            if task.kind == "move":
+                total = total + CompactionResult(moved=len(task.inputs))
+                continue
+            outs = sum(1 for op in staged.ops if isinstance(op, AddKeySpace))
+            total = total + CompactionResult(1, len(task.inputs), outs, task.input_bytes, staged.bytes_written)
+            bar.advance(sum(state.key_spaces[i].rows for i in task.inputs), task.input_bytes)
+            if limit is not None:
+                break
+    return total
+
+
+def _tasks(log: TableLog, policy: Policy, force: bool, limit: int | None) -> tuple[list[CompactionTask], int]:
+    """The tasks planned now and the log sequence of the state they were planned on."""
+    state = log.state()
+    tasks = list(plan(state.key_spaces, state.fragments, policy, force, limit).tasks)
+    if limit is not None:
+        moves = [t for t in tasks if t.kind == "move"]
+        tasks = moves + [t for t in tasks if t.kind != "move" and within_budget(t, policy, limit)][:1]
+    return tasks, state.seq
+
+
+def _replan(
+    log: TableLog, policy: Policy, force: bool, limit: int | None, replans: int
+) -> tuple[list[CompactionTask], int, int]:
+    if replans >= policy.max_replans:
+        return [], -1, replans  # give up cleanly: the files of lost attempts were deleted
+    tasks, planned = _tasks(log, policy, force, limit)
+    return tasks, planned, replans + 1
+
+
+def written_by(state: TableState, seq: int) -> int:
+    """Bytes of the runs and fragments a commit added that are still live in `state`."""
+    return sum(k.bytes for k in state.key_spaces.values() if k.seq == seq) + sum(
+        f.bytes for f in state.fragments.values() if f.seq == seq
+    )
+
+
+def auto(log: TableLog, done: Commit | None = None) -> None:
+    """The automatic trigger after a write or delete (`Warehouse.after_commit`): the moves of runs
+    that overlap nothing, and at most one rewrite of at most `plan.commit_budget` input bytes
+    (a small multiple of what the commit `done` wrote). Losing to a concurrent compactor is not
+    an error: the commit that triggered it is done, and the next trigger plans again. Neither is
+    a damaged input file: the commit is done too (raising would tell its caller it failed), so
+    it becomes a warning naming the file; reads of that file raise, and `conch check` reports it."""
+    policy = log.warehouse.maintenance
+    written = written_by(log.state(), done.seq) if done is not None else 0
+    try:
+        compact(log, policy, force=False, budget=commit_budget(written, policy))
+    except CommitConflictError:
+        pass
+    except CorruptFileError as e:
+        warnings.warn(f"automatic compaction of table {log.name!r} skipped: {e}", RuntimeWarning, stacklevel=4)

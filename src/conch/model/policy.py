@@ -1,0 +1,58 @@
+"""`Policy`: the knobs of LSM maintenance (`conch.maintain.compaction`), and whether it runs by itself.
+
+A leaf module so that the warehouse handles (`conch.log.warehouse`) can carry the policy without
+depending on the compaction package, which sits above the table log. What the knobs mean and
+how the defaults were chosen: `conch.maintain.compaction.plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conch.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Knobs of automatic and explicit compaction (defaults chosen by measurement, see
+    `conch.maintain.compaction.plan`). `conch.connect(uri, maintenance=conch.Policy(auto=False))` turns automatic compaction
+    after commits off.
+
+    >>> conch.Policy(l0_trigger=8, max_l1_rows=1 << 20)  # doctest: +SKIP
+    """
+
+    auto: bool = True  # compact after commits, in the writing process
+    l0_trigger: int = 4  # L0 runs in a component that trigger a compaction
+    size_ratio: float = 2.0  # merge: an older run joins if <= ratio × the newer window's bytes
+    l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
+    small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at its read-cost trigger
+    l0_read_bytes: int = 512 << 10  # fixed read cost of one L0 run, in bytes of scanning (measured, plan.py)
+    read_overhead: float = (
+        1.0  # small components: compact once L0 runs cost this share of the scan (the settle folds the rest)
+    )
+    max_l1_rows: int = 1 << 20  # a range's run is cut in two above this many rows
+    auto_budget_bytes: int = 64 << 20  # input bytes one automatic trigger may rewrite
+    # the commit-time trigger rewrites at most this multiple of the bytes the commit wrote (at
+    # least small_bytes, at most auto_budget_bytes; `plan.commit_budget`); larger merges settle
+    commit_rewrite_ratio: float = 4.0
+    move_bytes: int = 4 << 20  # runs overlapping nothing, this large together, go to L1 as they are
+    max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
+    settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
+
+    def __post_init__(self) -> None:
+        if (
+            self.l0_trigger < 2
+            or self.l0_read_bytes < 0
+            or self.read_overhead < 0
+            or self.size_ratio <= 0
+            or self.l1_ratio < 0
+            or self.max_l1_rows < 1
+            or self.commit_rewrite_ratio < 0
+            or self.move_bytes < 0
+            or (self.settle_after is not None and not self.settle_after >= 0)
+        ):
+            raise InvalidArgumentError(
+                f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, "
+                "settle_after None or >= 0"
+            )
