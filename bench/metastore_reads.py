@@ -19,43 +19,20 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "metastore_reads.json"
+sys.path.insert(0, str(ROOT / "tests"))
+from helpers import CountingMetastore  # noqa: E402  (the suite's own counting proxy)
+
 BACKENDS = ["sqlite-other", "object-store (local dir)", "memory://", "postgres", "http server"]
-
-
-class Counting:
-    """A metastore proxy counting every call."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr) or name == "close":
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return attr(*args, **kwargs)
-
-        return call
-
-    def take(self) -> int:
-        n = sum(self.calls.values())
-        self.calls.clear()
-        return n
 
 
 @contextlib.contextmanager
 def _backend(kind: str, tmp: Path) -> Iterator[dict[str, Any]]:
-    sys.path.insert(0, str(ROOT / "tests"))
     from services import ServerProcess, postgres_server
 
     if kind == "sqlite-other":
@@ -90,7 +67,7 @@ def measure(kind: str) -> dict[str, int]:
         for v in (1, 2, 3):
             t.write([{"id": i, "a": i, "b": i, "v": v, "kids": [{"$": 0, "v": v}]} for i in range(10)])
         first = t.history()[0]
-        counting = Counting(cat.warehouse.metastore)
+        counting = CountingMetastore(cat.warehouse.metastore)
         cat.warehouse.metastore = counting
         t.scan().to_arrow()  # a warm handle
         counting.take()

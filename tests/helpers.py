@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,29 @@ def run_cli(warehouse: str | Path, *args: str) -> subprocess.CompletedProcess[st
         timeout=120,
         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(conch.__file__).parents[1])},
     )
+
+
+class CountingMetastore:
+    """A metastore that counts the calls made to it (every one is a round trip on a server,
+    PostgreSQL or an object store)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name == "close":
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+    def take(self) -> int:
+        """The calls counted since the last `take`."""
+        n = sum(self.calls.values())
+        self.calls.clear()
+        return n

@@ -17,7 +17,6 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import threading
-from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from conch import _
 from conch.errors import TableNotFoundError, WarehouseError
 from conch.log.metastore.sqlite import SqliteMetastore
 from conch.scan.splits import Split
+from helpers import CountingMetastore
 from services import MotoS3, Postgres, ServerProcess
 
 TOKEN = "snap-token-1"
@@ -271,31 +271,6 @@ def test_every_reader_works_with_the_connection_options(remote: Where, monkeypat
 
 
 # ----- metastore reads per query build ---------------------------------------------------------------
-class Counting:
-    """A metastore that counts the calls made to it (every one is a round trip on a server,
-    PostgreSQL or an object store)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr) or name == "close":
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return attr(*args, **kwargs)
-
-        return call
-
-    def count(self) -> int:
-        n = sum(self.calls.values())
-        self.calls.clear()
-        return n
-
-
 BACKENDS = ["sqlite-other", "storage-local", "memory", "postgres", "http"]
 
 
@@ -320,27 +295,27 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
 def test_one_metastore_read_per_query_build(backend: Where) -> None:
     cat = backend.connect()
     t = _table(cat)
-    counting = Counting(cat.warehouse.metastore)
+    counting = CountingMetastore(cat.warehouse.metastore)
     cat.warehouse.metastore = counting  # type: ignore[assignment]
     t.scan().to_arrow()  # the handle has read the table once
-    counting.count()
+    counting.take()
 
     q = t.scan("a", where=(t["a"] > 0) & (t["b"] < 5))  # was 6 reads
-    assert counting.count() == 1
+    assert counting.take() == 1
     assert q.to_arrow().num_rows == 5
-    assert counting.count() == 0  # running it reads no metastore
+    assert counting.take() == 0  # running it reads no metastore
 
     snap = t.snapshot()
-    assert counting.count() == 1
+    assert counting.take() == 1
     for level in ("", "kids"):
         snap.scan(level=level or None).to_arrow()
     snap.scan("v", where=t["v"] > 0).splits(2)
-    assert counting.count() == 0  # a snapshot's scans read it no more
+    assert counting.take() == 0  # a snapshot's scans read it no more
 
     t.scan(version=1)  # a version: the log's tail, then its state (once, cached after)
-    assert counting.count() <= 4
+    assert counting.take() <= 4
     t.scan(version=1)
-    assert counting.count() == 1
+    assert counting.take() == 1
 
 
 # ----- the nested API and delete/enrich through one snapshot -------------------------------------------
