@@ -4,6 +4,7 @@ convert only exactly; the core scan, Spark, Polars and DuckDB agree on the keys 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -218,3 +219,17 @@ def test_extract_is_exactly_the_filter(terms: list[tuple[str, Any]], members: li
     assert want <= in_range and want <= admitted, (filt, f)
     rest = set(range(256)) if f.residual is None else set(np.flatnonzero(mask(f.residual, lambda _: ids)).tolist())
     assert admitted & rest == want, (filt, f)
+
+
+def test_a_float_literal_compares_with_a_decimal_column_by_value(tmp_path: Path) -> None:
+    """Arrow's cast rounds 0.051 to the decimal 0.05; comparing with the rounded literal dropped
+    the row holding 0.05 from `d < 0.051` (and kept it in `d > 0.049` only by luck)."""
+    from decimal import Decimal
+
+    t = conch.connect(tmp_path / "w").create_table("d", [("id", pa.int64())])
+    values = [Decimal("0.04"), Decimal("0.05"), Decimal("0.06")]
+    t.write(pa.table({"id": [1, 2, 3], "d": pa.array(values, pa.decimal128(12, 2))}))
+    assert t.scan("d", where=t["d"] < 0.051).to_arrow().to_pydict()["id"] == [1, 2]
+    assert t.scan("d", where=t["d"] <= 0.05).to_arrow().to_pydict()["id"] == [1, 2]
+    assert t.scan("d", where=t["d"] > 0.051).to_arrow().to_pydict()["id"] == [3]
+    assert t.scan("d", where=t["d"] == 0.051).to_arrow().to_pydict()["id"] == []

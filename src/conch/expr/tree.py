@@ -354,11 +354,21 @@ def computable(v: Any) -> Any:
     return v
 
 
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
 def _cast_scalar(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:
+    """`s` as type `t` where that keeps its value. Between number types the cast must be exact
+    (Arrow rounds 0.051 to the decimal 0.05, and `d < 0.051` would drop d = 0.05), except float to a
+    narrower float, which is what the literal means there (0.8 on a float32 column is 0.8f)."""
     if s.type == t or not s.is_valid:
         return s
     try:
-        return s.cast(t)
+        cast = s.cast(t)
+        if _numeric(s.type) and _numeric(t) and not (pa.types.is_floating(s.type) and pa.types.is_floating(t)):
+            return cast if cast.cast(s.type).equals(s) else s
+        return cast
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return s
 
