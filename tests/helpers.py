@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -144,3 +145,22 @@ class CountingMetastore:
         n = sum(self.calls.values())
         self.calls.clear()
         return n
+
+
+def run_spark_job(job: Path, targets: list[dict[str, Any]], driver_cwd: Path) -> Any:
+    """Run a Spark job script (`tests/*_job.py`) as its own driver process in `driver_cwd`, with
+    the `conch` under test on its path and no `AWS_*` variables (only the targets' options reach
+    S3); returns the JSON its last output line holds."""
+    driver_cwd.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(conch.__file__).parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, str(job), json.dumps(targets)],
+        cwd=driver_cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -135,7 +135,8 @@ def test_core_spark_and_polars_take_the_same_key_range(t: pa.DataType) -> None:
 
 
 def test_duckdb_returns_what_the_filter_says(table: conch.Table) -> None:
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb
+
     import conch.engines.duckdb as cdb
 
     scans: list[Any] = []

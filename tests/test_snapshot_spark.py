@@ -6,16 +6,14 @@ SQLite metastore, and the HTTP server with a token over S3 reached only through
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 import conch
+from helpers import run_spark_job
 from services import MotoS3, ServerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -41,19 +39,7 @@ def test_local_cluster_reads_with_the_connection_options(moto_s3: MotoS3, tmp_pa
             {"warehouse": server.url, "table": "t", "token": TOKEN, "storageOptions": json.dumps(moto_s3.options)},
         ]
         driver_cwd = tmp_path / "driver"
-        driver_cwd.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # only the options reach S3
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(conch.__file__).parents[1]), env.get("PYTHONPATH", "")])
-        proc = subprocess.run(
-            [sys.executable, str(JOB), json.dumps(targets)],
-            cwd=driver_cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1500,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        out = run_spark_job(JOB, targets, driver_cwd)
         want = {"parents": 50, "parent_sum": 100, "kids": 150, "kid_sum": 300}
         assert out["results"] == [want, want]
         cwds = {cwd for _, cwd in out["workers"]}

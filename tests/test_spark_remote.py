@@ -7,15 +7,13 @@ stay empty, and the warehouse is only reachable through its URIs."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import conch
+from helpers import run_spark_job
 from services import MotoS3, Postgres, ServerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -32,19 +30,7 @@ def test_local_cluster_on_s3_through_http_and_postgres(moto_s3: MotoS3, postgres
             {"warehouse": pg_wh, "table": "events", "metastore": pg_dsn, "storageOptions": storage_options},
         ]
         driver_cwd = tmp_path / "driver"
-        driver_cwd.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # only the options reach S3
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(conch.__file__).parents[1]), env.get("PYTHONPATH", "")])
-        proc = subprocess.run(
-            [sys.executable, str(JOB), json.dumps(targets)],
-            cwd=driver_cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1500,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        out = run_spark_job(JOB, targets, driver_cwd)
         assert out["results"] == [{"total": 2000, "updated": 20}] * 2
         cwds = {cwd for _, cwd in out["workers"]}
         assert len(cwds) == 2 and str(driver_cwd) not in cwds  # two executors, none in the driver's directory
