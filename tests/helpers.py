@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,24 @@ def run_spark_job(job: Path, targets: list[dict[str, Any]], driver_cwd: Path) ->
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    """How to connect to one test warehouse (picklable: writer processes and pool workers connect
+    with it). `kind` names the backend in suites parametrised over them."""
+
+    uri: str
+    metastore: Any = None  # a URI, or a Metastore object (an in-process server)
+    token: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    kind: str = ""
+
+    def connect(self, maintenance: conch.Policy | None = None) -> conch.Catalog:
+        return conch.connect(
+            self.uri,
+            metastore=self.metastore,
+            token=self.token,
+            storage_options=self.storage_options or None,
+            maintenance=maintenance,
+        )

@@ -13,9 +13,7 @@ import multiprocessing
 import threading
 import uuid
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -33,6 +31,7 @@ from conch.errors import (
 from conch.files.storage import LocalStorage
 from conch.log.metastore import Metastore, TableRecord
 from conch.log.metastore.objectstore import ObjectStoreMetastore
+from helpers import Warehouse
 from services import Azurite, MotoS3, Postgres, ServerProcess
 
 WAREHOUSES = ["sqlite", "storage-local", "memory", "s3", "azure", "postgres", "http", "http-s3", "http-inproc"]
@@ -48,45 +47,25 @@ CROSS_PROCESS = {
 TOKEN = "admin-token-1"  # memory:// lives in one process
 
 
-@dataclass(frozen=True)
-class Warehouse:
-    """How to connect to one test warehouse (picklable: writer processes connect with it)."""
-
-    kind: str
-    uri: str
-    metastore: Any = None  # a URI, or a Metastore object (in-process server)
-    token: str | None = None
-    storage_options: dict[str, Any] = field(default_factory=dict)
-
-    def connect(self, maintenance: conch.Policy | None = None) -> conch.Catalog:
-        return conch.connect(
-            self.uri,
-            metastore=self.metastore,
-            token=self.token,
-            storage_options=self.storage_options or None,
-            maintenance=maintenance,
-        )
-
-
 @pytest.fixture(params=WAREHOUSES)
 def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
     kind = request.param
     if kind == "sqlite":
-        return Warehouse(kind, str(tmp_path / "wh"))
+        return Warehouse(str(tmp_path / "wh"), kind=kind)
     if kind == "storage-local":
-        return Warehouse(kind, str(tmp_path / "wh"), metastore="storage")
+        return Warehouse(str(tmp_path / "wh"), metastore="storage", kind=kind)
     if kind == "memory":
-        return Warehouse(kind, f"memory://{uuid.uuid4().hex}/wh")
+        return Warehouse(f"memory://{uuid.uuid4().hex}/wh", kind=kind)
     if kind.startswith("http"):
         return _http_warehouse(request, tmp_path, kind)
     if kind == "postgres":
         pg: Postgres = request.getfixturevalue("postgres")
-        return Warehouse(kind, str(tmp_path / "wh"), metastore=pg.dsn())
+        return Warehouse(str(tmp_path / "wh"), metastore=pg.dsn(), kind=kind)
     if kind == "azure":
         az: Azurite = request.getfixturevalue("azurite")
-        return Warehouse(kind, az.uri(), storage_options=az.options)
+        return Warehouse(az.uri(), storage_options=az.options, kind=kind)
     s3: MotoS3 = request.getfixturevalue("moto_s3")
-    return Warehouse(kind, s3.uri(), storage_options=s3.options)
+    return Warehouse(s3.uri(), storage_options=s3.options, kind=kind)
 
 
 def _http_warehouse(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Warehouse:
@@ -101,7 +80,7 @@ def _http_warehouse(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -
         from conch.log.metastore.sqlite import SqliteMetastore
 
         app = create_app(SqliteMetastore(tmp_path / "c.sqlite"), str(tmp_path / "wh"), {TOKEN: "admin"})
-        return Warehouse(kind, str(tmp_path / "wh"), HttpMetastore("http://inproc", TOKEN, client=TestClient(app)))
+        return Warehouse(str(tmp_path / "wh"), HttpMetastore("http://inproc", TOKEN, client=TestClient(app)), kind=kind)
     if kind == "http-s3":
         s3: MotoS3 = request.getfixturevalue("moto_s3")
         server = ServerProcess(s3.uri(), {TOKEN: "admin"}, env=s3.env)
@@ -111,7 +90,7 @@ def _http_warehouse(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -
         storage_options = {}
     request.addfinalizer(server.stop)
     server.start()
-    return Warehouse(kind, server.url, token=TOKEN, storage_options=storage_options)
+    return Warehouse(server.url, token=TOKEN, storage_options=storage_options, kind=kind)
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ import pickle
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from conch import _
 from conch.errors import TableNotFoundError, WarehouseError
 from conch.log.metastore.sqlite import SqliteMetastore
 from conch.scan.splits import Split
-from helpers import CountingMetastore
+from helpers import CountingMetastore, Warehouse
 from services import MotoS3, Postgres, ServerProcess
 
 TOKEN = "snap-token-1"
@@ -39,25 +38,6 @@ KID = pa.struct([("$", pa.uint64()), ("v", pa.int64())])
 SCHEMA = pa.schema([("v", pa.int64()), ("a", pa.int64()), ("b", pa.int64()), ("kids", pa.list_(KID))])
 PARENTS, KIDS = 6, 3
 NO_SETTLE = conch.Policy(settle_after=None)  # no background commit between the counted calls
-
-
-@dataclass(frozen=True)
-class Where:
-    """How to connect to one test warehouse (picklable)."""
-
-    uri: str
-    metastore: str | None = None
-    token: str | None = None
-    storage_options: dict[str, Any] = field(default_factory=dict)
-
-    def connect(self, maintenance: conch.Policy | None = NO_SETTLE) -> conch.Catalog:
-        return conch.connect(
-            self.uri,
-            metastore=self.metastore,
-            token=self.token,
-            storage_options=self.storage_options or None,
-            maintenance=maintenance,
-        )
 
 
 def _commit(t: conch.Table, v: int) -> None:
@@ -138,8 +118,8 @@ def test_a_snapshot_of_a_metastore_object_is_not_picklable(tmp_path: Path) -> No
 
 
 def test_a_snapshot_of_a_dropped_table_does_not_reopen_onto_a_new_one(tmp_path: Path) -> None:
-    where = Where(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite")
-    cat = where.connect()
+    where = Warehouse(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite")
+    cat = where.connect(NO_SETTLE)
     data = pickle.dumps(_table(cat).snapshot())
     cat.drop_table("t")
     _table(cat, 3)  # another table, the same name
@@ -152,9 +132,9 @@ def test_a_snapshot_of_a_dropped_table_does_not_reopen_onto_a_new_one(tmp_path: 
 def busy(tmp_path: Path) -> Iterator[conch.Table]:
     """A table on a non-default metastore and a writer thread committing parents + children with
     one value per commit (through its own connection) until the test ends."""
-    where = Where(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite")
-    t = _table(where.connect())
-    writer = where.connect().table("t")
+    where = Warehouse(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite")
+    t = _table(where.connect(NO_SETTLE))
+    writer = where.connect(NO_SETTLE).table("t")
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -231,17 +211,17 @@ def test_engines_read_one_version_of_several_levels(busy: conch.Table) -> None:
 
 # ----- every reader on a non-default metastore, a token and storage options -------------------------------
 @pytest.fixture(params=["sqlite-other", "http-s3"])
-def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
     if request.param == "sqlite-other":
-        return Where(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite")
+        return Warehouse(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite")
     s3: MotoS3 = request.getfixturevalue("moto_s3")
     server = ServerProcess(s3.uri(), {TOKEN: "admin"}, env=s3.env)  # the server's own S3 access
     request.addfinalizer(server.stop)
     server.start()
-    return Where(server.url, token=TOKEN, storage_options=dict(s3.options))  # the client's: options only
+    return Warehouse(server.url, token=TOKEN, storage_options=dict(s3.options))  # the client's: options only
 
 
-def test_every_reader_works_with_the_connection_options(remote: Where, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_reader_works_with_the_connection_options(remote: Warehouse, monkeypatch: pytest.MonkeyPatch) -> None:
     import duckdb
     import polars as pl
     import torch.utils.data
@@ -252,7 +232,7 @@ def test_every_reader_works_with_the_connection_options(remote: Where, monkeypat
 
     for k in [k for k in list(__import__("os").environ) if k.startswith("AWS_")]:
         monkeypatch.delenv(k)  # only the options reach S3
-    t = _table(remote.connect())
+    t = _table(remote.connect(NO_SETTLE))
     whole = t.scan().to_arrow()
     assert whole.num_rows == PARENTS
     splits = t.scan("v", level="kids").splits(2)
@@ -275,25 +255,25 @@ BACKENDS = ["sqlite-other", "storage-local", "memory", "postgres", "http"]
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
     kind = request.param
     if kind == "sqlite-other":
-        return Where(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite")
+        return Warehouse(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite")
     if kind == "storage-local":
-        return Where(str(tmp_path / "wh"), metastore="storage")
+        return Warehouse(str(tmp_path / "wh"), metastore="storage")
     if kind == "memory":
-        return Where(f"memory://{tmp_path.name}/wh")
+        return Warehouse(f"memory://{tmp_path.name}/wh")
     if kind == "postgres":
         pg: Postgres = request.getfixturevalue("postgres")
-        return Where(str(tmp_path / "wh"), metastore=pg.dsn())
+        return Warehouse(str(tmp_path / "wh"), metastore=pg.dsn())
     server = ServerProcess(str(tmp_path / "wh"), {TOKEN: "admin"})
     request.addfinalizer(server.stop)
     server.start()
-    return Where(server.url, token=TOKEN)
+    return Warehouse(server.url, token=TOKEN)
 
 
-def test_one_metastore_read_per_query_build(backend: Where) -> None:
-    cat = backend.connect()
+def test_one_metastore_read_per_query_build(backend: Warehouse) -> None:
+    cat = backend.connect(NO_SETTLE)
     t = _table(cat)
     counting = CountingMetastore(cat.warehouse.metastore)
     cat.warehouse.metastore = counting  # type: ignore[assignment]
@@ -320,7 +300,7 @@ def test_one_metastore_read_per_query_build(backend: Where) -> None:
 
 # ----- the nested API and delete/enrich through one snapshot -------------------------------------------
 def test_delete_where_and_enrich_read_one_snapshot(tmp_path: Path) -> None:
-    cat = Where(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite").connect()
+    cat = Warehouse(str(tmp_path / "wh"), metastore=f"sqlite:///{tmp_path}/other.sqlite").connect(NO_SETTLE)
     t = _table(cat)
     t.delete(where=t["b"] >= 4)
     assert t.scan().to_arrow().column("id").to_pylist() == [0, 1, 2, 3]
