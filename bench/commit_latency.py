@@ -11,7 +11,7 @@
   table (one shared handle, default policy), which group commit (`conch.log.groupcommit`)
   appends together; wall and CPU seconds, and the mean entries per metastore append.
 
-.venv/bin/python bench/commit_latency.py [commits] [--concurrent-only]
+.venv/bin/python bench/commit_latency.py [commits] [--concurrent-only] [--auto-off]
 """
 
 from __future__ import annotations
@@ -81,16 +81,22 @@ def one_row(work: Path, commits: int = 200) -> dict[str, dict[str, float]]:
 
 
 def concurrent(
-    work: Path, threads: tuple[int, ...] = (1, 2, 4, 8), per_thread: int = 40, reps: int = 3
+    work: Path,
+    threads: tuple[int, ...] = (1, 2, 4, 8),
+    per_thread: int = 40,
+    reps: int = 3,
+    policy: conch.Policy | None = None,
 ) -> dict[int, dict[str, float]]:
     """Per thread count: commits/s (median of `reps` fresh tables) of one-row upserts, each
-    thread committing `per_thread` rows of its own keys into one shared table handle."""
+    thread committing `per_thread` rows of its own keys into one shared table handle (`policy`:
+    the maintenance policy, default the default one)."""
     work.mkdir(parents=True, exist_ok=True)
     out: dict[int, dict[str, float]] = {}
     for n in threads:
         rates, cpus, appends = [], [], []
         for _ in range(reps):
-            table = conch.connect(tempfile.mkdtemp(prefix="conch-", dir=work)).create_table("t", [("id", pa.int64())])
+            cat = conch.connect(tempfile.mkdtemp(prefix="conch-", dir=work), maintenance=policy)
+            table = cat.create_table("t", [("id", pa.int64())])
             table.write(_row(-1))
             barrier = threading.Barrier(n + 1)
 
@@ -147,4 +153,5 @@ if __name__ == "__main__":
     if "--concurrent-only" not in sys.argv:
         one_row(work, n)
         main(n)
-    concurrent(work / "concurrent")
+    off = "--auto-off" in sys.argv  # group commit alone, without the commit-time compactions
+    concurrent(work / "concurrent", policy=conch.Policy(auto=False) if off else None)
