@@ -124,28 +124,34 @@ def test_conflicting_pair_in_one_batch(tmp_path: Path) -> None:
     assert t.scan().to_arrow().column("id").to_pylist() == [0, 1, 2]
 
 
-@settings(deadline=None, max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, max_examples=16, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     writers=st.lists(
         st.lists(st.tuples(st.integers(0, 20), st.integers(0, 1000)), min_size=1, max_size=6), min_size=2, max_size=6
     ),
     shared=st.booleans(),
     maintained=st.booleans(),
+    metastore=st.sampled_from([None, "storage"]),
 )
 def test_concurrent_writers_match_the_model(
-    tmp_path_factory: pytest.TempPathFactory, writers: Any, shared: bool, maintained: bool
+    tmp_path_factory: pytest.TempPathFactory, writers: Any, shared: bool, maintained: bool, metastore: str | None
 ) -> None:
     """N threads upsert concurrently (through one handle, or one catalog each; with the
-    commit-time compaction on or off): every commit gets a distinct version, and the table
-    equals the model: the upserts applied in version order."""
+    commit-time compaction on or off; SQLite, or the WAL as objects in storage, which cannot
+    batch: batches of one): every commit gets a distinct version, and the table equals the
+    model: the upserts applied in version order."""
     root = tmp_path_factory.mktemp("gc")
     policy = conch.Policy(settle_after=None) if maintained else OFF
-    base = conch.connect(root, maintenance=policy).create_table("t", [("id", pa.int64())])
+
+    def connect() -> conch.Catalog:
+        return conch.connect(root, maintenance=policy, metastore=metastore)
+
+    base = connect().create_table("t", [("id", pa.int64())])
     barrier = threading.Barrier(len(writers))
     done: list[list[tuple[int, int, int]]] = [[] for _ in writers]
 
     def writer(w: int) -> None:
-        t = base if shared else conch.connect(root, maintenance=policy).table("t")
+        t = base if shared else connect().table("t")
         barrier.wait()
         for k, v in writers[w]:
             c = t.write(pa.table({"id": [k], "v": [v]}))
