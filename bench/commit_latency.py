@@ -121,6 +121,7 @@ def concurrent(
             batches = 1 + sum(1 for a, b in itertools.pairwise(times) if b - a > 1)
             appends.append(len(writes) / batches)
             assert len(writes) == n * per_thread and table.scan().to_arrow().num_rows == n * per_thread + 1
+            cat.close()  # no background settle outlives the table's directory
         out[n] = {
             "commits_per_s": statistics.median(rates),
             "cpu_per_commit": statistics.median(cpus),
