@@ -44,15 +44,15 @@ class Gate(SqliteMetastore):
         return super().append_batch(table_id, expected_seq, entries)
 
 
-def _queued(key: tuple[str, str], n: int) -> None:
-    """Wait until `n` commits wait in the group of `key` (behind a held leader)."""
-    g = groupcommit.group(key)
+def _queued(t: conch.Table, n: int) -> None:
+    """Wait until `n` commits to `t` wait in its group (behind a held leader)."""
+    g = groupcommit.group(t.log.warehouse.metastore, t.log.id)
     for _ in range(6000):
         with g.cond:
             if len(g.queue) >= n:
                 return
         threading.Event().wait(0.01)
-    raise AssertionError(f"only {len(groupcommit.group(key).queue)} commits queued, expected {n}")
+    raise AssertionError(f"only {len(g.queue)} commits queued, expected {n}")
 
 
 def _gated_table(tmp_path: Path) -> tuple[conch.Table, Gate]:
@@ -82,11 +82,10 @@ def test_queued_writers_commit_in_one_append(tmp_path: Path) -> None:
     """While one append is held, five writers queue; the next leader appends all five at once,
     each gets its own version, and the table holds every row."""
     t, ms = _gated_table(tmp_path)
-    key = (ms.uri, t.log.id)
     threads, out = _run([lambda: t.write(pa.table({"id": [1], "v": [1.0]}))])
     assert ms.entered.wait(60)
     more, out2 = _run([lambda k=k: t.write(pa.table({"id": [k], "v": [float(k)]})) for k in range(2, 7)])
-    _queued(key, 5)
+    _queued(t, 5)
     ms.release.set()
     for th in threads + more:
         th.join()
@@ -103,13 +102,12 @@ def test_conflicting_pair_in_one_batch(tmp_path: Path) -> None:
     by the conflict rules (`wal.conflicts`) exactly as if the first had committed before it; a
     blind upsert in the same batch commits."""
     t, ms = _gated_table(tmp_path)
-    key = (ms.uri, t.log.id)
     threads, out = _run([lambda: t.write(pa.table({"id": [1], "v": [1.0]}))])
     assert ms.entered.wait(60)
     more, out2 = _run(
         [lambda: t.tag("release"), lambda: t.tag("release"), lambda: t.write(pa.table({"id": [2], "v": [2.0]}))]
     )
-    _queued(key, 3)
+    _queued(t, 3)
     ms.release.set()
     for th in threads + more:
         th.join()

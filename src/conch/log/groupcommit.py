@@ -21,8 +21,10 @@ other (no retry storm), but there is one durable append per transaction. Writers
 processes (or other hosts) still meet at the metastore's compare-and-swap: a batch that loses
 that race is rebased and retried whole, with backoff, at most `MAX_ATTEMPTS` times.
 
-Groups are per process and keyed by (metastore URI, table log id), so two `connect()` handles
-of one warehouse in one process share them; a forked child starts with none.
+Groups are per metastore handle (the object a `connect()` opened) and table log id: the leader
+appends with its own handle, so writers share a group only when they share its credentials (two
+`connect()` calls with other tokens or storage options never append for each other; they meet
+at the compare-and-swap, as writers of two processes do). A forked child starts with none.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -64,24 +67,28 @@ class Group:
     leading: bool = False
 
 
-_groups: dict[tuple[str, str], Group] = {}
+_groups: weakref.WeakKeyDictionary[object, dict[str, Group]] = weakref.WeakKeyDictionary()
 _groups_lock = threading.Lock()
 
 
 def _reset_after_fork() -> None:
-    global _groups_lock
-    _groups.clear()  # a child's writers never wait on its parent's leader
+    global _groups, _groups_lock
+    _groups = weakref.WeakKeyDictionary()  # a child's writers never wait on its parent's leader
     _groups_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def group(key: tuple[str, str]) -> Group:
+def group(metastore: object, table_id: str) -> Group:
+    """The group of commits to table log `table_id` through the handle `metastore`."""
     with _groups_lock:
-        g = _groups.get(key)
+        tables = _groups.get(metastore)
+        if tables is None:
+            tables = _groups[metastore] = {}
+        g = tables.get(table_id)
         if g is None:
-            g = _groups[key] = Group()
+            g = tables[table_id] = Group()
         return g
 
 
@@ -96,11 +103,10 @@ class Log:
     batch: int  # the most entries one `append` takes (1: the metastore cannot batch)
 
 
-def commit(key: tuple[str, str], log: Log, txn: Transaction) -> tuple[Entry, LogEntry]:
-    """Commit `txn` (rebased) through the table's group (module doc): its entry and log record.
-    Raises `CommitConflictError` if the conflict rules refuse it, and whatever the metastore
-    raised for the append that carried it."""
-    g = group(key)
+def commit(g: Group, log: Log, txn: Transaction) -> tuple[Entry, LogEntry]:
+    """Commit `txn` (rebased) through the table's group `g` (module doc): its entry and log
+    record. Raises `CommitConflictError` if the conflict rules refuse it, and whatever the
+    metastore raised for the append that carried it."""
     mine = Pending(txn, txn.base_seq)
     with g.cond:
         g.queue.append(mine)

@@ -342,7 +342,8 @@ class TableLog:
                     "write again"
                 )
             # group commit: concurrent writers of this process append together (`conch.log.groupcommit`)
-            entry, log = groupcommit.commit((self.warehouse.metastore.uri, self.id), self._group_log(), txn)
+            group = groupcommit.group(self.warehouse.metastore, self.id)
+            entry, log = groupcommit.commit(group, self._group_log(), txn)
             done = Commit(log.seq, log.time, entry.kind, entry.summary, entry.added_columns)
         except CommitConflictError:
             for f in txn.files:
