@@ -207,32 +207,28 @@ def strictly_increasing(keys: pa.Table) -> bool:
 
     Lets a write of pre-sorted data (the common case for generated and range-partitioned data,
     e.g. TPC-H's `lineitem` by `(l_orderkey, l_linenumber)`) skip the sort, the take and the
-    duplicate check: strictly increasing implies unique. One vectorised pass per column over the
-    adjacent pairs the earlier columns left tied; `-0.0` equals `0.0`, as in the key encoding.
+    duplicate check: strictly increasing implies unique. One vectorised pass per column (adjacent
+    rows compared; a later column decides only pairs the earlier ones tie); `-0.0` equals `0.0`,
+    as in the key encoding.
     """
     n = keys.num_rows
     if n < 2:
         return True
-    tied: np.ndarray | None = None  # the pairs (i, i+1) earlier columns left equal (None: all)
+    tied: np.ndarray | None = None  # pairs (i, i+1) equal in every earlier column (None: all)
     for chunked in keys.columns:
         col = chunked.combine_chunks()
         if numeric_key_type(col.type):
             v = col.to_numpy(zero_copy_only=False)
-            prev, nxt = (v[:-1], v[1:]) if tied is None else (v[tied], v[tied + 1])
-            if np.any(nxt < prev):
-                return False
-            eq = np.asarray(nxt == prev)
+            less, eq = v[1:] < v[:-1], v[1:] == v[:-1]
         else:
-            if tied is None:
-                prev_a, nxt_a = col.slice(0, n - 1), col.slice(1)
-            else:
-                prev_a, nxt_a = col.take(pa.array(tied)), col.take(pa.array(tied + 1))
-            if pc.any(pc.less(nxt_a, prev_a)).as_py():
-                return False
-            eq = np.asarray(pc.equal(nxt_a, prev_a).to_numpy(zero_copy_only=False), dtype=bool)
-        if not eq.any():
+            nxt, prev = col.slice(1), col.slice(0, n - 1)
+            less = pc.less(nxt, prev).to_numpy(zero_copy_only=False)
+            eq = pc.equal(nxt, prev).to_numpy(zero_copy_only=False)
+        if (less if tied is None else less & tied).any():
+            return False
+        tied = eq if tied is None else tied & eq
+        if not tied.any():
             return True
-        tied = np.flatnonzero(eq) if tied is None else tied[eq]
     return False  # adjacent rows equal in every column: a duplicate
 
 
