@@ -10,9 +10,12 @@ merged per batch by two binary searches and one take, never by sorting every key
 keys are read when it streams, so a scan holds one segment's keys at a time. A key predicate must select a
 contiguous range of the base's rows (a `KeyRange`/`KeyPrefix`). Within a segment, every
 projected column's base cells sit in the dense fragments of one key space (the newest holding
-the column). A filter is allowed when there are no small runs and it pushes whole into the
-Vortex scan of the one unit holding every projected column. Then Vortex batches go to output
-with the key column sliced beside them.
+the column). A filter must push whole into the Vortex scan of the one unit holding its columns.
+When that unit holds every projected column, the base's passing rows are merged with the small
+runs' (`_filtered`); Vortex batches go to output with the key column sliced beside them. When
+other units hold projected columns (spec/001: filter the metadata group, project the audio
+group) and there are no small runs, the filter runs in-file on its unit and the other units'
+cells are taken at the passing key-space rows (`_taken`): no key merge, no fresh-cell location.
 
 `streamed(ctx)` returns the stream, or None where the path does not apply (the general path then
 runs: merge → locate → row mask → take → assemble).
@@ -21,6 +24,7 @@ runs: merge → locate → row mask → take → assemble).
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -257,9 +261,12 @@ def _segment(
     for u in by_key.values():
         ctx.consider(u.group, u.fragments)
     if plan.filter is not None:
-        if missing or len(by_key) != 1:
+        holding = [u for u in by_key.values() if any(c in filter_cols for c in u.columns)]
+        if len(holding) != 1:
             return None
-        (u,) = by_key.values()
+        (u,) = holding
+        if (missing or len(by_key) != 1) and ov is not None:
+            return None  # the cross-group take needs the key-space rows to be the output's rows
         if u.null_base and ov is not None:
             return None  # no base cells to filter in-file: the general path
         blob_ids = {i for f in u.fragments for i in f.blob_columns}
@@ -275,6 +282,8 @@ def _segment(
         if not may.all():
             ctx.pruned(u.group, int((~may).sum()))
             u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
+        # the filter's unit first: `Stream._taken` filters it and takes the others' cells
+        return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov)
     return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov)
 
 
@@ -284,6 +293,11 @@ _NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # k
 def _inserted(s: _Segment) -> int:
     """Keys the segment's small runs add to its base."""
     return s.overlay.inserted if s.overlay is not None else 0
+
+
+def _one_array(col: pa.ChunkedArray) -> pa.Array:
+    """A column as one array: its chunk when it has one (`combine_chunks` copies even then)."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
@@ -303,9 +317,12 @@ class Stream:
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
         self._seg_keys: tuple[_Segment, pa.Table] | None = None
 
-    def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """(key-space row of the fragment's first row, batch) of `u`'s columns over [lo, hi)."""
-        schema = file_schema(u.columns)
+    def _unit_batches(
+        self, s: _Segment, u: _StreamUnit, ordinal: bool, columns: list[Column] | None = None
+    ) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(key-space row of the fragment's first row, batch) of `u`'s columns (or `columns` of
+        them) over [lo, hi)."""
+        schema = file_schema(u.columns if columns is None else columns)
         if u.null_base:  # no base cells: nulls, overwritten by the overlay
             for a in range(s.lo, s.hi, 1 << 16):
                 m = min(s.hi - a, 1 << 16)
@@ -365,6 +382,42 @@ class Stream:
         if ov is not None and done < len(ov_rows) and self.left > 0:
             schema = file_schema(u.columns).append(pa.field(ORDINAL, pa.uint32()))
             yield from self._merged(s, u, np.zeros(0, dtype=np.int64), schema.empty_table(), ov_rows[done:])
+
+    def _taken(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+        """A filter in one unit, columns of others (spec/001: filter the metadata group, project
+        the audio group). The segment's key spaces hold identical key sets and no small run
+        overlays them, so a key-space row is the same key in every unit and each unit's cell there
+        is fresh: the filter runs in-file on the first unit (`ordinal`), and the other units'
+        cells are taken at the passing rows by fragment row, in output batches of bounded
+        bytes. No key merge and no fresh-cell location."""
+        u, others = s.units[0], s.units[1:]
+        plan = self.ctx.plan
+        own = [c for c in u.columns if c in plan.columns]  # filter-only columns are not read
+        bounds = []
+        per_row = 0.0
+        for v in others:
+            masks = [self.ctx.mask(f) for f in v.fragments]
+            bounds.append((np.array([m.lo for m in masks], dtype=np.int64), masks, file_schema(v.columns)))
+            per_row += sum(f.bytes for f in v.fragments) / max(1, sum(f.rows for f in v.fragments))
+        opts = self.ctx.options
+        step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
+        for start, batch in self._unit_batches(s, u, ordinal=True, columns=own):
+            rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + start
+            for a in range(0, len(rows), step):
+                if self.left <= 0:
+                    return
+                r = rows[a : a + min(step, self.left)]
+                cols = {c.id: batch.column(j).slice(a, len(r)) for j, c in enumerate(own)}
+                for v, (los, masks, schema) in zip(others, bounds, strict=True):
+                    which = np.searchsorted(los, r, "right") - 1  # dense fragments tile the rows
+                    cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(r)]
+                    parts = [
+                        (v.fragments[int(which[i])], masks[int(which[i])].to_fragment_rows(r[i:j]))
+                        for i, j in itertools.pairwise(cuts)
+                    ]
+                    got = self.ctx.read_many(v.group, parts, schema)
+                    cols.update((c.id, _one_array(got.column(j))) for j, c in enumerate(v.columns))
+                yield self._emit(s, take_rows(self._keys(s), r), cols)
 
     def _merged(
         self, s: _Segment, u: _StreamUnit, rows: np.ndarray, batch: Any, js: np.ndarray
@@ -459,7 +512,11 @@ class Stream:
         for s in self.segments:
             if self.left <= 0:
                 break
-            for batch in self._filtered(s) if self.filter_expr is not None else self._zipped(s):
+            if self.filter_expr is None:
+                batches = self._zipped(s)
+            else:
+                batches = self._taken(s) if len(s.units) > 1 or s.missing else self._filtered(s)
+            for batch in batches:
                 emitted = True
                 yield batch
         self.ctx.finish()
