@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from conch.expr.tree import mask as filter_mask
-from conch.files.format import ORDINAL
+from conch.files.format import ORDINAL, column_name
 from conch.files.manifest import Fragment, KeySpace
 from conch.model.keys import KeySet
 from conch.model.schema import Column
@@ -44,7 +44,7 @@ from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
 from conch.scan.overlay import OverlayColumn, OverlayKeys, Window, overlay_keys, overlay_values, splice
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
-from conch.scan.take import take_rows
+from conch.scan.take import one_array, take_rows
 
 
 @dataclass
@@ -295,9 +295,11 @@ def _inserted(s: _Segment) -> int:
     return s.overlay.inserted if s.overlay is not None else 0
 
 
-def _one_array(col: pa.ChunkedArray) -> pa.Array:
-    """A column as one array: its chunk when it has one (`combine_chunks` copies even then)."""
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+def _row_width(cols: list[Column]) -> int | None:
+    """Decoded bytes per row of `cols` if every one is a fixed-width primitive, else None."""
+    if not all(pa.types.is_primitive(c.type) or pa.types.is_decimal(c.type) for c in cols):
+        return None
+    return sum(max(1, c.type.bit_width // 8) for c in cols)
 
 
 def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
@@ -317,12 +319,9 @@ class Stream:
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
         self._seg_keys: tuple[_Segment, pa.Table] | None = None
 
-    def _unit_batches(
-        self, s: _Segment, u: _StreamUnit, ordinal: bool, columns: list[Column] | None = None
-    ) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """(key-space row of the fragment's first row, batch) of `u`'s columns (or `columns` of
-        them) over [lo, hi)."""
-        schema = file_schema(u.columns if columns is None else columns)
+    def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(key-space row of the fragment's first row, batch) of `u`'s columns over [lo, hi)."""
+        schema = file_schema(u.columns)
         if u.null_base:  # no base cells: nulls, overwritten by the overlay
             for a in range(s.lo, s.hi, 1 << 16):
                 m = min(s.hi - a, 1 << 16)
@@ -401,13 +400,12 @@ class Stream:
             per_row += sum(f.bytes for f in v.fragments) / max(1, sum(f.rows for f in v.fragments))
         opts = self.ctx.options
         step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
-        for start, batch in self._unit_batches(s, u, ordinal=True, columns=own):
-            rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + start
+        for rows, own_cols in self._passing(s, u, own):
             for a in range(0, len(rows), step):
                 if self.left <= 0:
                     return
                 r = rows[a : a + min(step, self.left)]
-                cols = {c.id: batch.column(j).slice(a, len(r)) for j, c in enumerate(own)}
+                cols = {k: col.slice(a, len(r)) for k, col in own_cols.items()}
                 for v, (los, masks, schema) in zip(others, bounds, strict=True):
                     which = np.searchsorted(los, r, "right") - 1  # dense fragments tile the rows
                     cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(r)]
@@ -416,8 +414,38 @@ class Stream:
                         for i, j in itertools.pairwise(cuts)
                     ]
                     got = self.ctx.read_many(v.group, parts, schema)
-                    cols.update((c.id, _one_array(got.column(j))) for j, c in enumerate(v.columns))
+                    cols.update((c.id, one_array(got.column(j))) for j, c in enumerate(v.columns))
                 yield self._emit(s, take_rows(self._keys(s), r), cols)
+
+    def _passing(
+        self, s: _Segment, u: _StreamUnit, own: list[Column]
+    ) -> Iterator[tuple[np.ndarray, dict[int, pa.Array]]]:
+        """(key-space rows in [lo, hi) whose cells of `u` pass the filter, `own` columns at them),
+        fragment by fragment: a fragment small enough to stay decoded (`FragmentFormat.hot`)
+        is filtered in Arrow over its cached columns, a larger one inside its Vortex scan."""
+        ctx = self.ctx
+        filt = ctx.plan.filter
+        assert filt is not None
+        width = _row_width(u.columns)
+        names = {c.full_path: column_name(c.id) for c in u.columns}
+        own_schema = file_schema(own)
+        for fr in u.fragments:
+            mask = ctx.mask(fr)
+            a, b = max(s.lo, mask.lo), min(s.hi, mask.hi)
+            if a >= b:
+                continue
+            if width is not None and fr.rows * width <= ctx.format.hot.entry_bytes:
+                frows, t = ctx.filter_decoded(u.group, fr, file_schema(u.columns), filt, names)
+                rows = frows + mask.lo  # dense: fragment row i is key-space row lo + i
+                keep = (rows >= a) & (rows < b)
+                rows, frows = rows[keep], frows[keep]
+                taken = t.select(own_schema.names).take(pa.array(frows)) if own else None
+                yield rows, {c.id: one_array(taken.column(j)) for j, c in enumerate(own)} if taken else {}
+                continue
+            idx = None if (a, b) == (mask.lo, mask.hi) else mask.to_fragment_rows(np.arange(a, b))
+            for batch in ctx.stream(u.group, fr, own_schema, idx, self.filter_expr, True):
+                rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + mask.lo
+                yield rows, {c.id: batch.column(j) for j, c in enumerate(own)}
 
     def _merged(
         self, s: _Segment, u: _StreamUnit, rows: np.ndarray, batch: Any, js: np.ndarray
