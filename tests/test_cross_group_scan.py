@@ -5,6 +5,7 @@ upserts, partial upserts and deletes the result must be exactly the fresh record
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,8 @@ OPS = st.lists(
 def test_filter_one_group_project_another_is_fresh(ops: list[tuple[str, list[int], int]], data: Any) -> None:
     """After the aligned write (metadata, then audio, of the same keys: the streamed cross-group
     take) and random later upserts, partial upserts (only `m`) and deletes, a scan filtering on
-    `m` (and `n`) and projecting the audio group returns exactly the model's fresh records:
+    `m` (and `n`; NaN and null fail it) and projecting the audio group returns exactly the
+    model's fresh records:
     never a stale value, never a deleted key; fast and general paths agree."""
     opts = conch.WriteOptions(chunk_rows=11, fragment_bytes=64, large_value_bytes=8)
     with tempfile.TemporaryDirectory() as d:
@@ -102,7 +104,7 @@ def test_filter_one_group_project_another_is_fresh(ops: list[tuple[str, list[int
             rows: dict[int, dict[str, Any]] = {k: {} for k in keys}
             cols: dict[str, Any] = {"id": keys}
             if kind in ("meta", "m_only", "both"):
-                cols["m"] = [vals[k] if (k + seed) % 9 else None for k in keys]
+                cols["m"] = [(vals[k] if (k + seed) % 13 else math.nan) if (k + seed) % 9 else None for k in keys]
                 for k, v in zip(keys, cols["m"], strict=True):
                     rows[k]["m"] = v
             if kind in ("meta", "both"):
