@@ -88,8 +88,8 @@ def test_filter_one_group_project_another_is_fresh(ops: list[tuple[str, list[int
     """After the aligned write (metadata, then audio, of the same keys: the streamed cross-group
     take) and random later upserts, partial upserts (only `m`) and deletes, a scan filtering on
     `m` (and `n`; NaN and null fail it) and projecting the audio group returns exactly the
-    model's fresh records:
-    never a stale value, never a deleted key; fast and general paths agree."""
+    model's fresh records: never a stale value, never a deleted key; fast and general paths
+    agree."""
     opts = conch.WriteOptions(chunk_rows=11, fragment_bytes=64, large_value_bytes=8)
     with tempfile.TemporaryDirectory() as d:
         cat = conch.connect(Path(d) / "w", write_options=opts, maintenance=conch.Policy(auto=False))
