@@ -72,6 +72,26 @@ def _check(t: conch.Table, model: Model, x: float, cols: tuple[str, ...], lo: in
     return scan.metrics().merge
 
 
+def _check_take(t: conch.Table, model: Model, keys: list[int], cols: tuple[str, ...], limit: int | None) -> str:
+    """A take of `keys` (present, absent, deleted) vs the model (and the general path)."""
+    recs = model.records()
+    want = []
+    for k in sorted(set(keys)):
+        if k in recs:
+            rec: dict[str, Any] = {
+                "id": k,
+                "audio": {c[6:]: recs[k].get(c[6:]) for c in cols if c.startswith("audio.")},
+            }
+            if "n" in cols:
+                rec["n"] = recs[k].get("n")
+            want.append(rec)
+    scan = t.scan(*cols, keys=keys, limit=limit)
+    got = scan.to_pylist()
+    assert got == scan.with_options(fast_paths=False).to_pylist(), (keys, cols, limit)
+    assert got == want[:limit], (keys, cols, limit)
+    return scan.metrics().merge
+
+
 OPS = st.lists(
     st.tuples(
         st.sampled_from(["meta", "m_only", "audio", "both", "delete", "meta_all", "audio_all"]),
@@ -87,9 +107,10 @@ OPS = st.lists(
 def test_filter_one_group_project_another_is_fresh(ops: list[tuple[str, list[int], int]], data: Any) -> None:
     """After the aligned write (metadata, then audio, of the same keys: the streamed cross-group
     take) and random later upserts, partial upserts (only `m`) and deletes, a scan filtering on
-    `m` (and `n`; NaN and null fail it) and projecting the audio group returns exactly the
-    model's fresh records: never a stale value, never a deleted key; fast and general paths
-    agree."""
+    `m` (and `n`; NaN and null fail it) and projecting the audio group, and a take of present,
+    absent and deleted keys (the direct take, `scan/pick.py`, where the key sets are identical),
+    return exactly the model's fresh records: never a stale value, never a deleted key; fast and
+    general paths agree."""
     opts = conch.WriteOptions(chunk_rows=11, fragment_bytes=64, large_value_bytes=8)
     with tempfile.TemporaryDirectory() as d:
         cat = conch.connect(Path(d) / "w", write_options=opts, maintenance=conch.Policy(auto=False))
@@ -121,7 +142,7 @@ def test_filter_one_group_project_another_is_fresh(ops: list[tuple[str, list[int
 
         write("meta", KEYS, 1)
         write("audio", KEYS, 2)
-        merges = []
+        merges, takes = [], []
         for kind, keys, seed in ops:
             if kind.endswith("_all"):  # a rewrite of every key: identical key sets again
                 kind, keys = kind[:-4], KEYS
@@ -135,9 +156,14 @@ def test_filter_one_group_project_another_is_fresh(ops: list[tuple[str, list[int
             lo = data.draw(st.sampled_from([None, 30]))
             limit = data.draw(st.sampled_from([None, 2]))
             merges.append(_check(t, model, x, cols, lo, limit))
+            want = data.draw(st.lists(st.sampled_from([*KEYS, 1, 200, 7]), min_size=1, max_size=8))
+            takes.append(_check_take(t, model, want, ("n", "audio.bytes", "audio.size")[: len(cols) + 1], limit))
         merges.append(_check(t, model, 0.5, ("audio.bytes",), None, None))
+        takes.append(_check_take(t, model, [0, 3, 4, 87], ("audio.bytes", "n"), None))
         if all(kind.endswith("_all") for kind, _, _ in ops):  # key sets stay identical: streamed
             assert set(merges) == {"zip (streamed)"}
+            if not any(kind == "delete_all" for kind, _, _ in ops):
+                assert set(takes) == {"zip (take)"}  # and a take is direct
         cat.close()
 
 
