@@ -117,7 +117,7 @@ def profile(name: str, fn: Callable[[int], Any], reps: int, top: int) -> dict[st
     return {"python_calls_per_query": round(calls)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.selective", description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=40)
@@ -127,7 +127,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile Conch's calls (after the timed runs)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--out", type=Path, default=RESULTS / "selective.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
