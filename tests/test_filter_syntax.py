@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.expr.syntax import like_range, parse
+from conch.expr.syntax import like_range, parse, to_text
+from conch.expr.tree import And, Cmp, IsIn, IsNull, Lit, Not, Or
 
 ROWS: list[dict[str, Any]] = [
     {"id": 0, "x": 0.5, "name": "alpha", "n": 1, "g": {"odd name": 3}},
@@ -115,3 +118,66 @@ def test_spark_where_option_uses_the_same_parser(tmp_path: Path) -> None:
 
     pushed = split_where(parse("id between 1 and 3 and name like 'al%'"), [pa.field("id", pa.uint64())])
     assert pushed.key_range is not None and pushed.where is not None
+
+
+_LITERALS = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(alphabet="ab'\"\\%_ \n\u00e9\U0010ffff`", max_size=5),
+    st.dates(),
+    st.datetimes(timezones=st.sampled_from([None, datetime.UTC])).map(lambda d: d.replace(fold=0)),
+    st.decimals(allow_nan=False, allow_infinity=False, places=4),
+)
+_COLS = st.sampled_from(["x", "date", "timestamp", "odd `name`", "Adj Close*", "in"]).map(conch.Col)
+
+
+def _exprs() -> st.SearchStrategy[Any]:
+    atoms = st.one_of(
+        st.builds(Cmp, st.sampled_from(["==", "!=", "<", "<=", ">", ">="]), _COLS, _LITERALS.map(Lit)),
+        st.builds(Cmp, st.sampled_from(["<", "=="]), _LITERALS.map(Lit), _COLS),
+        st.builds(IsNull, _COLS),
+        st.builds(IsIn, _COLS, st.lists(_LITERALS, max_size=3).map(tuple)),
+    )
+    return st.recursive(
+        atoms,
+        lambda inner: st.one_of(st.builds(And, inner, inner), st.builds(Or, inner, inner), st.builds(Not, inner)),
+        max_leaves=6,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(_exprs())
+def test_to_text_writes_what_parse_reads(e: Any) -> None:
+    """`to_text` (what `conch.engines.spark.sql` writes into the `where` option) round-trips every
+    literal type exactly: ints, floats (repr), strings with quotes and backslashes, typed date,
+    timestamp (local or UTC) and decimal literals, and column names that need backticks."""
+    back = parse(to_text(e))
+    assert repr(back) == repr(e)
+    assert [type(v) for v in _values(back)] == [type(v) for v in _values(e)]
+
+
+def _values(e: Any) -> list[Any]:
+    if isinstance(e, Lit):
+        return [e.value]
+    if isinstance(e, IsIn):
+        return list(e.values)
+    return [v for c in ("left", "right", "operand") if hasattr(e, c) for v in _values(getattr(e, c))]
+
+
+def test_typed_literals_compare_by_value(tmp_path: Path) -> None:
+    t = conch.connect(str(tmp_path / "w")).create_table("t", [("id", pa.int64())])
+    t.write(pa.table({"id": [1, 2, 3], "d": [datetime.date(2020, 1, i) for i in (1, 2, 3)],
+                      "ts": pa.array([datetime.datetime(2020, 1, 1, i, tzinfo=datetime.UTC) for i in (1, 2, 3)], pa.timestamp("us", "UTC")),
+                      "m": pa.array([decimal.Decimal("0.05"), decimal.Decimal("0.06"), None], pa.decimal128(15, 2))}))  # fmt: skip
+
+    def got(text: str) -> list[int]:
+        return sorted(r["id"] for r in t.scan("d", where=parse(text)).to_pylist())
+
+    assert got("d >= date '2020-01-02'") == [2, 3]
+    assert got("ts < timestamp '2020-01-01 02:00:00+00:00'") == [1]
+    assert got("ts <= timestamp '2020-01-01 04:30:00+02:30'") == [1, 2]
+    assert got("m = decimal '0.05' or m > decimal '0.0501'") == [1, 2]
+    assert got("date '2020-01-03' = d") == [3]
+    with pytest.raises(conch.FilterSyntaxError, match="not a valid date literal"):
+        parse("d = date '2020-13-01'")

@@ -10,15 +10,21 @@ SQL-like, and a superset of the Python-like syntax Conch accepted first:
     name is null / name is not null      -- `is None` / `is not None` too
     name like 'abc%'                     -- prefix patterns only (they are pushed down as ranges)
     `Adj. Close*` > 10                   -- backticks quote a column name with odd characters
+    d >= date '1994-01-01'               -- typed literals: date '...', timestamp '...', decimal '...'
 
 Strings are quoted with '...' or "..."; `true`/`false`/`null` (any case) and `True`/`False`/`None`
-are literals; comparisons chain as in Python (`0 < x <= 1`). Precedence, loosest first: `or`,
+are literals; `date 'YYYY-MM-DD'`, `timestamp 'YYYY-MM-DD HH:MM:SS[.ffffff][+HH:MM]'` (with an
+offset: an instant, for zoned columns; without: a local time) and `decimal '0.05'` (exact) are
+typed literals (`date`, `timestamp`, `decimal` not followed by a string are column names);
+comparisons chain as in Python (`0 < x <= 1`). Precedence, loosest first: `or`,
 `and`, `not`, then one predicate. A like pattern other than `'prefix%'` (or an exact string) is
 refused: it could not be evaluated on fragment statistics or pushed into Vortex.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -187,12 +193,25 @@ class _Parser:
 
     def operand(self) -> Expr:
         tok = self.peek()
-        if tok.kind == "name":
+        if tok.kind == "name" and not self.typed():
             self.take()
             return Col(tok.value)
         return Lit(self.literal())
 
+    def typed(self) -> bool:
+        """At a typed literal (`date '...'`): a bare type name followed by a string."""
+        tok = self.peek()
+        return tok.kind == "name" and tok.text.lower() in _TYPED and self.peek(1).kind == "str"
+
     def literal(self) -> Any:
+        if self.typed():
+            kind = self.take().text.lower()
+            tok = self.take()
+            try:
+                return _TYPED[kind](tok.value)
+            except (ValueError, ArithmeticError):
+                self.i -= 1
+                return self.fail(f"not a valid {kind} literal")
         tok = self.take()
         if tok.kind in ("num", "str"):
             return tok.value
@@ -224,6 +243,27 @@ class _Parser:
             self.i -= 1
             self.fail("expected a quoted pattern after `like`")
         return like_range(left, tok.value, self.text)
+
+
+def _date(text: str) -> datetime.date:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        raise ValueError(text)
+    return datetime.date.fromisoformat(text)
+
+
+def _timestamp(text: str) -> datetime.datetime:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?", text):
+        raise ValueError(text)
+    return datetime.datetime.fromisoformat(text)
+
+
+def _decimal(text: str) -> decimal.Decimal:
+    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text):
+        raise ValueError(text)
+    return decimal.Decimal(text)
+
+
+_TYPED = {"date": _date, "timestamp": _timestamp, "decimal": _decimal}
 
 
 def like_range(col: Expr, pattern: str, text: str = "") -> Expr:
@@ -266,3 +306,48 @@ def parse(text: str) -> Expr:
     (((x >= 1) & (x <= 5)) & ((name >= 'ab') & (name < 'ac')))
     """
     return _Parser(text).parse()
+
+
+def to_text(e: Expr) -> str:
+    """`e` in this module's syntax, such that `parse(to_text(e))` is the same filter (every column
+    quoted with backticks, every compound term parenthesised). Raises `FilterSyntaxError` for what
+    the syntax cannot state: a NaN or infinite float, a null literal, another literal type.
+
+    >>> to_text(parse("d >= date '1994-01-01' and s like 'ab%'"))
+    "((`d` >= date '1994-01-01') and ((`s` >= 'ab') and (`s` < 'ac')))"
+    """
+    if isinstance(e, Col):
+        return ".".join("`" + p.replace("`", "``") + "`" for p in e.path.split("."))
+    if isinstance(e, Lit):
+        return _literal_text(e.value)
+    if isinstance(e, Cmp):
+        op = "=" if e.op == "==" else e.op
+        return f"({to_text(e.left)} {op} {to_text(e.right)})"
+    if isinstance(e, And | Or):
+        word = "and" if isinstance(e, And) else "or"
+        return f"({to_text(e.left)} {word} {to_text(e.right)})"
+    if isinstance(e, Not):
+        return f"(not {to_text(e.operand)})"
+    if isinstance(e, IsNull):
+        return f"({to_text(e.operand)} is null)"
+    if isinstance(e, IsIn):
+        return f"({to_text(e.operand)} in ({', '.join(_literal_text(v) for v in e.values)}))"
+    raise FilterSyntaxError(f"cannot write {e!r} as filter text")
+
+
+def _literal_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float) and v == v and abs(v) != float("inf"):
+        return repr(v)
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(v, datetime.datetime):
+        return f"timestamp '{v.isoformat(sep=' ')}'"
+    if isinstance(v, datetime.date):
+        return f"date '{v.isoformat()}'"
+    if isinstance(v, decimal.Decimal) and v.is_finite():
+        return f"decimal '{v}'"
+    raise FilterSyntaxError(f"cannot write the literal {v!r} ({type(v).__name__}) as filter text")
