@@ -28,7 +28,7 @@ from conch.files.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, rea
 from conch.files.keycache import KeyCache
 from conch.files.layout import TableFiles
 from conch.files.manifest import TableState
-from conch.files.storage.base import Storage
+from conch.files.storage.base import Storage, new_id
 from conch.log.branching import branch_info
 from conch.log.metastore.base import TableRecord
 from conch.log.sinceview import since_view
@@ -412,7 +412,8 @@ class TableLog:
         for _ in range(FLUSH_ATTEMPTS):
             state = self.state()
             data = pack_snapshot(state.to_json())
-            path = with_digest(self.files.snapshot_path(state.seq) + SNAPSHOT_SUFFIX, data)  # verified on read
+            # under the log's own id (a branch's too: a metastore checks a snapshot lies under its table's id)
+            path = with_digest(f"{self.id}/meta/{state.seq:012d}-{new_id()}.json{SNAPSHOT_SUFFIX}", data)
             started_us = time.time_ns() // 1000
             txn = Transaction(
                 "flush",

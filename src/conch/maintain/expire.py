@@ -25,12 +25,13 @@ reader has at least the grace period to finish. A state at or after the horizon 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from conch.errors import InvalidArgumentError, TableNotFoundError, TimeTravelError
 from conch.files.blobs import BLOB_SUFFIX
 from conch.files.manifest import TableState
+from conch.files.storage.base import FileInfo
 from conch.log.branches import lines
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
@@ -113,7 +114,7 @@ def expire_table(log: TableLog, older_than: OlderThan | None = None, retain_last
     horizon = log.horizon()
     entries = [(s, e) for s, _, e in log.entries()]
     plan = reclaim_plan(log, entries, horizon)
-    sizes = {f.path: f.size for f in log.storage.list(log.dir)}
+    sizes = {f.path: f.size for f in line_files(log)}
     shared = other_lines_need(log, time.time_ns() // 1000)  # files a branch (or the table) still uses
     found = [p for p in plan.files if p in sizes and p not in shared]
     version = log.warehouse.metastore.seq_at_time(log.id, horizon) if horizon else 0
@@ -170,6 +171,16 @@ def unindexed_snapshots(entries: Sequence[tuple[int, Entry]], indexed: set[int],
         for op in entry.ops:
             if isinstance(op, RegisterSnapshot) and op.seq >= base_seq and op.seq not in indexed:
                 yield op.path
+
+
+def line_files(log: TableLog) -> Iterator[FileInfo]:
+    """The files of line `log` in storage: its table's directory (shared by the table and its
+    branches) and, for a branch, its own prefix (its snapshots); not the metastore's own objects
+    (`_log/`, `_snapshots/` of the object-store WAL)."""
+    for prefix in dict.fromkeys((log.dir, log.id)):
+        for f in log.storage.list(prefix):
+            if not f.path.startswith(f"{prefix}/_"):
+                yield f
 
 
 def referenced_files(log: TableLog, entries: list[tuple[int, int, Entry]] | None = None) -> set[str]:

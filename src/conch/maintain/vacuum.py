@@ -36,7 +36,7 @@ from conch.errors import InvalidArgumentError, TableNotFoundError, TimeTravelErr
 from conch.log.branches import lines
 from conch.log.tablelog import TableLog
 from conch.log.wal import CLOCK_SLACK_US, Transaction, VacuumCutoff
-from conch.maintain.expire import horizon_in_force, other_lines_need, reclaim_plan, referenced_files
+from conch.maintain.expire import horizon_in_force, line_files, other_lines_need, reclaim_plan, referenced_files
 from conch.model.progress import human_bytes
 from conch.model.time import to_cutoff
 
@@ -149,9 +149,7 @@ def vacuum(log: TableLog, older_than_seconds: float = 3600.0, dry_run: bool = Fa
         pending = reclaim_plan(log, [(s, e) for s, _, e in entries], newest_horizon).files - plan.files
     storage = log.warehouse.storage
     removed = kept = nbytes = expired = expired_bytes = held = held_expired = 0
-    for f in list(storage.list(log.dir)):
-        if f.path.startswith(f"{log.dir}/_"):
-            continue  # the metastore's own objects (`conch.log.metastore.objectstore`): its WAL, not files
+    for f in list(line_files(log)):  # not the metastore's own objects (`conch.log.metastore.objectstore`)
         if f.path in shared:  # another line of the table (a branch, or the table) uses it
             kept += 1
             continue
