@@ -141,7 +141,7 @@ class BranchMachine(RuleBasedStateMachine):
         b = self.main.branch(name, version=at)
         assert b.name == f"t@{name}" and b.state().seq == 1
         self.handles[name] = b
-        self.models[name] = {1: {k: dict(r) for k, r in self._at(MAIN, seq).items()}}
+        self.models[name] = {0: {}, 1: {k: dict(r) for k, r in self._at(MAIN, seq).items()}}
         self.tags[name] = {}
         self.point[name] = seq
         assert {x.name: x.base_version for x in self.main.branches()}[name] == seq
@@ -170,6 +170,27 @@ class BranchMachine(RuleBasedStateMachine):
         del self.handles[name], self.models[name], self.tags[name], self.point[name]
         with pytest.raises(BranchNotFoundError):
             self.cat.table("t", branch=name)
+
+    @rule(data=st.data())
+    def changes(self, data: st.DataObject) -> None:
+        """`changes(a, b)` on any line equals the model's difference (a fast-forward included)."""
+        line = data.draw(st.sampled_from(sorted(self.handles)))
+        t = self.handles[line]
+        versions = self._retained(line)
+        if t.state().horizon == 0:
+            versions = [0, *versions]
+        a = data.draw(st.sampled_from(versions))
+        b = data.draw(st.sampled_from([v for v in versions if v >= a]))
+        got = [(r["id"], r["_change"]) for r in t.changes(a, b, images="keys").to_pylist()]
+        before, after = self._at(line, a), self._at(line, b)
+        want = []
+        for k in sorted(set(before) | set(after)):
+            x, y = before.get(k), after.get(k)
+            if x is None or y is None:
+                want.append((k, "insert" if x is None else "delete"))
+            elif _rows({0: x}) != _rows({0: y}):
+                want.append((k, "update"))
+        assert got == want, f"{line}: changes({a}, {b})"
 
     @rule(data=st.data(), n=st.integers(1, 5))
     def expire_and_vacuum(self, data: st.DataObject, n: int) -> None:
