@@ -11,9 +11,11 @@ and the files only dropped branches used are gone.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -359,3 +361,38 @@ def test_cli_branches(tmp_path: Path) -> None:
     assert "fast-forwarded table 't' to branch 'dev'" in cli("fast-forward", "t", "dev")
     cli("drop-branch", "t", "dev")
     assert "no branches" in cli("branches", "t")
+
+
+def test_vacuums_of_the_table_never_break_a_concurrent_branch_writer(catalog: conch.Catalog) -> None:
+    """The table vacuums with no grace period while a branch writes: a branch write whose files
+    the vacuum removed conflicts (and is retried by the test), never commits without its files."""
+    t = catalog.create_table("t", [("id", pa.int64())])
+    t.write([{"id": 0, "x": 0}])
+    dev = t.branch("dev")
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def vacuums() -> None:
+        try:
+            while not stop.is_set():
+                t.vacuum(older_than_seconds=0)
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    worker = threading.Thread(target=vacuums)
+    worker.start()
+    written = set()
+    try:
+        for i in range(1, 25):
+            with contextlib.suppress(conch.CommitConflictError):
+                dev.write([{"id": i, "x": i}])
+                written.add(i)
+    finally:
+        stop.set()
+        worker.join()
+    assert not failures, failures
+    storage = catalog.warehouse.storage
+    for v in range(1, dev.state().seq + 1):
+        assert all(storage.exists(p) for p in state_paths(dev.state_at(version=v)))
+    assert [r["id"] for r in dev.to_arrow().to_pylist()] == sorted({0} | written)
+    assert [r["id"] for r in t.to_arrow().to_pylist()] == [0]
