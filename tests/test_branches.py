@@ -22,6 +22,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, precondition, rule
@@ -396,3 +397,23 @@ def test_vacuums_of_the_table_never_break_a_concurrent_branch_writer(catalog: co
         assert all(storage.exists(p) for p in state_paths(dev.state_at(version=v)))
     assert [r["id"] for r in dev.to_arrow().to_pylist()] == sorted({0} | written)
     assert [r["id"] for r in t.to_arrow().to_pylist()] == [0]
+
+
+def doubled(batch: pa.RecordBatch) -> dict[str, Any]:
+    """A module-level enrichment (picklable, for worker processes)."""
+    return {"x2": pc.multiply(batch.column("x"), 2)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_enrichment_tried_on_a_branch_then_fast_forwarded(catalog: conch.Catalog, workers: int) -> None:
+    """Issue 23's pipeline: try an enrichment on a branch (in process, and in worker processes
+    that reopen the branch by its name), look at it, then fast-forward the table to it."""
+    t = catalog.create_table("t", [("id", pa.int64())])
+    t.write([{"id": k, "x": k} for k in range(50)])
+    trial = t.branch("trial")
+    res = trial.enrich(doubled, inputs=["x"], into="f", workers=workers)
+    assert res.wrote
+    assert trial.scan("f.x2").to_arrow().column("f").to_pylist()[:2] == [{"x2": 0}, {"x2": 2}]
+    assert "f.x2" not in t.schema.columns
+    t.fast_forward("trial")
+    assert [r["f"]["x2"] for r in t.scan("f").to_arrow().to_pylist()] == [2 * k for k in range(50)]
