@@ -386,7 +386,9 @@ class Table:
 
     def drop_branch(self, name: str) -> None:
         """Forget a branch (`BranchNotFoundError` if there is none); handles to it then raise
-        `TableNotFoundError`, and the next `vacuum` reclaims the files only it used."""
+        `TableNotFoundError`, and the next `vacuum` reclaims the files only it used. Like
+        dropping a table, it takes an `admin` token on an HTTP metastore. Do not drop a branch
+        while fast-forwarding to it: a vacuum in between may take the files the fast-forward adds."""
         branch_ops.drop_branch(self.log, name)
 
     def fast_forward(self, name: str) -> Commit:
