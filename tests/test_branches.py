@@ -417,3 +417,19 @@ def test_an_enrichment_tried_on_a_branch_then_fast_forwarded(catalog: conch.Cata
     assert "f.x2" not in t.schema.columns
     t.fast_forward("trial")
     assert [r["f"]["x2"] for r in t.scan("f").to_arrow().to_pylist()] == [2 * k for k in range(50)]
+
+
+def test_since_inside_a_compaction_from_before_the_branch_point_is_refused(catalog: conch.Catalog) -> None:
+    """A run compacted before the branch point holds cells of a window of times; the branch's
+    log cannot undo that compaction, so a `since` inside the window is a `TimeTravelError`
+    naming the way out, never a silently different answer; a `since` outside it reads."""
+    t = catalog.create_table("t", [("id", pa.int64())])
+    t.write([{"id": 1, "x": 1}])
+    second = t.write([{"id": 2, "x": 2}])
+    t.compact()
+    dev = t.branch("dev")
+    assert t.scan(since=second.time).to_pylist() == [{"id": 2, "x": 2}]  # the table undoes its compaction
+    with pytest.raises(conch.TimeTravelError, match="compaction made on another line"):
+        dev.scan(since=second.time).to_pylist()
+    later = dev.write([{"id": 3, "x": 3}])
+    assert dev.scan(since=later.time).to_pylist() == [{"id": 3, "x": 3}]
