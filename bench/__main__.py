@@ -496,6 +496,16 @@ def main() -> None:
         commits = max(20, int(200 * args.scale))
         for system, r in commit_latency.one_row(args.work / "commit", commits).items():
             rec.add("8", "one-row commit (median)", system, r["median"], p90_ms=round(r["p90"] * 1e3, 2))
+        # group commit: one-row commits from writer threads of one process (seconds per commit)
+        for n, r in commit_latency.concurrent(args.work / "commit" / "threads", (1, 8), max(10, commits // 5)).items():
+            rec.add(
+                "8",
+                f"one-row commits from {n} thread(s)",
+                "conch",
+                1 / r["commits_per_s"],
+                commits_per_s=round(r["commits_per_s"], 1),
+                entries_per_append=round(r["entries_per_append"], 2),
+            )
         shutil.rmtree(args.work / "commit", ignore_errors=True)
     if "runs" in only:  # tables before compaction vs Lance, peak RSS per subprocess: bench/results/runs.json
         from bench import runs
