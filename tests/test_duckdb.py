@@ -118,7 +118,7 @@ def test_small_tables_keep_value_filters_in_duckdb_for_its_join_planner(table: c
     small table's value filters stay there (the estimate drops), its key terms still go to Conch."""
     src = cdb.source(table)
     n = src.rows()
-    assert n is not None and n >= 300 and not src.push_filters
+    assert n is not None and n >= 300 and not src.push_filters  # a few kB stored
     plan = duckdb.sql("explain select s from src where x < 0 and id >= 200").fetchall()[0][1]
     scan = _scan_box(plan)
     assert '"id" >= 200' in scan and '"x" < 0' not in scan  # the key term in Conch, x in DuckDB

@@ -78,7 +78,7 @@ _INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "U
 _TIMESTAMPS = {"TIMESTAMP_S": 1_000_000, "TIMESTAMP_MS": 1_000, "TIMESTAMP": 1}  # step in µs
 _TIMESTAMP_TZ = "TIMESTAMP WITH TIME ZONE"  # its constants are ints: µs since the epoch
 _DECIMAL = re.compile(r"DECIMAL\((\d+),(\d+)\)")
-FILTER_MIN_BYTES = 64 << 20  # stored bytes from which Conch takes value filters by default (module docstring)
+FILTER_MIN_BYTES = 10 << 20  # stored bytes from which Conch takes value filters by default (module docstring)
 
 
 class _Unpushable(Exception):
