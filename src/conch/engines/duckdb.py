@@ -22,7 +22,7 @@ takes no column min/max), so joins are planned as over Parquet, not as over one-
 **Which filters Conch takes** (`push_filters`). DuckDB 2.0's join planner counts a filter's
 selectivity only while the filter stays in its plan: a filter the source accepts leaves the scan's
 estimate at the whole table (`rows()` is asked at bind time, before any filter is offered). Over
-TPC-H that misplans joins on small tables (q21 at SF 1: 3.5× slower than with the filters
+TPC-H that misplans joins on small tables (q21 at SF 1: 2.4× slower than with the filters
 declined, `docs/engines.md`). By default (`push_filters=None`) Conch therefore takes value filters
 only on tables storing at least `FILTER_MIN_BYTES`, where reading is the cost that a pushed filter
 saves; key terms (a key range, an `IN` list on the key: a take instead of a scan) are taken on every
