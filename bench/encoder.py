@@ -41,7 +41,19 @@ def columns(n: int) -> dict[str, pa.Array]:
         "strings, 200 distinct": pa.array(words[rng.integers(0, 200, n)]),
         "random strings 16 B": pa.array(np.char.mod("%016x", rng.integers(0, 2**62, n)).astype(str)),
         "1 KB compressed blobs": pa.array(blobs, pa.binary()),
+        # TPC-H's column types (lineitem: prices and discounts, ship dates, comments)
+        "decimal(15,2) prices": _decimal(rng.integers(90_000, 10_500_000, n)),
+        "decimal(15,2) 11 values": _decimal(rng.integers(0, 11, n)),
+        "date32 7 years": pa.array(rng.integers(8000, 10557, n).astype(np.int32)).cast(pa.date32()),
+        "comment text 10-43 B": pa.array([" ".join(words[rng.integers(0, 200, 1 + i % 5)]) for i in range(n)]),
     }
+
+
+def _decimal(cents: np.ndarray) -> pa.Array:
+    """decimal128(15, 2) values of the non-negative unscaled integers `cents`."""
+    words = np.zeros((len(cents), 2), dtype=np.int64)
+    words[:, 0] = cents
+    return pa.Array.from_buffers(pa.decimal128(15, 2), len(cents), [None, pa.py_buffer(words.tobytes())])
 
 
 def _cpu() -> float:

@@ -79,3 +79,23 @@ def test_an_error_in_one_fragment_leaves_no_scratch_file(tmp_path: Path) -> None
     done = fmt.write_many(jobs[3:], threads=2, after=lambda j: j.table.num_rows)
     assert [extra for _, extra in done] == [1000, 1000, 1000]  # in job order
     assert all(w.bytes > 0 and w.checksum for w, _ in done)
+
+
+@pytest.mark.parametrize("bad", ["duplicate", "null key"])
+def test_an_error_in_a_later_chunk_discards_the_files_in_flight(tmp_path: Path, bad: str) -> None:
+    """A streamed write encodes chunk n's files while chunk n+1 is read and sorted (one
+    `WriteQueue` for the write): an error in a later chunk waits for the files in flight, leaves
+    no scratch file and commits nothing; the table then takes the same write without the bad row."""
+    opts = conch.WriteOptions(chunk_rows=500, write_threads=2, fragment_bytes=2000)
+    cat = conch.connect(str(tmp_path), write_options=opts, maintenance=conch.Policy(auto=False))
+    t = cat.create_table("t", [("id", pa.int64())])
+    ids: list[int | None] = list(range(3000))
+    ids[2600] = 10 if bad == "duplicate" else None  # in the 6th chunk: earlier chunks are in flight
+    data = pa.table({"id": pa.array(ids, pa.int64()), "x": np.arange(3000.0)})
+    with pytest.raises(conch.ConchError):
+        t.write(pa.RecordBatchReader.from_batches(data.schema, data.to_batches(max_chunksize=100)))
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+    assert t.history() == []
+    good = data.filter(pa.array([i != 2600 for i in range(3000)]))
+    t.write(pa.RecordBatchReader.from_batches(good.schema, good.to_batches(max_chunksize=100)))
+    assert t.scan().to_arrow().to_pylist() == good.sort_by("id").to_pylist()

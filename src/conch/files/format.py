@@ -122,6 +122,22 @@ def has_order(t: pa.DataType) -> bool:
     )
 
 
+class FileQueue(Protocol):
+    """Files written `threads` at a time while the caller goes on, each handed to its callback
+    `(written, extra)` in submission order (`conch.files.fragments.WriteQueue`); a context
+    manager that waits for every file on exit and discards the unpublished ones on an error."""
+
+    def __enter__(self) -> FileQueue: ...
+
+    def __exit__(self, et: Any, e: Any, tb: Any) -> None: ...
+
+    def submit(
+        self, job: FileJob, done: Callable[[WrittenFile, Any], None], after: Callable[[FileJob], Any] | None = None
+    ) -> None: ...
+
+    def drain(self) -> None: ...
+
+
 class FragmentFormat(Protocol):
     """A fragment file format (DESIGN §3, §9): columns named by id, read by file reference (path
     + recorded checksum) through the storage it is bound to, taken by row indices, streamed in
@@ -143,6 +159,8 @@ class FragmentFormat(Protocol):
     def write_many(
         self, jobs: Sequence[FileJob], threads: int = 1, after: Callable[[FileJob], Any] | None = None
     ) -> list[tuple[WrittenFile, Any]]: ...
+
+    def queue(self, threads: int = 1) -> FileQueue: ...
 
     def has_column(self, ref: FileRef, name: str) -> bool: ...
 

@@ -28,7 +28,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -45,6 +45,7 @@ from conch.model.deps import LazyModule
 
 vx: Any = LazyModule("vortex")
 
+_Done = Callable[[WrittenFile, Any], None]  # a `WriteQueue` job's callback: (written, extra)
 _pools: dict[int, tuple[int, ThreadPoolExecutor]] = {}  # threads -> (pid that made it, pool)
 _pools_lock = threading.Lock()
 
@@ -158,49 +159,15 @@ class VortexFormat:
         is bounded by `threads` files. On an error every scratch file is discarded and nothing
         appears at the jobs' paths that was not published before it."""
         out: list[tuple[WrittenFile, Any]] = []
-        if threads <= 1 or len(jobs) <= 1:
+        with self.queue(threads) as q:
             for job in jobs:
-                with contextlib.ExitStack() as stack:
-                    blob_local = (
-                        stack.enter_context(self.storage.staged(job.path + BLOB_SUFFIX)) if job.blob_columns else ""
-                    )
-                    local = stack.enter_context(self.storage.staged(job.path))
-                    res = self._encode(job, local, blob_local, after)
-                out.append((WrittenFile(res[0] + self.storage.size(job.path), res[1]), res[2]))
-            return out
-        pool = _encode_pool(threads)
-        inflight: collections.deque[tuple[FileJob, contextlib.ExitStack, Any]] = collections.deque()
-
-        def finish() -> None:
-            job, stack, fut = inflight.popleft()
-            try:
-                total, checksum, extra = fut.result()
-            except BaseException as e:
-                stack.__exit__(type(e), e, e.__traceback__)
-                raise
-            stack.close()  # publishes the files (in the batch, from this thread)
-            out.append((WrittenFile(total + self.storage.size(job.path), checksum), extra))
-
-        try:
-            for job in jobs:
-                stack = contextlib.ExitStack()
-                blob_local = (
-                    stack.enter_context(self.storage.staged(job.path + BLOB_SUFFIX)) if job.blob_columns else ""
-                )
-                local = stack.enter_context(self.storage.staged(job.path))
-                inflight.append((job, stack, pool.submit(self._encode, job, local, blob_local, after)))
-                if len(inflight) >= threads:
-                    finish()
-            while inflight:
-                finish()
-        except BaseException as e:
-            while inflight:  # wait for the others, then discard their scratch files
-                _, stack, fut = inflight.popleft()
-                with contextlib.suppress(BaseException):
-                    fut.result()
-                stack.__exit__(type(e), e, e.__traceback__)
-            raise
+                q.submit(job, lambda written, extra: out.append((written, extra)), after)
         return out
+
+    def queue(self, threads: int = 1) -> WriteQueue:
+        """A `WriteQueue` of this format: files submitted one by one, `threads` encoded at once
+        while the caller prepares the next ones (a streamed write's next chunk)."""
+        return WriteQueue(self, threads)
 
     def _encode(
         self, job: FileJob, local: str, blob_local: str, after: Callable[[FileJob], Any] | None
@@ -525,6 +492,89 @@ def _damage(verified: VerifiedReader | None, what: str, e: Exception) -> Corrupt
     if verified is not None and verified.failure is not None:
         return verified.failure
     return CorruptFileError(f"{what}: {e}")
+
+
+class WriteQueue:
+    """Files encoded `threads` at a time while the caller goes on (Vortex's writer releases the
+    GIL: docs/performance.md), each published and handed to its `done` callback from the calling
+    thread in submission order, so what the callbacks record does not depend on the threads'
+    timing. Storage is only touched from the calling thread (scratch paths handed out at submit,
+    published at finish, inside the caller's `Storage.batch`), and at most `threads` files are in
+    flight, so memory is bounded by `threads` jobs' tables. Use it as a context manager: leaving
+    the block waits for every file; on an error every file not yet published is discarded."""
+
+    def __init__(self, fmt: VortexFormat, threads: int = 1) -> None:
+        self._fmt = fmt
+        self._threads = max(1, threads)
+        self._inflight: collections.deque[tuple[FileJob, contextlib.ExitStack, Future[Any], _Done]] = (
+            collections.deque()
+        )
+
+    def __enter__(self) -> WriteQueue:
+        return self
+
+    def __exit__(self, et: Any, e: Any, tb: Any) -> None:
+        if e is None:
+            self.drain()
+        else:
+            self._discard(e)
+
+    def submit(self, job: FileJob, done: _Done, after: Callable[[FileJob], Any] | None = None) -> None:
+        """Encode `job` (waiting first for the oldest file while `threads` are in flight); `done`
+        gets `(written, extra)` once it is published: `extra` is the columns' statistics for a
+        job with `stats`, else `after(job)`, computed in the worker beside the encoding."""
+        try:
+            while len(self._inflight) >= self._threads:
+                self._finish()
+            stack = contextlib.ExitStack()
+            storage = self._fmt.storage
+            try:
+                blob_local = stack.enter_context(storage.staged(job.path + BLOB_SUFFIX)) if job.blob_columns else ""
+                local = stack.enter_context(storage.staged(job.path))
+            except BaseException as e:
+                stack.__exit__(type(e), e, e.__traceback__)
+                raise
+            fut: Future[Any]
+            if self._threads == 1:  # on this thread, nothing to overlap with
+                fut = Future()
+                try:
+                    fut.set_result(self._fmt._encode(job, local, blob_local, after))
+                except BaseException as e:
+                    fut.set_exception(e)
+            else:
+                fut = _encode_pool(self._threads).submit(self._fmt._encode, job, local, blob_local, after)
+            self._inflight.append((job, stack, fut, done))
+            if self._threads == 1:
+                self._finish()
+        except BaseException as e:
+            self._discard(e)
+            raise
+
+    def drain(self) -> None:
+        """Wait for every file in flight and publish it."""
+        try:
+            while self._inflight:
+                self._finish()
+        except BaseException as e:
+            self._discard(e)
+            raise
+
+    def _finish(self) -> None:
+        job, stack, fut, done = self._inflight.popleft()
+        try:
+            total, checksum, extra = fut.result()
+        except BaseException as e:
+            stack.__exit__(type(e), e, e.__traceback__)
+            raise
+        stack.close()  # publishes the files (in the batch, from this thread)
+        done(WrittenFile(total + self._fmt.storage.size(job.path), checksum), extra)
+
+    def _discard(self, e: BaseException) -> None:
+        while self._inflight:  # wait for the others, then discard their scratch files
+            _, stack, fut, _ = self._inflight.popleft()
+            with contextlib.suppress(BaseException):
+                fut.result()
+            stack.__exit__(type(e), e, e.__traceback__)
 
 
 class _CountingReader:

@@ -203,20 +203,33 @@ def sorted_unique(keys: pa.Table) -> pa.Table:
 
 
 def strictly_increasing(keys: pa.Table) -> bool:
-    """True when rows are already sorted by key with no repeats (one key column; else False).
+    """True when rows are already sorted by key (all columns, lexicographically) with no repeats.
 
-    Lets a write of pre-sorted data (the common case for generated and range-partitioned data)
-    skip the sort, the take and the duplicate check: strictly increasing implies unique.
+    Lets a write of pre-sorted data (the common case for generated and range-partitioned data,
+    e.g. TPC-H's `lineitem` by `(l_orderkey, l_linenumber)`) skip the sort, the take and the
+    duplicate check: strictly increasing implies unique. One vectorised pass per column (adjacent
+    rows compared; a later column decides only pairs the earlier ones tie); `-0.0` equals `0.0`,
+    as in the key encoding.
     """
-    if keys.num_columns != 1:
-        return False
-    col = keys.column(0).combine_chunks()
-    if len(col) < 2:
+    n = keys.num_rows
+    if n < 2:
         return True
-    if numeric_key_type(col.type):
-        v = col.to_numpy(zero_copy_only=False)
-        return bool(np.all(v[1:] > v[:-1]))
-    return bool(pc.all(pc.less(col.slice(0, len(col) - 1), col.slice(1))).as_py())
+    tied: np.ndarray | None = None  # pairs (i, i+1) equal in every earlier column (None: all)
+    for chunked in keys.columns:
+        col = chunked.combine_chunks()
+        if numeric_key_type(col.type):
+            v = col.to_numpy(zero_copy_only=False)
+            less, eq = v[1:] < v[:-1], v[1:] == v[:-1]
+        else:
+            nxt, prev = col.slice(1), col.slice(0, n - 1)
+            less = pc.less(nxt, prev).to_numpy(zero_copy_only=False)
+            eq = pc.equal(nxt, prev).to_numpy(zero_copy_only=False)
+        if (less if tied is None else less & tied).any():
+            return False
+        tied = eq if tied is None else tied & eq
+        if not tied.any():
+            return True
+    return False  # adjacent rows equal in every column: a duplicate
 
 
 def equal_adjacent(col: pa.ChunkedArray | pa.Array) -> np.ndarray:

@@ -20,9 +20,10 @@ Rules a user can rely on:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ import pyarrow.compute as pc
 
 from conch.errors import SchemaError
 from conch.files.blobs import BLOB_SUFFIX, blob_storable
-from conch.files.format import FileJob, WrittenFile, column_name, encode_stats
+from conch.files.format import FileJob, FileQueue, WrittenFile, column_name, encode_stats
 from conch.files.layout import TableFiles
 from conch.files.manifest import Fragment, KeySpace, TableState
 from conch.files.storage import new_id
@@ -126,21 +127,23 @@ def stage_write(
     runs: dict[str, RunCheck] = {}  # duplicates across chunks, checked in bounded memory (dedup.py)
     streamed = isinstance(data, pa.RecordBatchReader | Iterator)
     batches = track(batches, "writing", progress if streamed else False)
-    for chunk in chunks(batches, opts):
-        per_level = split_levels(chunk, schema, level)
-        for lvl, flat in per_level.items():
-            if flat.num_rows == 0:
-                continue
-            if lvl not in runs:
-                runs[lvl] = RunCheck(files.format, schema.key_fields(lvl))
-            for ks in write_run(files, schema, lvl, flat, staged, opts):
-                runs[lvl].add(ks)
-        for anc in schema.ancestry(level)[:-1]:
-            if not schema.key_names(anc.path):
-                continue
-            prefix = _distinct_sorted(chunk.select(schema.key_names(anc.path)), schema, anc.path)
-            for lo, hi in partitions(prefix, min(files.partition_keys, prefix.num_columns)):
-                write_key_space(files, anc.path, prefix.slice(lo, hi - lo), staged)
+    # One queue for the whole write: a chunk's files encode while the next chunk is read, sorted
+    # and checked (at most `write_threads` files in flight, so memory stays bounded).
+    with files.format.queue(opts.write_threads) as queue:
+        for chunk in chunks(batches, opts):
+            per_level = split_levels(chunk, schema, level)
+            for lvl, flat in per_level.items():
+                if flat.num_rows == 0:
+                    continue
+                if lvl not in runs:
+                    runs[lvl] = RunCheck(files.format, schema.key_fields(lvl))
+                write_run(files, schema, lvl, flat, staged, opts, queue, runs[lvl].add)
+            for anc in schema.ancestry(level)[:-1]:
+                if not schema.key_names(anc.path):
+                    continue
+                prefix = _distinct_sorted(chunk.select(schema.key_names(anc.path)), schema, anc.path)
+                for lo, hi in partitions(prefix, min(files.partition_keys, prefix.num_columns)):
+                    _stage_key_space(files, anc.path, prefix.slice(lo, hi - lo), staged, "data", queue)
     for check in runs.values():
         check.check()
     return staged
@@ -152,20 +155,26 @@ def _distinct_sorted(keys: pa.Table, schema: Schema, level: str) -> pa.Table:
 
 
 def write_run(
-    files: TableFiles, schema: Schema, level: str, flat: pa.Table, staged: StagedWrite, opts: WriteOptions
-) -> list[KeySpace]:
-    """Sort one level's flat rows by key, write a key space and its fragments per partition;
-    returns the key spaces written (the write's duplicate check reads them back)."""
+    files: TableFiles,
+    schema: Schema,
+    level: str,
+    flat: pa.Table,
+    staged: StagedWrite,
+    opts: WriteOptions,
+    queue: FileQueue,
+    written: Callable[[KeySpace], None],
+) -> None:
+    """Sort one level's flat rows by key (unless they already are: one vectorised pass), write a
+    key space and its fragments per partition through `queue`; `written` gets each key space
+    once its file is published (the write's duplicate check reads them back)."""
     key_fields = schema.key_fields(level)
     key_names = [f.name for f in key_fields]
     flat = validate_key_columns(flat, key_fields)
     if not strictly_increasing(flat.select(key_names)):
         flat = flat.take(sort_indices(flat.select(key_names)))
         check_unique_sorted(flat.select(key_names))
-    return [
-        _write_sorted_run(files, schema, level, flat.slice(lo, hi - lo), staged, opts)
-        for lo, hi in partitions(flat.select(key_names), files.partition_keys)
-    ]
+    for lo, hi in partitions(flat.select(key_names), files.partition_keys):
+        _write_sorted_run(files, schema, level, flat.slice(lo, hi - lo), staged, opts, queue, written)
 
 
 def partitions(keys: pa.Table, n: int) -> list[tuple[int, int]]:
@@ -180,11 +189,16 @@ def partitions(keys: pa.Table, n: int) -> list[tuple[int, int]]:
 
 
 def _write_sorted_run(
-    files: TableFiles, schema: Schema, level: str, flat: pa.Table, staged: StagedWrite, opts: WriteOptions
-) -> KeySpace:
+    files: TableFiles,
+    schema: Schema,
+    level: str,
+    flat: pa.Table,
+    staged: StagedWrite,
+    opts: WriteOptions,
+    queue: FileQueue,
+    written: Callable[[KeySpace], None],
+) -> None:
     key_names = schema.key_names(level)
-    ks_job = _key_space_job(files, flat.select(key_names))
-    ks_id = _id_of(files, ks_job.path)
     columns_by_group: dict[str, list[tuple[Column, pa.ChunkedArray]]] = {}
     for name in flat.column_names:
         if name in key_names:
@@ -199,28 +213,44 @@ def _write_sorted_run(
         elif data.type != col.type:
             data = data.cast(col.type)
         columns_by_group.setdefault(col.group, []).append((col, data))
-    at = len(staged.ops)  # the key space's op goes before its fragments'
-    written = write_groups(files, level, ks_id, columns_by_group, staged, opts, first=ks_job)
-    assert written is not None
-    ks = _key_space(ks_id, level, ks_job.path, flat.select(key_names), "data", written)
-    staged.ops.insert(at, AddKeySpace(ks))
+    # The key space goes first (its op before its fragments'), encoded beside them.
+    ks_id = _stage_key_space(files, level, flat.select(key_names), staged, "data", queue, written)
+    write_groups(files, level, ks_id, columns_by_group, staged, opts, queue)
     staged.rows[level] = staged.rows.get(level, 0) + flat.num_rows
-    return ks
 
 
 def write_key_space(files: TableFiles, level: str, keys: pa.Table, staged: StagedWrite, kind: str = "data") -> str:
     """Write the key-space file of the sorted, unique `keys` of `level` and stage its
     `AddKeySpace`; returns the key space's id."""
-    return _stage_key_space(files, level, keys, staged, kind).id
+    return _stage_key_space(files, level, keys, staged, kind)
 
 
-def _stage_key_space(files: TableFiles, level: str, keys: pa.Table, staged: StagedWrite, kind: str) -> KeySpace:
+def _stage_key_space(
+    files: TableFiles,
+    level: str,
+    keys: pa.Table,
+    staged: StagedWrite,
+    kind: str,
+    queue: FileQueue | None = None,
+    written: Callable[[KeySpace], None] | None = None,
+) -> str:
+    """Write the key-space file of sorted, unique `keys` (through `queue`, else now) and stage
+    its `AddKeySpace` once published (then `written(ks)`); returns the key space's id."""
     job = _key_space_job(files, keys)
-    written = files.format.write(job.table, job.path)
+    ks_id = _id_of(files, job.path)
     staged.files.append(job.path)
-    ks = _key_space(_id_of(files, job.path), level, job.path, keys, kind, written)
-    staged.ops.append(AddKeySpace(ks))
-    return ks
+
+    def done(w: WrittenFile, _: Any) -> None:
+        ks = _key_space(ks_id, level, job.path, keys, kind, w)
+        staged.ops.append(AddKeySpace(ks))
+        if written is not None:
+            written(ks)
+
+    if queue is None:
+        done(files.format.write(job.table, job.path), None)
+    else:
+        queue.submit(job, done)
+    return ks_id
 
 
 def _key_space_job(files: TableFiles, keys: pa.Table) -> FileJob:
@@ -280,15 +310,16 @@ def write_groups(
     groups: dict[str, list[tuple[Column, pa.ChunkedArray]]],
     staged: StagedWrite,
     opts: WriteOptions,
-    first: FileJob | None = None,
-) -> WrittenFile | None:
-    """Write the fragments of every column group of one run (groups x byte-bounded row slices),
-    `opts.write_threads` encoded at once (`VortexFormat.write_many`), and stage their
-    `AddFragment`s in a fixed order (group, then row), whatever the threads' timing. `first`:
-    another file written in the same batch (the run's key space: a one-row commit's two files
-    are encoded at once); returns how it was written."""
-    pieces: list[_Piece] = []
-    jobs: list[FileJob] = [first] if first is not None else []
+    queue: FileQueue | None = None,
+) -> None:
+    """Write the fragments of every column group of one run (groups x byte-bounded row slices)
+    through `queue` (else a queue of their own, waited for: `opts.write_threads` encoded at once)
+    and stage their `AddFragment`s in a fixed order (group, then row), whatever the threads'
+    timing: the queue hands files back in submission order."""
+    if queue is None:
+        with files.format.queue(opts.write_threads) as own:
+            write_groups(files, level, ks_id, groups, staged, opts, own)
+        return
     for group, cols in groups.items():
         table = pa.table({column_name(c.id): data for c, data in cols})
         n = table.num_rows
@@ -302,36 +333,35 @@ def write_groups(
             piece = _Piece(group, new_id(), start, cols, blob_ids)
             rel = files.fragment_path(level, group, piece.frag_id)
             blobs = tuple(column_name(i) for i in blob_ids)
-            jobs.append(FileJob(table.slice(start, rows_per_fragment), rel, blobs, ordinal=True, stats=True))
-            pieces.append(piece)
-    for job in jobs:
-        staged.files.append(job.path)
-        if job.blob_columns:
-            staged.files.append(job.path + BLOB_SUFFIX)
-    done = files.format.write_many(jobs, opts.write_threads)
-    head = done[0][0] if first is not None else None
-    frags = jobs[1:] if first is not None else jobs
-    for job, piece, (written, stats) in zip(frags, pieces, done[len(done) - len(pieces) :], strict=True):
-        types = {c.id: c.type for c, _ in piece.cols}
-        staged.ops.append(
-            AddFragment(
-                Fragment(
-                    id=piece.frag_id,
-                    level=level,
-                    group=piece.group,
-                    key_space=ks_id,
-                    start=piece.start,
-                    rows=job.table.num_rows,
-                    path=job.path,
-                    column_ids=tuple(c.id for c, _ in piece.cols),
-                    stats=encode_stats(stats, types),
-                    bytes=written.bytes,
-                    checksum=written.checksum,
-                    blob_columns=piece.blob_ids,
-                )
+            job = FileJob(table.slice(start, rows_per_fragment), rel, blobs, ordinal=True, stats=True)
+            staged.files.append(job.path)
+            if job.blob_columns:
+                staged.files.append(job.path + BLOB_SUFFIX)
+            queue.submit(job, functools.partial(_add_fragment, staged, level, ks_id, piece, job.table.num_rows, rel))
+
+
+def _add_fragment(
+    staged: StagedWrite, level: str, ks_id: str, piece: _Piece, rows: int, path: str, written: WrittenFile, stats: Any
+) -> None:
+    types = {c.id: c.type for c, _ in piece.cols}
+    staged.ops.append(
+        AddFragment(
+            Fragment(
+                id=piece.frag_id,
+                level=level,
+                group=piece.group,
+                key_space=ks_id,
+                start=piece.start,
+                rows=rows,
+                path=path,
+                column_ids=tuple(c.id for c, _ in piece.cols),
+                stats=encode_stats(stats, types),
+                bytes=written.bytes,
+                checksum=written.checksum,
+                blob_columns=piece.blob_ids,
             )
         )
-    return head
+    )
 
 
 def stage_delete(files: TableFiles, state: TableState, keys: Any, level: str = "") -> StagedWrite:
