@@ -185,3 +185,51 @@ def test_answers_equal_a_model_after_writes_updates_and_deletes(
     assert duckdb.sql(q.format("src")).fetchall() == duckdb.sql(q.format("fresh")).fetchall()
     agg = "select count(*), sum(v), min(id) from {} where " + where
     assert duckdb.sql(agg.format("src")).fetchall() == duckdb.sql(agg.format("fresh")).fetchall()
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory: pytest.TempPathFactory) -> conch.Table:
+    """`table`'s first run alone: no overlay, so the streamed path needs no keys."""
+    t = conch.connect(tmp_path_factory.mktemp("wh1")).create_table("t", [("id", pa.int64())])
+    t.write(
+        engine_table(tmp_path_factory.mktemp("src"), lambda i: "b")
+        .scan()
+        .to_arrow()
+        .filter(pa.compute.field("id") < 250)
+    )
+    return t
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    which=st.sampled_from(["two runs", "one run"]),
+    cols=st.sampled_from([("x",), ("s", "g"), ("g.a", "x")]),
+    where=st.sampled_from([None, "x < 0", "s = 's3'", "id >= 120"]),
+    fast=st.booleans(),
+    limit=st.none() | st.integers(1, 400),
+)
+def test_a_scan_without_keys_holds_the_same_values(
+    table: conch.Table,
+    one_run: conch.Table,
+    which: str,
+    cols: tuple[str, ...],
+    where: str | None,
+    fast: bool,
+    limit: int | None,
+) -> None:
+    """`ScanOptions.with_keys=False` (what DuckDB gets when it reads no key column; the streamed
+    path then reads no keys): the same rows and values as the scan with keys, keys dropped, on
+    a table with two overlapping runs and on one run, on every path."""
+    table = table if which == "two runs" else one_run
+    w = {None: None, "x < 0": table["x"] < 0, "s = 's3'": table["s"] == "s3", "id >= 120": table["id"] >= 120}[where]
+    scan = table.scan(*cols, where=w, limit=limit).with_options(fast_paths=fast)
+    want = scan.to_arrow().drop_columns(["id"])
+    bare = scan.with_options(with_keys=False)
+    got = bare.to_record_batches().read_all()
+    assert bare.schema == want.schema and got.schema == want.schema
+    assert repr(got.to_pylist()) == repr(want.to_pylist())  # repr: NaN == NaN
+    m = bare.metrics()
+    if fast and which == "one run" and cols == ("x",) and where in (None, "x < 0"):
+        assert m.merge == "zip (streamed)"
+    if m.merge == "zip (streamed)" and which == "one run":
+        assert m.key_bytes_read == 0  # before: every streamed scan read its keys

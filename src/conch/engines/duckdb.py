@@ -190,6 +190,8 @@ class ConchSource(_Base):
             since=spec.since,
             level=spec.level or None,
         )
+        if not any(n in self._keys for n in out_schema.names):  # DuckDB reads no key column
+            scan = scan.with_options(with_keys=False)  # the streamed path then reads no keys
 
         def batches() -> Iterator[pa.RecordBatch]:
             for b in scan.to_record_batches():
