@@ -3,7 +3,8 @@ and tuned), Lance, Delta and DuckDB-over-Parquet on the workloads of issue 5, in
 the same generated data; `b` adds the backends (bench/backends.py: metastores, S3 vs local);
 `runs` adds issue 11's tables before compaction vs Lance, with peak RSS (bench/runs.py); `commit`
 the one-row commit latency vs Lance and Delta appends (bench/commit_latency.py); `writes` issue 24's
-bulk load, wide table and write amplification (bench/writes.py). Prints a table of medians and ratios to Conch, writes
+bulk load, wide table and write amplification (bench/writes.py); `selective` its 1 % blob scan and
+take vs Lance (bench/selective.py). Prints a table of medians and ratios to Conch, writes
 bench/results/scan.json and bench/results/scan.png."""
 
 from __future__ import annotations
@@ -467,11 +468,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement (median)")
     ap.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8,commit,runs,memory,loaders,gpu_loader,compaction,writes,b,tpch",
+        default="1,2,3,4,5,6,7,8,commit,runs,memory,loaders,gpu_loader,compaction,writes,selective,b,tpch",
         help="workloads to run, e.g. 4,5,loaders (8: blob streaming; b: backends; commit: one-row commit latency "
         "vs Lance and Delta; runs: issue 11's many-runs rows with peak RSS; compaction: bench/compaction.py; "
         "memory: peak RSS vs Lance as keys grow, bench/memory.py; writes: bulk load, wide table, write "
-        "amplification, bench/writes.py; tpch: TPC-H in DuckDB and Spark vs Parquet, bench/tpch.py, SF 0.1 "
+        "amplification, bench/writes.py; selective: spec/001's 1 %% scan and a take vs Lance, bench/selective.py; tpch: TPC-H in DuckDB and Spark vs Parquet, bench/tpch.py, SF 0.1 "
         "and 1 (SF 0.1 only, one timed run, with --scale below 1 or as tpch-quick)); bench/goals.py's table of "
         "issues 10 and 11's goals closes every run",
     )
@@ -496,6 +497,16 @@ def main() -> None:
         commits = max(20, int(200 * args.scale))
         for system, r in commit_latency.one_row(args.work / "commit", commits).items():
             rec.add("8", "one-row commit (median)", system, r["median"], p90_ms=round(r["p90"] * 1e3, 2))
+        # group commit: one-row commits from writer threads of one process (seconds per commit)
+        for n, r in commit_latency.concurrent(args.work / "commit" / "threads", (1, 8), max(10, commits // 5)).items():
+            rec.add(
+                "8",
+                f"one-row commits from {n} thread(s)",
+                "conch",
+                1 / r["commits_per_s"],
+                commits_per_s=round(r["commits_per_s"], 1),
+                entries_per_append=round(r["entries_per_append"], 2),
+            )
         shutil.rmtree(args.work / "commit", ignore_errors=True)
     if "runs" in only:  # tables before compaction vs Lance, peak RSS per subprocess: bench/results/runs.json
         from bench import runs
@@ -536,6 +547,14 @@ def main() -> None:
                 "--out", str(args.out),
             ]
         )  # fmt: skip
+    if "selective" in only:  # issue 24: spec/001's 1 % blob scan and a 20-50-key take vs Lance
+        from bench import selective
+
+        selective.main(
+            ["--scale", str(args.scale), "--reps", str(max(20, args.reps)), "--work", str(args.work / "selective"),
+             "--out", str(args.out / "selective.json")]
+        )  # fmt: skip
+        shutil.rmtree(args.work / "selective", ignore_errors=True)
     if "b" in only:  # backends: metastores' commits, local vs S3 scans (bench/backends.py)
         from bench import backends
 

@@ -110,6 +110,23 @@ def scan_goals(doc: dict[str, Any] | None) -> list[Goal]:
                 "lance",
             )
         )
+    c = case("8", r"one-row commit \(median\)")
+    out.append(
+        _vs(
+            Goal("one-row commit latency vs Delta (commit)", "conch / delta <= 1"),
+            by.get((c, "conch")) if c else None,
+            by.get((c, "delta")) if c else None,
+            "delta",
+        )
+    )
+    one, eight = (
+        by.get(("one-row commits from 1 thread(s)", "conch")),
+        by.get(("one-row commits from 8 thread(s)", "conch")),
+    )
+    g = Goal("one-row commits/s, 8 writer threads vs 1 (commit; group commit)", "8 threads / 1 thread >= 1")
+    if one and eight:
+        _judge(g, one / eight, lambda r: r >= 1.0, f"{1 / eight:.0f} vs {1 / one:.0f} commits/s")
+    out.append(g)
     c = case("8", "stream")
     g = _vs(
         Goal("blob streaming, 20 KB blobs, 5 GB at scale 1 (workload 8)", "conch / lance <= 1"),

@@ -151,6 +151,26 @@ def test_append_is_compare_and_swap(metastore: Metastore) -> None:
     assert metastore.seq_at_time(rec.id, e3.time + 10**9) == 3
 
 
+def test_append_batch_is_all_or_none(metastore: Metastore) -> None:
+    """Group commit's batched append (`conch.log.groupcommit`), where a backend offers one:
+    consecutive numbers and strictly increasing times in one transaction, or nothing on a lost
+    compare-and-swap."""
+    batch = getattr(metastore, "append_batch", None)
+    if batch is None:
+        pytest.skip("this backend appends one entry at a time (group commit falls back to batches of one)")
+    rec = _record("t")
+    metastore.create_table(rec)
+    e1 = metastore.append(rec.id, 0, '{"n": 1}')
+    got = batch(rec.id, 1, ['{"n": 2}', '{"n": 3}', '{"n": 4}'])
+    assert [(e.seq, e.entry) for e in got] == [(2, '{"n": 2}'), (3, '{"n": 3}'), (4, '{"n": 4}')]
+    assert e1.time < got[0].time < got[1].time < got[2].time
+    with pytest.raises(CommitConflictError):
+        batch(rec.id, 2, ['{"n": "lost"}', '{"n": "lost too"}'])
+    assert metastore.read_log(rec.id) == [e1, *got]
+    assert metastore.last_seq(rec.id) == 4
+    assert metastore.append(rec.id, 4, '{"n": 5}').time > got[-1].time
+
+
 def test_logs_are_per_table(metastore: Metastore) -> None:
     a, b = _record("a"), _record("b")
     metastore.create_table(a)

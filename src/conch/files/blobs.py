@@ -108,22 +108,29 @@ def blob_index(t: pa.Table | pa.RecordBatch, c: str) -> BlobIndex:
     return BlobIndex(o, n, valid, h)
 
 
-def coalesce(o: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, lengths) of the reads covering the values at offsets `o` with lengths `n`, in
-    order, adjacent values merged into one read (vectorised: a take of thousands of values costs
-    no Python per value); empty values need no read."""
+def coalesce(
+    o: np.ndarray, n: np.ndarray, files: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, lengths, file) of the reads covering the values at offsets `o` with lengths `n`,
+    in order, adjacent values merged into one read (vectorised: a take of thousands of values
+    costs no Python per value); empty values need no read. `files` numbers each value's file
+    (ascending; None: one file): a change of file always starts a read, so the values of many
+    files are coalesced in one pass."""
     keep = n > 0
     o, n = o[keep], n[keep]
+    f = files[keep] if files is not None else np.zeros(len(o), dtype=np.int64)
     if len(o) == 0:
-        return o, n
+        return o, n, f
     end = o + n
     starts = np.ones(len(o), dtype=bool)
     np.not_equal(o[1:], end[:-1], out=starts[1:])
+    if files is not None:
+        starts[1:] |= f[1:] != f[:-1]
     first = np.flatnonzero(starts)
     last = np.empty_like(first)
     last[:-1] = first[1:] - 1
     last[-1] = len(o) - 1
-    return o[first], end[last] - o[first]
+    return o[first], end[last] - o[first], f[first]
 
 
 def blob_array(data: np.ndarray, n: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conch.files.hotcache import ColumnCache
 from conch.files.storage import Storage
 
 ORDINAL = "_ord"  # u32 row position within the fragment; lets a pushed-down filter return row numbers
@@ -147,6 +148,7 @@ class FragmentFormat(Protocol):
     name: str
     suffix: str
     storage: Storage  # where its files are read and written
+    hot: ColumnCache  # decoded columns of small fragments filtered again and again (`hotcache`)
 
     def clear_cache(self) -> None: ...
 

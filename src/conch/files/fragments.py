@@ -29,7 +29,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ import pyarrow as pa
 from conch.errors import CorruptFileError
 from conch.files.blobs import BLOB_SUFFIX, BlobIndex, blob_array, blob_index, coalesce, index_fields, write_blobs
 from conch.files.format import ORDINAL, FileJob, FileRef, WrittenFile, column_stats
+from conch.files.hotcache import ColumnCache
 from conch.files.integrity import VerifiedReader, check_values, seal_file
 from conch.files.storage import RangeReader, Storage
 from conch.model.budget import DEFAULT_SPLIT
@@ -98,6 +98,7 @@ class VortexFormat:
         self._takes: dict[str, int] = {}
         self._blob_readers: OrderedDict[str, RangeReader] = OrderedDict()
         self._local_store: Any = None
+        self.hot = ColumnCache(segment_cache_bytes // 4)
 
     def clear_cache(self) -> None:
         """Forget open files and cached segments (benchmarks use it to measure cold reads)."""
@@ -110,26 +111,16 @@ class VortexFormat:
                 r.close()
             self._blob_readers.clear()
         self.segment_cache = vx.SegmentCache(self._segment_bytes)
+        self.hot.clear()
 
-    @contextmanager
-    def counted(self, ref: FileRef, on_bytes: Callable[[int], None]) -> Iterator[None]:
+    def counted(self, ref: FileRef, on_bytes: Callable[[int], None]) -> _Counting:
         """Report every byte read from storage for `ref` (its Vortex file and blob file) to
         `on_bytes` while the block runs: a scan's own byte count, not a process-wide one.
 
         Vortex reads on its own threads, so the reader cannot be known from the thread: bytes
         are attributed by file. Two scans reading the same file at the same moment are each
         charged the bytes of both (the shared segment cache makes that rare and small)."""
-        path = ref.path
-        with self._lock:
-            self._counters.setdefault(path, []).append(on_bytes)
-        try:
-            yield
-        finally:
-            with self._lock:
-                listeners = self._counters[path]
-                listeners.remove(on_bytes)
-                if not listeners:
-                    del self._counters[path]
+        return _Counting(self, ref.path, on_bytes)
 
     def _count(self, path: str, n: int) -> None:
         with self._lock:
@@ -326,28 +317,59 @@ class VortexFormat:
 
     def _read_values(self, parts: list[tuple[FileRef, BlobIndex]], t: pa.DataType) -> pa.Array:
         """The blob values `parts` point at, file after file, as one Arrow array of type `t`:
-        each file's (coalesced) ranges are read straight into one shared buffer and verified."""
-        sizes = [int(idx.lengths.sum()) for _, idx in parts]
-        data = np.empty(sum(sizes), dtype=np.uint8)
-        pos = 0
-        for (ref, idx), size in zip(parts, sizes, strict=True):
+        the ranges of every file are coalesced in one pass, each file's are read straight into
+        one shared buffer, and every value is verified in one pass (a take of 50 keys touches
+        ~8 files: per-file work is what it costs)."""
+        one = len(parts) == 1
+        lengths = parts[0][1].lengths if one else np.concatenate([idx.lengths for _, idx in parts])
+        valid = parts[0][1].valid if one else np.concatenate([idx.valid for _, idx in parts])
+        counts = [len(idx.lengths) for _, idx in parts]
+        # each part's first byte in the shared buffer (values laid end to end, part after part)
+        csum = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=csum[1:])
+        at = csum[np.cumsum([0, *counts])].tolist()
+        data = np.empty(at[-1], dtype=np.uint8)
+        offsets = parts[0][1].offsets if one else np.concatenate([idx.offsets for _, idx in parts])
+        files = None if one else np.repeat(np.arange(len(parts)), counts)
+        starts, sizes, of = coalesce(offsets, lengths, files)
+        cuts = np.searchsorted(of, np.arange(len(parts) + 1)).tolist()
+        starts_l, sizes_l = starts.tolist(), sizes.tolist()
+        for j, (ref, _) in enumerate(parts):
+            size = at[j + 1] - at[j]
             if size:
-                name = ref.path + BLOB_SUFFIX
-                view = data.data[pos : pos + size]
-                starts, lengths = coalesce(idx.offsets, idx.lengths)
-                got = self._blob_reader(ref.path).read_into(starts.tolist(), lengths.tolist(), view)
+                got = self._blob_reader(ref.path).read_into(
+                    starts_l[cuts[j] : cuts[j + 1]], sizes_l[cuts[j] : cuts[j + 1]], data.data[at[j] : at[j + 1]]
+                )
                 self._count(ref.path, got)
                 if got != size:
                     raise CorruptFileError(
-                        f"{name} is damaged: shorter than its index says ({got} of {size} bytes read)"
+                        f"{ref.path}{BLOB_SUFFIX} is damaged: shorter than its index says ({got} of {size} bytes read)"
                     )
-                if idx.hashes is not None:
-                    check_values(view, idx.lengths, idx.valid, idx.hashes, name)
-            pos += size
-        if len(parts) == 1:
-            return blob_array(data, parts[0][1].lengths, parts[0][1].valid, t)
-        lengths = np.concatenate([idx.lengths for _, idx in parts])
-        return blob_array(data, lengths, np.concatenate([idx.valid for _, idx in parts]), t)
+        hashes = [idx.hashes for _, idx in parts if idx.hashes is not None]
+        if len(hashes) == len(parts):
+            try:
+                check_values(
+                    data.data,
+                    lengths,
+                    valid,
+                    hashes[0] if one else np.concatenate(hashes),
+                    parts[0][0].path + BLOB_SUFFIX,
+                )
+            except CorruptFileError:
+                if one:
+                    raise
+                self._check_each(parts, data, at)  # names the damaged file and its value
+                raise
+        else:
+            self._check_each(parts, data, at)
+        return blob_array(data, lengths, valid, t)
+
+    @staticmethod
+    def _check_each(parts: list[tuple[FileRef, BlobIndex]], data: np.ndarray, at: list[int]) -> None:
+        """Verify each part's values (those with recorded hashes), naming its file on damage."""
+        for j, (ref, idx) in enumerate(parts):
+            if idx.hashes is not None and at[j + 1] > at[j]:
+                check_values(data.data[at[j] : at[j + 1]], idx.lengths, idx.valid, idx.hashes, ref.path + BLOB_SUFFIX)
 
     def stream(
         self,
@@ -486,6 +508,27 @@ class VortexFormat:
             else:
                 self._blob_readers.move_to_end(path)
             return r
+
+
+class _Counting(contextlib.AbstractContextManager[None]):
+    """`VortexFormat.counted`'s block: a listener of one file's reads while it runs (a class,
+    not a generator: a take enters ~30 of these, and a generator's set-up was a visible share)."""
+
+    __slots__ = ("_fmt", "_on_bytes", "_path")
+
+    def __init__(self, fmt: VortexFormat, path: str, on_bytes: Callable[[int], None]) -> None:
+        self._fmt, self._path, self._on_bytes = fmt, path, on_bytes
+
+    def __enter__(self) -> None:
+        with self._fmt._lock:
+            self._fmt._counters.setdefault(self._path, []).append(self._on_bytes)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._fmt._lock:
+            listeners = self._fmt._counters[self._path]
+            listeners.remove(self._on_bytes)
+            if not listeners:
+                del self._fmt._counters[self._path]
 
 
 def _damage(verified: VerifiedReader | None, what: str, e: Exception) -> CorruptFileError:

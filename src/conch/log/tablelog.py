@@ -16,7 +16,6 @@ log only and keeps it while it may become the base of readable states (`TableLog
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 import time
 import warnings
@@ -29,7 +28,8 @@ from conch.files.keycache import KeyCache
 from conch.files.layout import TableFiles
 from conch.files.manifest import TableState
 from conch.files.storage.base import Storage
-from conch.log.metastore.base import TableRecord
+from conch.log import groupcommit
+from conch.log.metastore.base import LogEntry, TableRecord
 from conch.log.sinceview import since_view
 from conch.log.txn import Commit, kinds_filter
 from conch.log.wal import (
@@ -39,8 +39,6 @@ from conch.log.wal import (
     RemoveKeySpace,
     Transaction,
     decode,
-    encode,
-    rebase,
     replay,
 )
 from conch.log.warehouse import Warehouse
@@ -48,7 +46,6 @@ from conch.model.budget import ScanOptions
 from conch.model.schema import Schema
 from conch.model.time import format_time, to_time
 
-MAX_ATTEMPTS = 200
 FLUSH_ATTEMPTS = 5
 PAST_STATES = 8  # time-travel scans usually revisit a few commits
 MAINTAINED_KINDS = ("write", "delete", "enrich")  # commits that add runs: automatic compaction follows
@@ -344,25 +341,10 @@ class TableLog:
                     "removed by a vacuum with a shorter grace period than this write took; nothing was committed, "
                     "write again"
                 )
-            checked = txn.base_seq
-            newer: list[Entry] = []
-            for attempt in range(MAX_ATTEMPTS):
-                state = self.state()
-                if checked < 0:
-                    checked = state.seq
-                if checked < state.seq:
-                    newer += [e for _, _, e in self.entries(checked, state.seq)]
-                    checked = state.seq
-                entry = rebase(txn, state, newer, self.name)
-                try:
-                    log = self.warehouse.metastore.append(self.id, state.seq, encode(entry))
-                except CommitConflictError:
-                    time.sleep(random.uniform(0, 0.002 * (1 + attempt)))
-                    continue
-                done = Commit(log.seq, log.time, entry.kind, entry.summary, entry.added_columns)
-                break
-            else:
-                raise CommitConflictError(f"table {self.name!r}: gave up after {MAX_ATTEMPTS} lost commit races")
+            # group commit: concurrent writers of this process append together (`conch.log.groupcommit`)
+            group = groupcommit.group(self.warehouse.metastore, self.id)
+            entry, log = groupcommit.commit(group, self._group_log(), txn)
+            done = Commit(log.seq, log.time, entry.kind, entry.summary, entry.added_columns)
         except CommitConflictError:
             for f in txn.files:
                 storage.delete(f)
@@ -377,6 +359,26 @@ class TableLog:
             # automatic compaction, bounded per commit (`conch.maintain.compaction.run.auto`)
             self._after_commit(done, "automatic compaction", lambda: hook(self, done))
         return done
+
+    def _group_log(self) -> groupcommit.Log:
+        """This log as a group commit's leader uses it: one batched append where the metastore
+        offers one, else one entry per append."""
+        ms = self.warehouse.metastore
+        batch = getattr(ms, "append_batch", None)
+
+        def append(seq: int, entries: list[str]) -> list[LogEntry]:
+            if batch is not None:
+                return list(batch(self.id, seq, entries))
+            assert len(entries) == 1
+            return [ms.append(self.id, seq, entries[0])]
+
+        return groupcommit.Log(
+            self.name,
+            self.state,
+            lambda after, upto: [(s, e) for s, _, e in self.entries(after, upto)],
+            append,
+            groupcommit.MAX_BATCH if batch is not None else 1,
+        )
 
     def _after_commit(self, done: Commit, what: str, work: Callable[[], object]) -> None:
         """Work after a commit landed (a flush, automatic compaction) is never the commit's

@@ -24,7 +24,8 @@ class BudgetSplit:
 
 
 def budget_split(memory_budget: int) -> BudgetSplit:
-    """How a warehouse's memory budget is shared (bytes): the Vortex segment cache (1/8), the
+    """How a warehouse's memory budget is shared (bytes): the Vortex segment cache (1/8; a quarter
+    of that again, 1/32, keeps small metadata fragments decoded, `files/hotcache`), the
     key-space cache (1/8), each scan's decoded-fragment cache (1/4; the streamed overlay decodes
     small runs within a quarter of it), a scan's output batch (1/16) and a write's input chunk
     (1/4). The default 1 GiB gives the sizes these had before the budget existed, except the

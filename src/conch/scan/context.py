@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from conch.expr.tree import Expr
+from conch.expr.tree import mask as filter_mask
 from conch.files.format import FileRef, FragmentFormat, column_name
 from conch.files.keycache import KeyCache, KeyIndex
 from conch.files.manifest import Fragment
@@ -175,6 +177,23 @@ class ScanContext:
                     frows = mask.from_file_rows(batch.column(i).to_numpy().astype(np.int64))
                     batch = batch.set_column(i, batch.schema.field(i), pa.array(frows.astype(np.uint32)))
                 yield batch
+
+    def filter_decoded(
+        self, group: str, fr: Fragment, schema: pa.Schema, filt: Expr, names: dict[str, str]
+    ) -> tuple[np.ndarray, pa.Table]:
+        """The fragment rows of `fr` where `filt` holds (null is false), evaluated in Arrow on its
+        columns `schema` (`names`: column path → file column) decoded whole and kept decoded
+        across scans by the format (`FragmentFormat.hot`, for fragments small enough): a small
+        fragment filtered again and again costs no Vortex scan. Returns the rows and the columns."""
+        key = (fr.path + fr.mask, tuple(schema.names))
+        t = self.format.hot.get(key)
+        if t is None:
+            t = self.read(group, fr, schema).combine_chunks()
+            self.format.hot.put(key, t)
+        gm = self.group(group)
+        gm.fragments_filtered += 1
+        gm.rows_filtered += t.num_rows
+        return np.flatnonzero(filter_mask(filt, lambda p: t.column(names[p]))), t
 
     def filter_rows(self, group: str, fr: Fragment, expr: Any, rows: np.ndarray) -> np.ndarray:
         """Rows among `rows` of `fr` where the Vortex `expr` holds (run inside the file), counted."""

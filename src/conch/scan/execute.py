@@ -15,8 +15,9 @@ The general path, one module per step:
    columns from each fragment.
 5. **Assemble** (`assemble.py`): keys beside the values, nested by group.
 
-Before that, the **streamed zip path** (`stream.py`) is tried: for the shapes it covers (no
-overlapping runs, no tombstones), Vortex batches go straight to output. Every read is counted in
+Before that, the **direct take** (`pick.py`: exact keys from one key set) and the **streamed
+zip path** (`stream.py`) are tried: for the shapes they cover (no overlapping runs, no
+tombstones), cells go straight to output by key-space row. Every read is counted in
 the scan's own context (`context.py`).
 
 Memory: the keys of the considered key spaces (a key set over large ones: only the blocks their
@@ -34,6 +35,7 @@ from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext
 from conch.scan.locate import read_units
 from conch.scan.merge import merge
+from conch.scan.pick import picked
 from conch.scan.rowmask import row_mask
 from conch.scan.stream import streamed
 from conch.scan.take import batch_rows, gather, plan_sharing, take_rows
@@ -41,6 +43,10 @@ from conch.scan.take import batch_rows, gather, plan_sharing, take_rows
 
 def execute(ctx: ScanContext) -> Iterator[pa.RecordBatch]:
     """The scan's output batches, in key order (at least one, possibly empty)."""
+    pick = picked(ctx) if ctx.options.fast_paths else None  # exact keys from one key set
+    if pick is not None:
+        yield from pick
+        return
     stream = streamed(ctx) if ctx.options.fast_paths else None
     if stream is not None:
         yield from stream

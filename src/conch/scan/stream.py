@@ -10,9 +10,12 @@ merged per batch by two binary searches and one take, never by sorting every key
 keys are read when it streams, so a scan holds one segment's keys at a time. A key predicate must select a
 contiguous range of the base's rows (a `KeyRange`/`KeyPrefix`). Within a segment, every
 projected column's base cells sit in the dense fragments of one key space (the newest holding
-the column). A filter is allowed when there are no small runs and it pushes whole into the
-Vortex scan of the one unit holding every projected column. Then Vortex batches go to output
-with the key column sliced beside them.
+the column). A filter must push whole into the Vortex scan of the one unit holding its columns.
+When that unit holds every projected column, the base's passing rows are merged with the small
+runs' (`_filtered`); Vortex batches go to output with the key column sliced beside them. When
+other units hold projected columns (spec/001: filter the metadata group, project the audio
+group) and there are no small runs, the filter runs in-file on its unit and the other units'
+cells are taken at the passing key-space rows (`_taken`): no key merge, no fresh-cell location.
 
 `streamed(ctx)` returns the stream, or None where the path does not apply (the general path then
 runs: merge → locate → row mask → take → assemble).
@@ -21,6 +24,7 @@ runs: merge → locate → row mask → take → assemble).
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from conch.expr.tree import mask as filter_mask
-from conch.files.format import ORDINAL
+from conch.files.format import ORDINAL, column_name
 from conch.files.manifest import Fragment, KeySpace
 from conch.model.keys import KeySet
 from conch.model.schema import Column
@@ -40,7 +44,7 @@ from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
 from conch.scan.overlay import OverlayColumn, OverlayKeys, Window, overlay_keys, overlay_values, splice
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
-from conch.scan.take import take_rows
+from conch.scan.take import one_array, take_rows
 
 
 @dataclass
@@ -257,9 +261,12 @@ def _segment(
     for u in by_key.values():
         ctx.consider(u.group, u.fragments)
     if plan.filter is not None:
-        if missing or len(by_key) != 1:
+        holding = [u for u in by_key.values() if any(c in filter_cols for c in u.columns)]
+        if len(holding) != 1:
             return None
-        (u,) = by_key.values()
+        (u,) = holding
+        if (missing or len(by_key) != 1) and ov is not None:
+            return None  # the cross-group take needs the key-space rows to be the output's rows
         if u.null_base and ov is not None:
             return None  # no base cells to filter in-file: the general path
         blob_ids = {i for f in u.fragments for i in f.blob_columns}
@@ -275,6 +282,8 @@ def _segment(
         if not may.all():
             ctx.pruned(u.group, int((~may).sum()))
             u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
+        # the filter's unit first: `Stream._taken` filters it and takes the others' cells
+        return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov)
     return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov)
 
 
@@ -284,6 +293,13 @@ _NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # k
 def _inserted(s: _Segment) -> int:
     """Keys the segment's small runs add to its base."""
     return s.overlay.inserted if s.overlay is not None else 0
+
+
+def _row_width(cols: list[Column]) -> int | None:
+    """Decoded bytes per row of `cols` if every one is a fixed-width primitive, else None."""
+    if not all(pa.types.is_primitive(c.type) or pa.types.is_decimal(c.type) for c in cols):
+        return None
+    return sum(max(1, c.type.bit_width // 8) for c in cols)
 
 
 def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
@@ -388,6 +404,71 @@ class Stream:
             schema = file_schema(u.columns).append(pa.field(ORDINAL, pa.uint32()))
             yield from self._merged(s, u, np.zeros(0, dtype=np.int64), schema.empty_table(), ov_rows[done:])
 
+    def _taken(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+        """A filter in one unit, columns of others (spec/001: filter the metadata group, project
+        the audio group). The segment's key spaces hold identical key sets and no small run
+        overlays them, so a key-space row is the same key in every unit and each unit's cell there
+        is fresh: the filter runs in-file on the first unit (`ordinal`), and the other units'
+        cells are taken at the passing rows by fragment row, in output batches of bounded
+        bytes. No key merge and no fresh-cell location."""
+        u, others = s.units[0], s.units[1:]
+        plan = self.ctx.plan
+        own = [c for c in u.columns if c in plan.columns]  # filter-only columns are not read
+        bounds = []
+        per_row = 0.0
+        for v in others:
+            masks = [self.ctx.mask(f) for f in v.fragments]
+            bounds.append((np.array([m.lo for m in masks], dtype=np.int64), masks, file_schema(v.columns)))
+            per_row += sum(f.bytes for f in v.fragments) / max(1, sum(f.rows for f in v.fragments))
+        opts = self.ctx.options
+        step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
+        for rows, own_cols in self._passing(s, u, own):
+            for a in range(0, len(rows), step):
+                if self.left <= 0:
+                    return
+                r = rows[a : a + min(step, self.left)]
+                cols = {k: col.slice(a, len(r)) for k, col in own_cols.items()}
+                for v, (los, masks, schema) in zip(others, bounds, strict=True):
+                    which = np.searchsorted(los, r, "right") - 1  # dense fragments tile the rows
+                    cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(r)]
+                    parts = [
+                        (v.fragments[int(which[i])], masks[int(which[i])].to_fragment_rows(r[i:j]))
+                        for i, j in itertools.pairwise(cuts)
+                    ]
+                    got = self.ctx.read_many(v.group, parts, schema)
+                    cols.update((c.id, one_array(got.column(j))) for j, c in enumerate(v.columns))
+                yield self._emit(s, take_rows(self._keys(s), r), cols)
+
+    def _passing(
+        self, s: _Segment, u: _StreamUnit, own: list[Column]
+    ) -> Iterator[tuple[np.ndarray, dict[int, pa.Array]]]:
+        """(key-space rows in [lo, hi) whose cells of `u` pass the filter, `own` columns at them),
+        fragment by fragment: a fragment small enough to stay decoded (`FragmentFormat.hot`)
+        is filtered in Arrow over its cached columns, a larger one inside its Vortex scan."""
+        ctx = self.ctx
+        filt = ctx.plan.filter
+        assert filt is not None
+        width = _row_width(u.columns)
+        names = {c.full_path: column_name(c.id) for c in u.columns}
+        own_schema = file_schema(own)
+        for fr in u.fragments:
+            mask = ctx.mask(fr)
+            a, b = max(s.lo, mask.lo), min(s.hi, mask.hi)
+            if a >= b:
+                continue
+            if width is not None and fr.rows * width <= ctx.format.hot.entry_bytes:
+                frows, t = ctx.filter_decoded(u.group, fr, file_schema(u.columns), filt, names)
+                rows = frows + mask.lo  # dense: fragment row i is key-space row lo + i
+                keep = (rows >= a) & (rows < b)
+                rows, frows = rows[keep], frows[keep]
+                taken = t.select(own_schema.names).take(pa.array(frows)) if own else None
+                yield rows, {c.id: one_array(taken.column(j)) for j, c in enumerate(own)} if taken else {}
+                continue
+            idx = None if (a, b) == (mask.lo, mask.hi) else mask.to_fragment_rows(np.arange(a, b))
+            for batch in ctx.stream(u.group, fr, own_schema, idx, self.filter_expr, True):
+                rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + mask.lo
+                yield rows, {c.id: batch.column(j) for j, c in enumerate(own)}
+
     def _merged(
         self, s: _Segment, u: _StreamUnit, rows: np.ndarray, batch: Any, js: np.ndarray
     ) -> Iterator[pa.RecordBatch]:
@@ -485,7 +566,11 @@ class Stream:
         for s in self.segments:
             if self.left <= 0:
                 break
-            for batch in self._filtered(s) if self.filter_expr is not None else self._zipped(s):
+            if self.filter_expr is None:
+                batches = self._zipped(s)
+            else:
+                batches = self._taken(s) if len(s.units) > 1 or s.missing else self._filtered(s)
+            for batch in batches:
                 emitted = True
                 yield batch
         self.ctx.finish()

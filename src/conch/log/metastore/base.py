@@ -10,6 +10,10 @@ Contract (the behaviour suite `tests/test_metastore.py` runs it against every ba
 - `read_log`, `last_seq`, `seq_at_time` and `append` raise `TableNotFoundError` for a table id
   that was dropped (or never created), so a handle to a dropped table cannot write or read;
 - commit times are strictly increasing per table.
+
+Optional: `append_batch(table_id, expected_seq, entries) -> list[LogEntry]` appends several
+consecutive entries all or none (SQLite, PostgreSQL); group commit (`conch.log.groupcommit`) uses
+it where a backend has it and appends one entry at a time where not.
 """
 
 from __future__ import annotations

@@ -144,6 +144,11 @@ class PostgresMetastore:
         return TableRecord(*row)
 
     def append(self, table_id: str, expected_seq: int, entry: str) -> LogEntry:
+        return self.append_batch(table_id, expected_seq, [entry])[0]
+
+    def append_batch(self, table_id: str, expected_seq: int, entries: list[str]) -> list[LogEntry]:
+        """Append `entries` as numbers `expected_seq + 1 ...` in one transaction, all or none
+        (group commit, `conch.log.groupcommit`); `CommitConflictError` if the log moved on."""
         psycopg = optional_import("psycopg")
         committing = False
         try:
@@ -154,11 +159,13 @@ class PostgresMetastore:
                 last_seq, last_time = last if last else (0, 0)
                 if last_seq != expected_seq:
                     raise CommitConflictError(f"log of table {table_id} is at {last_seq}, expected {expected_seq}")
-                t = max(time.time_ns() // 1000, last_time + 1)
-                conn.execute(
-                    "INSERT INTO conch_wal (table_id, seq, time_us, entry) VALUES (%s, %s, %s, %s)",
-                    (table_id, expected_seq + 1, t, entry),
-                )
+                t0 = max(time.time_ns() // 1000, last_time + 1)
+                out = [LogEntry(expected_seq + 1 + i, t0 + i, e) for i, e in enumerate(entries)]
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO conch_wal (table_id, seq, time_us, entry) VALUES (%s, %s, %s, %s)",
+                        [(table_id, e.seq, e.time, e.entry) for e in out],
+                    )
                 committing = True  # leaving the block sends COMMIT
         except psycopg.errors.UniqueViolation:
             raise CommitConflictError(f"log of table {table_id} moved past {expected_seq}") from None
@@ -171,7 +178,7 @@ class PostgresMetastore:
             raise CommitStateUnknownError(
                 f"commit {expected_seq + 1} to table {table_id}: {e}; look at the table's history before writing again"
             ) from e
-        return LogEntry(expected_seq + 1, t, entry)
+        return out
 
     def read_log(self, table_id: str, after_seq: int = 0, upto_seq: int | None = None) -> list[LogEntry]:
         upto = upto_seq if upto_seq is not None else 2**62

@@ -153,6 +153,12 @@ class SqliteMetastore:
         return c
 
     def append(self, table_id: str, expected_seq: int, entry: str) -> LogEntry:
+        return self.append_batch(table_id, expected_seq, [entry])[0]
+
+    def append_batch(self, table_id: str, expected_seq: int, entries: list[str]) -> list[LogEntry]:
+        """Append `entries` as numbers `expected_seq + 1 ...` in one write transaction (one
+        fsync), all or none; `CommitConflictError` if the log moved on (group commit,
+        `conch.log.groupcommit`). Times are strictly increasing, as for `append`."""
         c = self._reader()
         if c is None:
             raise TableNotFoundError(f"table {table_id} does not exist in {self.path}")
@@ -165,16 +171,18 @@ class SqliteMetastore:
             if last_seq != expected_seq:
                 c.execute("ROLLBACK")
                 raise CommitConflictError(f"log of table {table_id} is at {last_seq}, expected {expected_seq}")
-            t = max(time.time_ns() // 1000, last_time + 1)
-            c.execute(
+            t0 = max(time.time_ns() // 1000, last_time + 1)
+            out = [LogEntry(expected_seq + 1 + i, t0 + i, e) for i, e in enumerate(entries)]
+            c.executemany(
                 "INSERT INTO wal (table_id, seq, time_us, entry) VALUES (?, ?, ?, ?)",
-                (table_id, expected_seq + 1, t, entry),
+                [(table_id, e.seq, e.time, e.entry) for e in out],
             )
-            c.execute(
-                "INSERT INTO heads (table_id, seq, time_us) VALUES (?, ?, ?) "
-                "ON CONFLICT (table_id) DO UPDATE SET seq = excluded.seq, time_us = excluded.time_us",
-                (table_id, expected_seq + 1, t),
-            )
+            if out:
+                c.execute(
+                    "INSERT INTO heads (table_id, seq, time_us) VALUES (?, ?, ?) "
+                    "ON CONFLICT (table_id) DO UPDATE SET seq = excluded.seq, time_us = excluded.time_us",
+                    (table_id, out[-1].seq, out[-1].time),
+                )
             c.execute("COMMIT")
         except (CommitConflictError, TableNotFoundError):
             raise
@@ -182,7 +190,7 @@ class SqliteMetastore:
             with contextlib.suppress(sqlite3.OperationalError):
                 c.execute("ROLLBACK")
             raise CommitStateUnknownError(f"commit to {table_id} failed: {e}") from e
-        return LogEntry(expected_seq + 1, t, entry)
+        return out
 
     def read_log(self, table_id: str, after_seq: int = 0, upto_seq: int | None = None) -> list[LogEntry]:
         c = self._check_table(self._reader(), table_id)

@@ -1,0 +1,116 @@
+"""The direct take: exact keys (`scan(keys=[...])`) from one key set, without the general merge.
+
+It applies when the scan has a numeric key set, no filter and no tombstone, and its key spaces
+hold one key set (one key space, or several with identical keys: a table written group by
+group, or rewritten whole). Then a wanted key's row is the same in every key space, and each
+column's fresh cell is in the newest key space holding the column, whose dense fragments tile
+its rows: the rows are found by binary search in the cached keys, and each unit's cells are
+taken at them by fragment row (`ScanContext.read_many`). The general path would merge the key
+spaces, then locate fresh cells per unit: the same answer, at several times the Python per query.
+
+`picked(ctx)` returns the batches, or None where it does not apply (the streamed and general
+paths then run).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from conch.files.manifest import Fragment
+from conch.model.keys import KeySet
+from conch.model.schema import Column
+from conch.scan.assemble import assemble, output_schema
+from conch.scan.context import ScanContext, file_schema
+from conch.scan.keymask import KeyMask, covers
+from conch.scan.keyspace import numeric_key, selected_rows
+from conch.scan.take import one_array
+
+
+def picked(ctx: ScanContext) -> Iterator[pa.RecordBatch] | None:
+    """The direct take's batches, or None where it does not apply (module doc)."""
+    plan = ctx.plan
+    kss = plan.key_spaces
+    fields = plan.key_fields
+    if not isinstance(plan.key_predicate, KeySet) or plan.filter is not None or plan.tombstones or not kss:
+        return None
+    if not numeric_key(fields) or any(
+        (k.min_key, k.max_key, k.rows) != (kss[0].min_key, kss[0].max_key, kss[0].rows) for k in kss
+    ):
+        return None
+    keys_of = ctx.keys()
+    if not keys_of.keep and not all(keys_of.cached(k) for k in kss):
+        return None  # key tables too large to cache: the general path's sparse-index lookup
+    num = keys_of.numeric(kss[-1], fields)
+    if any(not np.array_equal(num, keys_of.numeric(k, fields)) for k in kss[:-1]):
+        return None
+    pos = {k.id: i for i, k in enumerate(kss)}
+    n = kss[0].rows
+    units: dict[tuple[str, int], tuple[list[Column], list[Fragment]]] = {}
+    missing: list[Column] = []
+    for c in plan.columns:
+        frs = [f for f in plan.fragments.get(c.group, []) if c.id in f.column_ids]
+        if not frs:
+            missing.append(c)
+            continue
+        newest = max(pos[f.key_space] for f in frs)
+        u = units.get((c.group, newest))
+        if u is None:
+            base = covers([f for f in frs if pos[f.key_space] == newest], n, ctx.format.storage)
+            if base is None:
+                return None
+            u = units[(c.group, newest)] = ([], base)
+        elif {f.id for f in frs if pos[f.key_space] == newest} != {f.id for f in u[1]}:
+            return None
+        u[0].append(c)
+    rows = selected_rows(keys_of, kss[-1], fields, plan.key_predicate, plan.within)
+    assert rows is not None  # a key set always selects
+    if plan.limit is not None:
+        rows = rows[: plan.limit]
+    m = ctx.metrics
+    m.key_spaces, m.keys_merged, m.keys_out, m.merge = len(kss), len(rows), len(rows), "zip (take)"
+    for (group, _), (_, frs) in units.items():
+        ctx.consider(group, frs)
+    return _batches(ctx, rows, list(units.items()), missing)
+
+
+def _batches(
+    ctx: ScanContext,
+    rows: np.ndarray,
+    units: list[tuple[tuple[str, int], tuple[list[Column], list[Fragment]]]],
+    missing: list[Column],
+) -> Iterator[pa.RecordBatch]:
+    plan = ctx.plan
+    schema = output_schema(plan.schema, plan.level, plan.columns)
+    keys = ctx.keys().keys(plan.key_spaces[-1], plan.key_fields)
+    where: list[tuple[str, list[Column], list[Fragment], np.ndarray, list[KeyMask], pa.Schema]] = []
+    per_row = 0.0
+    for (group, _), (cols, frs) in units:
+        masks = [ctx.mask(f) for f in frs]
+        where.append((group, cols, frs, np.array([mk.lo for mk in masks], dtype=np.int64), masks, file_schema(cols)))
+        per_row += sum(f.bytes for f in frs) / max(1, sum(f.rows for f in frs))
+    opts = ctx.options
+    step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
+    emitted = False
+    for a in range(0, len(rows), step):
+        r = rows[a : a + step]
+        arrays: dict[int, pa.Array] = {c.id: pa.nulls(len(r), c.type) for c in missing}
+        for group, cols, frs, los, masks, fschema in where:
+            which = np.searchsorted(los, r, "right") - 1  # dense fragments tile the rows
+            cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(r)]
+            parts = [
+                (frs[int(which[i])], masks[int(which[i])].to_fragment_rows(r[i:j])) for i, j in itertools.pairwise(cuts)
+            ]
+            got = ctx.read_many(group, parts, fschema)
+            arrays.update((c.id, one_array(got.column(j))) for j, c in enumerate(cols))
+        batch = assemble(schema, keys.take(pa.array(r)), plan.columns, arrays)
+        ctx.metrics.rows_out += batch.num_rows
+        ctx.metrics.bytes_out += batch.nbytes
+        emitted = True
+        yield batch
+    ctx.finish()
+    if not emitted:
+        yield pa.RecordBatch.from_pylist([], schema=schema)
