@@ -204,7 +204,7 @@ def one_run(tmp_path_factory: pytest.TempPathFactory) -> conch.Table:
 @given(
     which=st.sampled_from(["two runs", "one run"]),
     cols=st.sampled_from([("x",), ("s", "g"), ("g.a", "x")]),
-    where=st.sampled_from([None, "x < 0", "s = 's3'", "id >= 120"]),
+    where=st.sampled_from([None, "x < 0", "s = 's3'", "id >= 120", "keys"]),
     fast=st.booleans(),
     limit=st.none() | st.integers(1, 400),
 )
@@ -221,8 +221,9 @@ def test_a_scan_without_keys_holds_the_same_values(
     path then reads no keys): the same rows and values as the scan with keys, keys dropped, on
     a table with two overlapping runs and on one run, on every path."""
     table = table if which == "two runs" else one_run
-    w = {None: None, "x < 0": table["x"] < 0, "s = 's3'": table["s"] == "s3", "id >= 120": table["id"] >= 120}[where]
-    scan = table.scan(*cols, where=w, limit=limit).with_options(fast_paths=fast)
+    w = {"x < 0": table["x"] < 0, "s = 's3'": table["s"] == "s3", "id >= 120": table["id"] >= 120}.get(str(where))
+    keys = [3, 7, 260, 1000] if where == "keys" else None  # exact keys: the direct take
+    scan = table.scan(*cols, where=w, keys=keys, limit=limit).with_options(fast_paths=fast)
     want = scan.to_arrow().drop_columns(["id"])
     bare = scan.with_options(with_keys=False)
     got = bare.to_record_batches().read_all()
