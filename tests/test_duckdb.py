@@ -56,10 +56,12 @@ def _where() -> st.SearchStrategy[str]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(where=_where(), cols=st.sampled_from(["*", "id, x", "s", "g, id", "count(*)"]))
-def test_sql_equals_duckdb_over_the_whole_table(table: conch.Table, where: str, cols: str) -> None:
+@given(
+    where=_where(), cols=st.sampled_from(["*", "id, x", "s", "g, id", "count(*)"]), push=st.sampled_from([True, None])
+)
+def test_sql_equals_duckdb_over_the_whole_table(table: conch.Table, where: str, cols: str, push: bool | None) -> None:
     whole = table.scan().to_arrow()  # noqa: F841 - read by DuckDB's replacement scan
-    src = cdb.source(table)  # noqa: F841
+    src = cdb.source(table, push_filters=push)  # noqa: F841
     order = "" if cols == "count(*)" else " order by all"
     want = duckdb.sql(f"select {cols} from whole where {where}{order}").fetchall()
     got = duckdb.sql(f"select {cols} from src where {where}{order}").fetchall()
@@ -68,7 +70,7 @@ def test_sql_equals_duckdb_over_the_whole_table(table: conch.Table, where: str, 
 
 def test_explain_and_the_conch_scan_show_the_pushed_filter(table: conch.Table) -> None:
     scans: list[conch.Scan] = []
-    src = cdb.source(table, on_scan=scans.append)  # noqa: F841 - found by name by DuckDB
+    src = cdb.source(table, on_scan=scans.append, push_filters=True)  # noqa: F841 - found by name by DuckDB
     plan = duckdb.sql("explain select id from src where x < 0 and id >= 200 and s like '%3'").fetchall()[0][1]
     assert "PYTHON_ARROW_SCAN" in plan and '"x" < 0' in plan and '"id" >= 200' in plan
     rows = duckdb.sql("select id from src where x < 0 and id >= 200 and s like '%3'").fetchall()
@@ -99,3 +101,136 @@ def test_register_arrow_stream_and_pinned_version(table: conch.Table) -> None:
         assert pa.table(cdb.source(table)).num_rows == before[0] + 1
     finally:
         table.delete([1000])
+
+
+def _scan_box(plan: str) -> str:
+    """The text of EXPLAIN's Python Arrow Scan box (its column of the drawing)."""
+    lines = plan.splitlines()
+    for i, line in enumerate(lines):
+        col = line.find("Python Arrow Scan")
+        if col >= 0:
+            return "\n".join(x[col - 3 : col + 60] for x in lines[i : i + 12])
+    raise AssertionError(plan)
+
+
+def test_small_tables_keep_value_filters_in_duckdb_for_its_join_planner(table: conch.Table) -> None:
+    """DuckDB counts a filter's selectivity only while the filter stays in its plan: by default a
+    small table's value filters stay there (the estimate drops), its key terms still go to Conch."""
+    src = cdb.source(table)
+    n = src.rows()
+    assert n is not None and n >= 300 and not src.push_filters  # a few kB stored
+    plan = duckdb.sql("explain select s from src where x < 0 and id >= 200").fetchall()[0][1]
+    scan = _scan_box(plan)
+    assert '"id" >= 200' in scan and '"x" < 0' not in scan  # the key term in Conch, x in DuckDB
+    assert "x < 0" in plan and f"~{n} rows" not in plan.split("Python Arrow Scan")[0]  # a 0.2 estimate above it
+    took = cdb.source(table, push_filters=True)  # noqa: F841
+    plan = duckdb.sql("explain select s from took where x < 0").fetchall()[0][1]
+    assert '"x" < 0' in _scan_box(plan) and f"~{n} rows" in plan  # before: always this, a whole-table estimate
+    none = cdb.source(table, push_filters=False)  # noqa: F841
+    plan = duckdb.sql("explain select s from none where id >= 200").fetchall()[0][1]
+    assert "Filters" not in _scan_box(plan)
+
+
+def test_value_filters_go_to_conch_on_tables_of_filter_min_bytes(
+    table: conch.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cdb, "FILTER_MIN_BYTES", 1)
+    scans: list[conch.Scan] = []
+    src = cdb.source(table, on_scan=scans.append)
+    assert src.push_filters
+    whole = table.scan().to_arrow()  # noqa: F841 - read by DuckDB's replacement scan
+    want = duckdb.sql("select count(*) from whole where x < 0").fetchall()
+    assert duckdb.sql("select count(*) from src where x < 0").fetchall() == want
+    assert repr(scans[-1].plan.filter) == "(x < 0.0)"  # before the threshold existed: likewise
+
+
+KEYS = st.integers(0, 40)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("write"), st.dictionaries(KEYS, st.integers(-5, 5) | st.none(), min_size=1)),
+            st.tuples(st.just("delete"), st.lists(KEYS, min_size=1, max_size=8)),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    where=st.sampled_from(["v < 0", "v >= 2 or v is null", "id between 5 and 30", "id in (1, 7, 33) or v = 3", "true"]),
+    push=st.sampled_from([True, None, False]),
+)
+def test_answers_equal_a_model_after_writes_updates_and_deletes(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, object]], where: str, push: bool | None
+) -> None:
+    """Every run, update and delete: DuckDB over Conch answers what DuckDB answers over the model's
+    fresh records (each key's newest write, deleted keys gone), whichever filters Conch takes."""
+    t = conch.connect(tmp_path_factory.mktemp("wh")).create_table(
+        "m", [("id", pa.int64())], pa.schema([("v", pa.int64())])
+    )
+    model: dict[int, int | None] = {}
+    for kind, arg in ops:
+        if kind == "write":
+            assert isinstance(arg, dict)
+            t.write({"id": list(arg), "v": pa.array(list(arg.values()), pa.int64())})
+            model.update(arg)
+        else:
+            assert isinstance(arg, list)
+            t.delete(arg)
+            for k in arg:
+                model.pop(k, None)
+    fresh = pa.table({"id": pa.array(list(model), pa.int64()), "v": pa.array(list(model.values()), pa.int64())})  # noqa: F841
+    src = cdb.source(t, push_filters=push)  # noqa: F841 - found by name by DuckDB
+    q = "select id, v from {} where " + where + " order by id"
+    assert duckdb.sql(q.format("src")).fetchall() == duckdb.sql(q.format("fresh")).fetchall()
+    agg = "select count(*), sum(v), min(id) from {} where " + where
+    assert duckdb.sql(agg.format("src")).fetchall() == duckdb.sql(agg.format("fresh")).fetchall()
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory: pytest.TempPathFactory) -> conch.Table:
+    """`table`'s first run alone: no overlay, so the streamed path needs no keys."""
+    t = conch.connect(tmp_path_factory.mktemp("wh1")).create_table("t", [("id", pa.int64())])
+    t.write(
+        engine_table(tmp_path_factory.mktemp("src"), lambda i: "b")
+        .scan()
+        .to_arrow()
+        .filter(pa.compute.field("id") < 250)
+    )
+    return t
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    which=st.sampled_from(["two runs", "one run"]),
+    cols=st.sampled_from([("x",), ("s", "g"), ("g.a", "x")]),
+    where=st.sampled_from([None, "x < 0", "s = 's3'", "id >= 120", "keys"]),
+    fast=st.booleans(),
+    limit=st.none() | st.integers(1, 400),
+)
+def test_a_scan_without_keys_holds_the_same_values(
+    table: conch.Table,
+    one_run: conch.Table,
+    which: str,
+    cols: tuple[str, ...],
+    where: str | None,
+    fast: bool,
+    limit: int | None,
+) -> None:
+    """`ScanOptions.with_keys=False` (what DuckDB gets when it reads no key column; the streamed
+    path then reads no keys): the same rows and values as the scan with keys, keys dropped, on
+    a table with two overlapping runs and on one run, on every path."""
+    table = table if which == "two runs" else one_run
+    w = {"x < 0": table["x"] < 0, "s = 's3'": table["s"] == "s3", "id >= 120": table["id"] >= 120}.get(str(where))
+    keys = [3, 7, 260, 1000] if where == "keys" else None  # exact keys: the direct take
+    scan = table.scan(*cols, where=w, keys=keys, limit=limit).with_options(fast_paths=fast)
+    want = scan.to_arrow().drop_columns(["id"])
+    bare = scan.with_options(with_keys=False)
+    got = bare.to_record_batches().read_all()
+    assert bare.schema == want.schema and got.schema == want.schema
+    assert repr(got.to_pylist()) == repr(want.to_pylist())  # repr: NaN == NaN
+    m = bare.metrics()
+    if fast and which == "one run" and cols == ("x",) and where in (None, "x < 0"):
+        assert m.merge == "zip (streamed)"
+    if m.merge == "zip (streamed)" and which == "one run":
+        assert m.key_bytes_read == 0  # before: every streamed scan read its keys

@@ -374,3 +374,43 @@ def test_tags_and_changes(warehouse: Warehouse) -> None:
     assert again.scan(version="base").to_pylist() == pinned
     got = [(r["id"], r["_change"]) for r in again.changes("base", images="keys").to_pylist()]
     assert got == [(1, "update"), (2, "update"), (4, "delete")]
+
+
+def test_branches(warehouse: Warehouse) -> None:
+    """Branches are table logs with records of their own, so every backend stores them with no
+    method of its own: a branch's writes stay off the table, a reopen finds it, fast-forward
+    moves the table to it, a vacuum of the table keeps its files, and dropping it reclaims them."""
+    cat = warehouse.connect(conch.Policy(settle_after=None))
+    t = cat.create_table("t", [("id", pa.int64())])
+    t.write([{"id": k, "v": 0} for k in range(4)])
+    dev = t.branch("dev")
+    dev.write([{"id": 1, "v": 1}])
+    dev.delete([3])
+    dev.flush()
+    assert [r["v"] for r in t.to_arrow().to_pylist()] == [0, 0, 0, 0]
+    again = warehouse.connect()
+    assert again.list_tables() == ["t"]
+    [b] = again.table("t").branches()
+    assert (b.name, b.base_version, b.head_version) == ("dev", 1, dev.state().seq)
+    want = [{"id": 0, "v": 0}, {"id": 1, "v": 1}, {"id": 2, "v": 0}]
+    assert again.table("t@dev").to_arrow().to_pylist() == want
+    t.expire(retain_last=1)
+    t.vacuum(older_than_seconds=0)
+    assert again.table("t", branch="dev").scan(version=1).to_arrow().num_rows == 4  # its base, still readable
+    assert [(r["id"], r["_change"]) for r in dev.changes(1, images="keys").to_pylist()] == [
+        (1, "update"),
+        (3, "delete"),
+    ]
+    t.fast_forward("dev")
+    assert t.to_arrow().to_pylist() == want
+    t.write([{"id": 5, "v": 5}])
+    dev.write([{"id": 6, "v": 6}])
+    with pytest.raises(CommitConflictError, match="changed since the branch point"):
+        t.fast_forward("dev")
+    t.drop_branch("dev")
+    with pytest.raises(TableNotFoundError, match="no branch 'dev'"):
+        again.table("t@dev")
+    t.vacuum(older_than_seconds=0)
+    assert [r["id"] for r in again.table("t").to_arrow().to_pylist()] == [0, 1, 2, 5]
+    cat.drop_table("t")
+    assert cat.warehouse.metastore.list_tables() == []

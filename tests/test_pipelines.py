@@ -129,8 +129,9 @@ def test_demo_end_to_end(spark: Any, tmp_path: Path) -> None:
     assert res["rows_before"] == res["spark_rows_before"] == 400
     assert "features" not in res["columns_before"] and "features" not in res["spark_columns_before"]
     assert res["mirror_equal"] and res["batches"] >= 2 and res["tagged"] > 0
+    assert res["branch_hidden"] and res["branch_same"]
     text = console.export_text()
-    assert "Time travel" in text and "Stream only the changes" in text and "total" in text
+    assert "Time travel" in text and "Stream only the changes" in text and "on a branch" in text and "total" in text
 
 
 DEMO_ON_S3 = """

@@ -209,7 +209,7 @@ def _sql_atoms() -> st.SearchStrategy[str]:
 def test_duckdb_accepted_filters_stay_on_the_streamed_path(typed: tuple[conch.Table, pa.Table], where: str) -> None:
     t, whole = typed[0], typed[1]  # noqa: F841 - `whole` is read by DuckDB's replacement scan
     scans: list[conch.Scan] = []
-    src = cdb.source(t, on_scan=scans.append)  # noqa: F841
+    src = cdb.source(t, on_scan=scans.append, push_filters=True)  # noqa: F841
     want = duckdb.sql(f"select id, i from whole where {where} order by id").fetchall()
     got = duckdb.sql(f"select id, i from src where {where} order by id").fetchall()
     assert got == want

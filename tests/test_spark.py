@@ -396,3 +396,16 @@ def test_sql_reads_only_the_columns_a_query_uses(spark: Any, tmp_path: Path) -> 
     assert got == spark.sql(query).collect()
     assert conch.engines.spark.sql(spark, "select count(*) as n from u", paths).collect()[0].n == 10
     assert spark.table("u").columns == ["k", "v"]  # keys only: plus the narrowest value column
+
+
+def test_branch_read_and_write(spark: Any, tmp_path: Path) -> None:
+    """A branch is a table named `t@b` to Spark too: writes land on the branch only."""
+    cat = conch.connect(tmp_path / "wh")
+    t = cat.create_table("t", [("id", pa.int64())])
+    t.write({"id": [1, 2], "x": [1.0, 2.0]})
+    dev = t.branch("dev")
+    path = str(tmp_path / "wh" / "t@dev")
+    spark.createDataFrame([(3, 3.0)], "id long, x double").write.format("conch").mode("append").save(path)
+    assert spark.read.format("conch").load(path).count() == 3
+    assert dev.to_arrow().column("id").to_pylist() == [1, 2, 3]
+    assert t.to_arrow().column("id").to_pylist() == [1, 2]

@@ -56,6 +56,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     make_media(cat)
     make_recordings(cat)
     make_first_hour(cat)
+    rec = cat.table("recordings")  # a tag and a branch (the overview lists them)
+    rec.tag("labelled")
+    rec.branch("relabel")
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "conch.apps.cli", "--warehouse", wh, "ui", "--port", str(port)],
@@ -183,6 +186,23 @@ def test_nested_levels_navigable(server: str, page: Any, shots: Path) -> None:
     page.goto(server + "/t/recordings")
     assert page.locator("svg.lsm").count() >= 5  # root, scenes, clips, frames, detections, ...
     snap(page, shots, "08-nested-overview")
+
+
+def test_tags_and_branches_are_shown(server: str, page: Any, shots: Path) -> None:
+    page.goto(server + "/t/recordings")
+    assert page.locator("#tags td.tag").all_inner_texts() == ["labelled"]
+    assert page.locator("#branches td.branch").all_inner_texts() == ["relabel"]
+    page.locator("#tags a.asof-link").click()  # the tagged version
+    page.wait_for_selector(".asof")
+    page.goto(server + "/t/recordings")
+    page.click("#branches >> text=relabel")
+    page.wait_for_selector(".branch-of")
+    assert "/t/recordings@relabel" in page.url
+    assert "branch relabel of table recordings" in page.inner_text(".branch-of")
+    assert page.locator("svg.lsm").count() >= 5  # the branch's state: the table's files
+    assert page.locator("svg.timeline a.commit").count() == 1  # its version 1, the base
+    snap(page, shots, "08b-branch-overview")
+    assert page.locator("aside li", has_text="relabel").count() == 0  # branches are not listed as tables
 
 
 def test_errors_render_as_pages(server: str, page: Any) -> None:

@@ -15,6 +15,7 @@ from conch.api.changes import Changes
 from conch.api.snapshot import Snapshot
 from conch.api.table import Table, TableColumn
 from conch.errors import (
+    BranchNotFoundError,
     ColumnNotFoundError,
     CommitConflictError,
     CommitStateUnknownError,
@@ -48,6 +49,7 @@ from conch.scan import Scan, ScanMetrics
 __version__ = "0.1.0"
 
 __all__ = [
+    "BranchNotFoundError",
     "Catalog",
     "Changes",
     "Col",

@@ -55,6 +55,11 @@ class TableNotFoundError(ConchError, LookupError):
     """No table of that name in the catalog."""
 
 
+class BranchNotFoundError(TableNotFoundError):
+    """A table has no branch of that name (`Table.branch`); a dropped branch's handle raises it
+    as `TableNotFoundError`, as any dropped table's does."""
+
+
 class TableExistsError(ConchError, ValueError):
     """A table of that name already exists."""
 

@@ -22,6 +22,8 @@ from conch.api.table import Table, TableColumn
 from conch.errors import ConchError, ExpressionError, SchemaError, TableExistsError
 from conch.files.integrity import seal_json
 from conch.files.storage.base import new_id
+from conch.log.branches import drop_all, open_branch
+from conch.log.branching import check_not_branch_name, is_branch_record, split_name
 from conch.log.metastore.base import Metastore, TableRecord
 from conch.log.tablelog import TableLog
 from conch.log.warehouse import MEMORY_BUDGET, Connection, Warehouse, budget_split
@@ -147,6 +149,7 @@ class Catalog:
         """
         if not _NAME.match(name):
             raise ConchError(f"invalid table name {name!r}: letters, digits, '_', '.', '-'")
+        check_not_branch_name(name)
         keys = parse_key_schema(key_schema)
         if isinstance(schema, dict):
             schema = pa.schema(list(schema.items()))
@@ -174,21 +177,29 @@ class Catalog:
             return table
         return Table(TableLog(self.warehouse, record))
 
-    def table(self, name: str) -> Table:
-        """Open an existing table; raises `TableNotFoundError`."""
-        return Table(TableLog(self.warehouse, self.warehouse.metastore.get_table(name)))
+    def table(self, name: str, branch: str | None = None) -> Table:
+        """Open an existing table; raises `TableNotFoundError`. `branch` (or a name `"t@x"`):
+        open branch `x` of table `t` instead (`Table.branch`; `BranchNotFoundError`)."""
+        if branch is None:
+            name, branch = split_name(name)
+        table = Table(TableLog(self.warehouse, self.warehouse.metastore.get_table(name)))
+        return table if branch is None else Table(open_branch(table.log, branch))
 
     def __getitem__(self, name: str) -> Table:
         return self.table(name)
 
     def list_tables(self) -> list[str]:
         """Names of the warehouse's tables, sorted."""
-        return [r.name for r in self.warehouse.metastore.list_tables()]
+        return [r.name for r in self.warehouse.metastore.list_tables() if not is_branch_record(r)]
 
     def drop_table(self, name: str) -> None:
-        """Forget a table and delete its files. Handles to it raise `TableNotFoundError` from
-        then on; a table created later under the same name is a different table."""
-        rec = self.warehouse.metastore.drop_table(name)
+        """Forget a table, its branches and their files. Handles to it raise
+        `TableNotFoundError` from then on; a table created later under the same name is a
+        different table."""
+        ms = self.warehouse.metastore
+        rec = ms.drop_table(name)
+        for branch in drop_all(ms, rec):
+            self.warehouse.storage.delete_prefix(branch.id)  # the metastore's own objects of its log, if any
         self.warehouse.storage.delete_prefix(rec.id)
 
     def scan(self, *columns: Any, where: Any = None, **kwargs: Any) -> Scan:

@@ -29,8 +29,8 @@ them; compactions change no fresh record and are skipped), plus, for a tombstone
 level, the keys under its prefixes at the older version (one key scan over the tombstone's key
 span). The before and after records are then looked up for just those keys (`keys=` scans,
 which prune runs by key span and binary-search the rest), in chunks of `CHUNK_KEYS` keys, so
-memory is bounded. Two cases fall back to comparing every key of both versions: an overwrite
-(`Truncate`) in the interval, and a `since` before the time-travel horizon (a tagged version):
+memory is bounded. Three cases fall back to comparing every key of both versions: an overwrite
+(`Truncate`) or a fast-forward to a branch (whose commits are in the branch's log) in the interval, and a `since` before the time-travel horizon (a tagged version):
 the runs of expired commits may be gone, and `_version`/`_time` are then `until`'s for keys no
 retained run names.
 
@@ -190,6 +190,8 @@ class Changes(ScanResult):
         for seq, _, entry in entries:
             if entry.kind in NO_CANDIDATES_KINDS:
                 continue
+            if entry.kind == "fast_forward":  # the branch's commits are not in this log (`conch.log.branching`)
+                full = True
             for op in entry.ops:
                 if isinstance(op, Truncate):
                     full = True

@@ -32,6 +32,7 @@ from conch.errors import TableNotFoundError
 from conch.files.format import FragmentFormat
 from conch.files.keycache import KeyCache
 from conch.files.manifest import TableState
+from conch.log.branching import metastore_name
 from conch.log.tablelog import TableLog
 from conch.log.warehouse import Connection
 from conch.model.time import format_time
@@ -167,7 +168,7 @@ def open_snapshot(
     with _lock:
         log = _logs.get(key)
     if log is None:
-        record = wh.metastore.get_table(name)
+        record = wh.metastore.get_table(metastore_name(name))  # a branch's handle is named `t@x`
         if record.id != table_id:
             raise TableNotFoundError(
                 f"table {name!r} of the snapshot (id {table_id}) was dropped; {name!r} is now another table "

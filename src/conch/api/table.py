@@ -23,6 +23,7 @@ from conch.api.update import update_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr.tree import Col, Expr
 from conch.files.manifest import TableState
+from conch.log import branches as branch_ops
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import DropColumns, RemoveTag, RenameColumn, SetTag, Transaction
@@ -362,6 +363,40 @@ class Table:
     def tags(self) -> dict[str, int]:
         """Tag name → version."""
         return self.log.tags()
+
+    # ----- branches ----------------------------------------------------------------------------
+    def branch(self, name: str, version: int | str | datetime | None = None) -> Table:
+        """Branch `name` of this table at `version` (a version number, a tag name or a time;
+        default the newest), or the existing branch of that name: a `Table` that reads and
+        writes the branch (scan, write, delete, update, changes, compact, tag, expire, vacuum,
+        history ...), named `"<table>@<name>"` (`catalog.table("t@x")` or
+        `catalog.table("t", branch="x")` reopen it). It shares the table's files (nothing is
+        copied); its commits are invisible on the table and the table's on it. Its versions
+        count from 1, the base (`conch.log.branching`).
+
+        >>> dev = t.branch("try-enrich")  # doctest: +SKIP
+        >>> dev.update(set={"score": 0})  # doctest: +SKIP
+        >>> t.fast_forward("try-enrich")  # doctest: +SKIP
+        """
+        return Table(branch_ops.create_branch(self.log, name, version))
+
+    def branches(self) -> list[branch_ops.Branch]:
+        """The table's branches, by name: name, base version, head version."""
+        return branch_ops.list_branches(self.log)
+
+    def drop_branch(self, name: str) -> None:
+        """Forget a branch (`BranchNotFoundError` if there is none); handles to it then raise
+        `TableNotFoundError`, and the next `vacuum` reclaims the files only it used. Like
+        dropping a table, it takes an `admin` token on an HTTP metastore. Do not drop a branch
+        while fast-forwarding to it: a vacuum in between may take the files the fast-forward adds."""
+        branch_ops.drop_branch(self.log, name)
+
+    def fast_forward(self, name: str) -> Commit:
+        """Move this table to the head of branch `name` in one commit (the branch stays):
+        afterwards the table reads exactly what the branch reads. Only while the table has
+        changed no data since the branch point (or since its last fast-forward to this branch;
+        maintenance commits do not count); else `CommitConflictError` naming both versions."""
+        return branch_ops.fast_forward(self.log, name)
 
     # ----- history and metadata ------------------------------------------------------------
     def history(self, kind: str | Iterable[str] | None = None) -> list[Commit]:

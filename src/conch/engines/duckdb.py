@@ -19,6 +19,15 @@ column indexes and the accepted predicates as a small tree (`Col`, `Lit`, compar
 `rows()` gives DuckDB's optimizer the table's record count (the protocol's only statistic: it
 takes no column min/max), so joins are planned as over Parquet, not as over one-row tables.
 
+**Which filters Conch takes** (`push_filters`). DuckDB 2.0's join planner counts a filter's
+selectivity only while the filter stays in its plan: a filter the source accepts leaves the scan's
+estimate at the whole table (`rows()` is asked at bind time, before any filter is offered). Over
+TPC-H that misplans joins on small tables (q21 at SF 1: 2.4× slower than with the filters
+declined, `docs/engines.md`). By default (`push_filters=None`) Conch therefore takes value filters
+only on tables storing at least `FILTER_MIN_BYTES`, where reading is the cost that a pushed filter
+saves; key terms (a key range, an `IN` list on the key: a take instead of a scan) are taken on every
+table. `push_filters=True` takes every filter it computes exactly, `False` none.
+
 EXPLAIN shows accepted predicates under the scan node (`Filters:`); `on_scan` hands each Conch
 scan to the caller, whose `plan.filter` and `metrics()` show what Conch evaluated and read.
 
@@ -69,6 +78,7 @@ _INTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "U
 _TIMESTAMPS = {"TIMESTAMP_S": 1_000_000, "TIMESTAMP_MS": 1_000, "TIMESTAMP": 1}  # step in µs
 _TIMESTAMP_TZ = "TIMESTAMP WITH TIME ZONE"  # its constants are ints: µs since the epoch
 _DECIMAL = re.compile(r"DECIMAL\((\d+),(\d+)\)")
+FILTER_MIN_BYTES = 10 << 20  # stored bytes from which Conch takes value filters by default (module docstring)
 
 
 class _Unpushable(Exception):
@@ -83,14 +93,17 @@ def source(
     since: int | datetime.datetime | None = None,
     keys: Any = None,
     on_scan: Callable[[Scan], None] | None = None,
+    push_filters: bool | None = None,
 ) -> ConchSource:
     """A table (or `'<warehouse>/<table>'`, or a `Snapshot`: sources of several levels of one
     snapshot read the same version) as an object DuckDB queries with pushdown.
 
     Use it as a Python variable in `duckdb.sql(...)`, or `register(con, name, src)`.
+    `push_filters`: None (default) takes key terms always and value filters on tables storing at
+    least `FILTER_MIN_BYTES`; True every filter Conch computes exactly; False none.
     """
     base = resolve_snapshot(table, asof).scan(level=level, since=since, keys=keys)  # one version for every query
-    return ConchSource(base, on_scan)
+    return ConchSource(base, on_scan, push_filters)
 
 
 def register(con: Any, name: str, src: ConchSource) -> None:
@@ -104,7 +117,9 @@ class ConchSource(_Base):
     schema_is_stable = True  # pinned to one table version
     pull_under_gil = False
 
-    def __init__(self, base: Scan, on_scan: Callable[[Scan], None] | None = None) -> None:
+    def __init__(
+        self, base: Scan, on_scan: Callable[[Scan], None] | None = None, push_filters: bool | None = None
+    ) -> None:
         if PUSHDOWN:
             super().__init__(self)
         self.spec = ScanSpec.from_scan(base)
@@ -117,6 +132,9 @@ class ConchSource(_Base):
         self._columns = {c.path: c.type for c in base.plan.columns}
         self._narrowest = narrowest_column(base.plan.columns)
         self._rows = sum(ks.rows for ks in base.plan.key_spaces)
+        stored = sum(f.bytes for frags in base.plan.fragments.values() for f in frags)
+        self.push_filters = stored >= FILTER_MIN_BYTES if push_filters is None else push_filters
+        self._push_keys = push_filters is not False  # key terms: taken unless every filter is declined
 
     def __repr__(self) -> str:
         return f"ConchSource({self.spec.table_name!r}, level={self.spec.level!r}, asof={self.spec.asof})"
@@ -136,12 +154,15 @@ class ConchSource(_Base):
         return self._rows
 
     def accepts(self, predicate: Any) -> bool:
-        """Does Conch evaluate `predicate` exactly as DuckDB would (then DuckDB drops it)?"""
+        """Does Conch evaluate `predicate` exactly as DuckDB would, and take it (`push_filters`)?
+        Then DuckDB drops it."""
+        if not self._push_keys:
+            return False
         try:
-            self._translate(predicate, _KeyBounds())
+            value_term = self._translate(predicate, _KeyBounds())
         except _Unpushable:
             return False
-        return True
+        return value_term is None or self.push_filters  # None: key terms only
 
     def stream(self, columns: Sequence[int] | None, filters: Sequence[Any]) -> tuple[object, bool]:
         """One Conch scan with the accepted `filters`, narrowed to the `columns` DuckDB reads."""
@@ -169,6 +190,8 @@ class ConchSource(_Base):
             since=spec.since,
             level=spec.level or None,
         )
+        if not any(n in self._keys for n in out_schema.names):  # DuckDB reads no key column
+            scan = scan.with_options(with_keys=False)  # the streamed path then reads no keys
 
         def batches() -> Iterator[pa.RecordBatch]:
             for b in scan.to_record_batches():

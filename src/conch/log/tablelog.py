@@ -27,8 +27,9 @@ from conch.files.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, rea
 from conch.files.keycache import KeyCache
 from conch.files.layout import TableFiles
 from conch.files.manifest import TableState
-from conch.files.storage.base import Storage
+from conch.files.storage.base import Storage, new_id
 from conch.log import groupcommit
+from conch.log.branching import branch_info
 from conch.log.metastore.base import LogEntry, TableRecord
 from conch.log.sinceview import since_view
 from conch.log.txn import Commit, kinds_filter
@@ -57,9 +58,12 @@ class TableLog:
     def __init__(self, warehouse: Warehouse, record: TableRecord) -> None:
         self.warehouse = warehouse
         self.record = record
-        self.name = record.name
+        # a branch (`conch.log.branching`): its own log, in the directory of the table it branched from
+        self.branch = branch_info(record)
+        self.name = self.branch.display if self.branch else record.name
         self.id = record.id
-        self.files = TableFiles(warehouse.storage, record.id, warehouse.format, self.partition_keys)
+        self.dir = self.branch.table_id if self.branch else record.id  # where its files are
+        self.files = TableFiles(warehouse.storage, self.dir, warehouse.format, self.partition_keys)
         self._lock = threading.Lock()
         self._state: TableState | None = None
         self._past: dict[int, TableState] = {}
@@ -206,6 +210,12 @@ class TableLog:
     def _provenance(self, seq: int) -> tuple[TableState, set[str], set[str], int]:
         """The state before commit `seq`, the key spaces and fragments it removed, its time."""
         ((_, t, entry),) = list(self.entries(seq - 1, seq))
+        if entry.kind in ("branch", "fast_forward"):  # records another line compacted (`conch.log.branching`)
+            raise TimeTravelError(
+                f"a since bound of table {self.name!r} falls inside the window of a compaction made on another line "
+                f"(version {seq} is a {entry.kind}): this line's log cannot undo it; read that interval on the line "
+                "where the compaction ran, or use a since outside the compacted window"
+            )
         ks = {op.id for op in entry.ops if isinstance(op, RemoveKeySpace)}
         fr = {op.id for op in entry.ops if isinstance(op, RemoveFragment)}
         return self._past_state(seq - 1), ks, fr, t
@@ -404,7 +414,8 @@ class TableLog:
         for _ in range(FLUSH_ATTEMPTS):
             state = self.state()
             data = pack_snapshot(state.to_json())
-            path = with_digest(self.files.snapshot_path(state.seq) + SNAPSHOT_SUFFIX, data)  # verified on read
+            # under the log's own id (a branch's too: a metastore checks a snapshot lies under its table's id)
+            path = with_digest(f"{self.id}/meta/{state.seq:012d}-{new_id()}.json{SNAPSHOT_SUFFIX}", data)
             started_us = time.time_ns() // 1000
             txn = Transaction(
                 "flush",

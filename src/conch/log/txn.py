@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 from conch.errors import InvalidArgumentError
 
 # The kinds of commit in a table's history. Data: a write, a delete, an enrichment's columns, a
-# schema change. Maintenance (the table's content is unchanged): a compaction (major or minor;
-# automatic ones too), a WAL flush, a vacuum's cutoff, an expire's horizon.
-DATA_KINDS = ("write", "delete", "enrich", "schema")
+# schema change, a branch's first version and a fast-forward to a branch (`conch.log.branching`).
+# Maintenance (the table's content is unchanged): a compaction (major or minor; automatic ones
+# too), a WAL flush, a vacuum's cutoff, an expire's horizon. A tag names a version.
+DATA_KINDS = ("write", "delete", "enrich", "schema", "branch", "fast_forward")
 MAINTENANCE_KINDS = ("compact", "flush", "vacuum", "expire")
-COMMIT_KINDS = DATA_KINDS + MAINTENANCE_KINDS
+COMMIT_KINDS = (*DATA_KINDS, *MAINTENANCE_KINDS, "tag")
 
 
 def kinds_filter(kind: str | Iterable[str] | None) -> frozenset[str] | None:

@@ -24,12 +24,15 @@ reader has at least the grace period to finish. A state at or after the horizon 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from conch.errors import InvalidArgumentError, TimeTravelError
+from conch.errors import InvalidArgumentError, TableNotFoundError, TimeTravelError
 from conch.files.blobs import BLOB_SUFFIX
 from conch.files.manifest import TableState
+from conch.files.storage.base import FileInfo
+from conch.log.branches import lines
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import (
@@ -111,8 +114,9 @@ def expire_table(log: TableLog, older_than: OlderThan | None = None, retain_last
     horizon = log.horizon()
     entries = [(s, e) for s, _, e in log.entries()]
     plan = reclaim_plan(log, entries, horizon)
-    sizes = {f.path: f.size for f in log.storage.list(log.id)}
-    found = [p for p in plan.files if p in sizes]
+    sizes = {f.path: f.size for f in line_files(log)}
+    shared = other_lines_need(log, time.time_ns() // 1000)  # files a branch (or the table) still uses
+    found = [p for p in plan.files if p in sizes and p not in shared]
     version = log.warehouse.metastore.seq_at_time(log.id, horizon) if horizon else 0
     return ExpireResult(horizon, version, commit, len(found), sum(sizes[p] for p in found))
 
@@ -167,6 +171,51 @@ def unindexed_snapshots(entries: Sequence[tuple[int, Entry]], indexed: set[int],
         for op in entry.ops:
             if isinstance(op, RegisterSnapshot) and op.seq >= base_seq and op.seq not in indexed:
                 yield op.path
+
+
+def line_files(log: TableLog) -> Iterator[FileInfo]:
+    """The files of line `log` in storage: its table's directory (shared by the table and its
+    branches) and, for a branch, its own prefix (its snapshots); not the metastore's own objects
+    (`_log/`, `_snapshots/` of the object-store WAL)."""
+    for prefix in dict.fromkeys((log.dir, log.id)):
+        for f in log.storage.list(prefix):
+            if not f.path.startswith(f"{prefix}/_"):
+                yield f
+
+
+def referenced_files(log: TableLog, entries: list[tuple[int, int, Entry]] | None = None) -> set[str]:
+    """Every file a log entry or a registered snapshot references."""
+    refs: set[str] = set()
+    for _, _, entry in log.entries() if entries is None else entries:
+        refs.update(referenced_paths(entry, BLOB_SUFFIX))
+    refs.update(path for _, path in log.warehouse.metastore.snapshots(log.id))
+    return refs
+
+
+def line_needs(log: TableLog, cutoff_us: int) -> set[str]:
+    """The files line `log` (a table or a branch) still needs, as a vacuum with grace cutoff
+    `cutoff_us` run on it would keep them: everything its log and snapshots reference except
+    what only its states expired before the horizon in force at the cutoff used; its indexed
+    snapshots stay (only a vacuum of the line itself forgets them first)."""
+    entries = list(log.entries())
+    refs = referenced_files(log, entries)
+    plan = reclaim_plan(log, [(s, e) for s, _, e in entries], horizon_in_force(entries, cutoff_us))
+    indexed = {path for _, path in log.warehouse.metastore.snapshots(log.id)}
+    return refs - (plan.files - indexed)
+
+
+def other_lines_need(log: TableLog, cutoff_us: int) -> set[str]:
+    """The files the other lines sharing `log`'s directory (its table and the table's branches,
+    `conch.log.branches.lines`) still need: vacuum and expire of one line never count them."""
+    need: set[str] = set()
+    for other in lines(log):
+        if other is log:
+            continue
+        try:
+            need |= line_needs(other, cutoff_us)
+        except TableNotFoundError:  # dropped meanwhile: its files are garbage
+            continue
+    return need
 
 
 def horizon_in_force(entries: Iterable[tuple[int, int, Entry]], cutoff_us: int) -> int:

@@ -16,6 +16,10 @@ Vacuum removes two kinds of files:
   has at least the grace period to finish. Files of states at or after the horizon stay.
 
 Files referenced by log entries after the horizon stay, so time travel within it keeps working.
+A table and its branches share one directory (`conch.log.branching`): a vacuum of any of these
+lines keeps every file another line still needs (`conch.maintain.expire.line_needs`: its log,
+snapshots, retained versions and tags) and logs its cutoff on every line, so the files of a
+dropped branch are garbage to the next vacuum and nothing a live line reads is ever deleted.
 Files that vanish while vacuum lists or deletes them are skipped. Top-level names starting with `_`
 under the table's directory are the metastore's (the object-store WAL keeps `_log/` and
 `_snapshots/` there) and are never vacuum's to delete.
@@ -23,15 +27,16 @@ under the table's directory are the metastore's (the object-store WAL keeps `_lo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
 
-from conch.errors import InvalidArgumentError, TimeTravelError
-from conch.files.blobs import BLOB_SUFFIX
+from conch.errors import InvalidArgumentError, TableNotFoundError, TimeTravelError
+from conch.log.branches import lines
 from conch.log.tablelog import TableLog
-from conch.log.wal import CLOCK_SLACK_US, Entry, Transaction, VacuumCutoff, referenced_paths
-from conch.maintain.expire import horizon_in_force, reclaim_plan
+from conch.log.wal import CLOCK_SLACK_US, Transaction, VacuumCutoff
+from conch.maintain.expire import horizon_in_force, line_files, other_lines_need, reclaim_plan, referenced_files
 from conch.model.progress import human_bytes
 from conch.model.time import to_cutoff
 
@@ -91,15 +96,6 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def referenced_files(log: TableLog, entries: list[tuple[int, int, Entry]] | None = None) -> set[str]:
-    """Every file a log entry or a registered snapshot references."""
-    refs: set[str] = set()
-    for _, _, entry in log.entries() if entries is None else entries:
-        refs.update(referenced_paths(entry, BLOB_SUFFIX))
-    refs.update(path for _, path in log.warehouse.metastore.snapshots(log.id))
-    return refs
-
-
 def grace_seconds(older_than: object, now_us: int | None = None) -> float:
     """The grace period `conch vacuum --older-than` names, in seconds: an age (`"1h"`, `"0s"`,
     a `timedelta`) or a point in time before now (µs since the epoch, a datetime, an ISO time):
@@ -129,8 +125,17 @@ def vacuum(log: TableLog, older_than_seconds: float = 3600.0, dry_run: bool = Fa
     cutoff_us = int(cutoff * 1_000_000)
     if not dry_run:
         # Logged first: every commit before it is in the references read below, and a
-        # transaction started before the cutoff that commits after it conflicts.
+        # transaction started before the cutoff that commits after it conflicts; on every line
+        # sharing the directory (the table and its branches), whose writes land there too.
         log.commit(Transaction("vacuum", (VacuumCutoff(cutoff_us),), f"grace {older_than_seconds:g}s"))
+        for other in lines(log):
+            if other is not log:
+                txn = Transaction(
+                    "vacuum", (VacuumCutoff(cutoff_us),), f"grace {older_than_seconds:g}s (of {log.name})"
+                )
+                with contextlib.suppress(TableNotFoundError):  # a branch dropped meanwhile
+                    other.commit(txn, flush=False)
+    shared = other_lines_need(log, cutoff_us)  # after the cutoffs: their commits since are in it
     entries = list(log.entries())
     refs = referenced_files(log, entries)
     plan = reclaim_plan(log, [(s, e) for s, _, e in entries], horizon_in_force(entries, cutoff_us))
@@ -144,9 +149,10 @@ def vacuum(log: TableLog, older_than_seconds: float = 3600.0, dry_run: bool = Fa
         pending = reclaim_plan(log, [(s, e) for s, _, e in entries], newest_horizon).files - plan.files
     storage = log.warehouse.storage
     removed = kept = nbytes = expired = expired_bytes = held = held_expired = 0
-    for f in list(storage.list(log.id)):
-        if f.path.startswith(f"{log.id}/_"):
-            continue  # the metastore's own objects (`conch.log.metastore.objectstore`): its WAL, not files
+    for f in list(line_files(log)):  # not the metastore's own objects (`conch.log.metastore.objectstore`)
+        if f.path in shared:  # another line of the table (a branch, or the table) uses it
+            kept += 1
+            continue
         if f.path in plan.files:
             expired += 1
             expired_bytes += f.size

@@ -63,6 +63,9 @@ class ScanOptions:
     batch_rows: int | None = None
     batch_bytes: int = DEFAULT_SPLIT.batch
     cache_bytes: int = DEFAULT_SPLIT.scan_cache  # decoded fragments shared by a scan's batches
+    # False: batches hold the projected columns only, no key columns (a consumer that drops the
+    # keys, e.g. DuckDB reading no key column); the streamed path then reads no keys where it can
+    with_keys: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_rows is not None and self.batch_rows < 1:

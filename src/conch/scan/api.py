@@ -118,12 +118,12 @@ class Scan(ScanResult):
     @property
     def schema(self) -> pa.Schema:
         """The output schema: key columns, then projected columns nested by group."""
-        return output_schema(self._plan.schema, self._plan.level, self._plan.columns)
+        return output_schema(self._plan.schema, self._plan.level, self._plan.columns, self._options.with_keys)
 
-    def _run(self, plan: ScanPlan) -> Iterator[pa.RecordBatch]:
+    def _run(self, plan: ScanPlan, options: ScanOptions | None = None) -> Iterator[pa.RecordBatch]:
         """The batches of `plan`, with a file that vanished reported as a typed error."""
         src = self.source
-        ctx = ScanContext(plan, src.format, src.key_cache, self._options)
+        ctx = ScanContext(plan, src.format, src.key_cache, options or self._options)
         self._metrics = ctx.metrics
         try:
             yield from execute(ctx)
@@ -141,7 +141,8 @@ class Scan(ScanResult):
         """The number of records the scan returns, counted on keys: the filter's columns are
         read, the projected value columns are not (`metrics()` shows the bytes)."""
         keys_only = dataclasses.replace(self._plan, columns=[])
-        return sum(b.num_rows for b in self._run(keys_only))
+        with_keys = dataclasses.replace(self._options, with_keys=True)
+        return sum(b.num_rows for b in self._run(keys_only, with_keys))
 
     def metrics(self) -> ScanMetrics:
         """What the last run of this scan read (fragments, rows and bytes per group)."""

@@ -7,16 +7,25 @@ import pyarrow as pa
 from conch.model.schema import Column, Schema, nest, struct_of
 
 
-def output_schema(schema: Schema, level: str, cols: list[Column]) -> pa.Schema:
-    """Key columns, then the projected columns nested as in the schema tree (groups → structs)."""
-    return pa.schema([*schema.key_fields(level), *struct_of(nest(cols))])
+def output_schema(schema: Schema, level: str, cols: list[Column], with_keys: bool = True) -> pa.Schema:
+    """Key columns (unless `with_keys` is False), then the projected columns nested as in the
+    schema tree (groups → structs)."""
+    return pa.schema([*(schema.key_fields(level) if with_keys else []), *struct_of(nest(cols))])
 
 
-def assemble(out: pa.Schema, keys: pa.Table, cols: list[Column], arrays: dict[int, pa.Array]) -> pa.RecordBatch:
-    """One output batch from its keys and the values of `cols` (by column id), row-aligned."""
+def drop_keys(batch: pa.RecordBatch, out: pa.Schema) -> pa.RecordBatch:
+    """`batch` (key columns first) narrowed to `out`, a key-less output schema."""
+    return batch if batch.schema.equals(out) else batch.select(out.names)
+
+
+def assemble(
+    out: pa.Schema, keys: pa.Table, cols: list[Column], arrays: dict[int, pa.Array], rows: int | None = None
+) -> pa.RecordBatch:
+    """One output batch from its keys and the values of `cols` (by column id), row-aligned
+    (`rows`: the row count where `out` holds no key columns and `keys` is empty)."""
     by_path = {c.path: arrays[c.id] for c in cols}
     data: list[pa.Array] = [keys.column(i).combine_chunks() for i in range(keys.num_columns)]
-    n = keys.num_rows
+    n = keys.num_rows if rows is None else rows
     for f in out:
         if f.name in keys.column_names:
             continue

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from conch.scan.assemble import assemble, output_schema
+from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext
 from conch.scan.locate import read_units
 from conch.scan.merge import merge
@@ -45,7 +45,8 @@ def execute(ctx: ScanContext) -> Iterator[pa.RecordBatch]:
     """The scan's output batches, in key order (at least one, possibly empty)."""
     pick = picked(ctx) if ctx.options.fast_paths else None  # exact keys from one key set
     if pick is not None:
-        yield from pick
+        out = output_schema(ctx.plan.schema, ctx.plan.level, ctx.plan.columns, ctx.options.with_keys)
+        yield from (drop_keys(b, out) for b in pick)
         return
     stream = streamed(ctx) if ctx.options.fast_paths else None
     if stream is not None:
@@ -53,6 +54,7 @@ def execute(ctx: ScanContext) -> Iterator[pa.RecordBatch]:
         return
     plan = ctx.plan
     schema = output_schema(plan.schema, plan.level, plan.columns)
+    out_schema = output_schema(plan.schema, plan.level, plan.columns, ctx.options.with_keys)
     merged = merge(ctx)
     live = np.nonzero(merged.alive)[0]
     keys = merged.keys.take(pa.array(live)) if len(live) != merged.keys.num_rows else merged.keys
@@ -79,7 +81,7 @@ def execute(ctx: ScanContext) -> Iterator[pa.RecordBatch]:
         ctx.metrics.rows_out += batch.num_rows
         ctx.metrics.bytes_out += batch.nbytes
         emitted = True
-        yield batch
+        yield drop_keys(batch, out_schema)
     ctx.finish()
     if not emitted:
-        yield pa.RecordBatch.from_pylist([], schema=schema)
+        yield pa.RecordBatch.from_pylist([], schema=out_schema)

@@ -37,7 +37,7 @@ from conch.files.format import ORDINAL, column_name
 from conch.files.manifest import Fragment, KeySpace
 from conch.model.keys import KeySet
 from conch.model.schema import Column
-from conch.scan.assemble import assemble, output_schema
+from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
@@ -317,6 +317,8 @@ class Stream:
         self.left = limit if limit is not None else sum(s.hi - s.lo + _inserted(s) for s in segments)
         plan = ctx.plan
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
+        self.out_schema = output_schema(plan.schema, plan.level, plan.columns, ctx.options.with_keys)
+        self._no_keys = pa.table({})  # stands in for a segment's keys where none are output
         self._seg_keys: tuple[_Segment, pa.Table] | None = None
 
     def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -335,11 +337,22 @@ class Stream:
             for batch in self.ctx.stream(u.group, fr, schema, idx, self.filter_expr, ordinal):
                 yield mask.lo, batch
 
-    def _emit(self, s: _Segment, key_part: pa.Table, cols: dict[int, pa.Array]) -> pa.RecordBatch:
+    def _emit(self, s: _Segment, key_part: pa.Table, cols: dict[int, pa.Array], n: int | None = None) -> pa.RecordBatch:
+        """One output batch; `key_part` is `self._no_keys` (and `n` the row count) where the
+        scan outputs no keys and none were read."""
+        if key_part is self._no_keys:
+            assert n is not None
+            for c in s.missing:
+                cols[c.id] = pa.nulls(n, c.type)
+            batch = assemble(self.out_schema, pa.table({}), self.ctx.plan.columns, cols, n)
+            self.ctx.metrics.rows_out += n
+            self.ctx.metrics.bytes_out += batch.nbytes
+            self.left -= n
+            return batch
         n = key_part.num_rows
         for c in s.missing:
             cols[c.id] = pa.nulls(n, c.type)
-        batch = assemble(self.schema, key_part, self.ctx.plan.columns, cols)
+        batch = drop_keys(assemble(self.schema, key_part, self.ctx.plan.columns, cols), self.out_schema)
         self.ctx.metrics.rows_out += n
         self.ctx.metrics.bytes_out += batch.nbytes
         self.left -= n
@@ -362,6 +375,15 @@ class Stream:
             ok = np.array(filter_mask(self.ctx.plan.filter, by_path.__getitem__), dtype=np.bool_)
             ov_rows = np.nonzero(ok & cand)[0]
         done = 0  # overlay matches emitted so far
+        if ov is None and not self.ctx.options.with_keys:  # no keys out, none to merge: no ordinals
+            for _, batch in self._unit_batches(s, u, ordinal=False):
+                if self.left <= 0:
+                    return
+                if batch.num_rows > self.left:
+                    batch = batch.slice(0, self.left)
+                cols = {c.id: batch.column(i) for i, c in enumerate(u.columns)}
+                yield self._emit(s, self._no_keys, cols, batch.num_rows)
+            return
         for start, batch in self._unit_batches(s, u, ordinal=True):
             if self.left <= 0:
                 return
@@ -489,6 +511,10 @@ class Stream:
                 else:
                     cols.update(self._overlaid(s, u, win, here))
                 pending[i] = p.slice(n)
+            if ov is None and not self.ctx.options.with_keys:
+                yield self._emit(s, self._no_keys, cols, n)
+                pos += n
+                continue
             key_part = self._keys(s).slice(pos, n)
             if win is not None and len(win.new):
                 assert keys is not None
@@ -549,4 +575,4 @@ class Stream:
                 yield batch
         self.ctx.finish()
         if not emitted:
-            yield pa.RecordBatch.from_pylist([], schema=self.schema)
+            yield pa.RecordBatch.from_pylist([], schema=self.out_schema)

@@ -5,6 +5,8 @@ conch --warehouse W create T --key id:uint64 | write T FILES | ingest FILES -t T
 conch --warehouse W delete T KEYS | delete T --where EXPR | drop T --yes | vacuum T | flush T
 conch --warehouse W expire T --older-than 7d | --retain-last N
 conch --warehouse W tag T NAME | untag T NAME | tags T | changes T --since V
+conch --warehouse W branch T NAME | branches T | drop-branch T NAME | fast-forward T NAME
+                    (any command reads or writes a branch as T@NAME)
 
 One module per kind of command: `look` (reading), `edit` (changing), `maintain`, `serve`;
 `common` holds the app, the global options and how values are shown.

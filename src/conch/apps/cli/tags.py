@@ -1,4 +1,6 @@
-"""Tags and the change feed on the command line: tag, untag, tags, changes."""
+"""Tags, branches and the change feed on the command line: tag, untag, tags, branch, branches,
+drop-branch, fast-forward, changes. Every other command reads and writes a branch by its
+name `TABLE@BRANCH` (`conch scan t@dev`, `conch write t@dev data.parquet`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import typer
 
 from conch.apps.cli.common import app, console, open_catalog, print_arrow, when
 
-command = partial(app.command, rich_help_panel="Tags and changes")  # `conch --help` groups commands by panel
+command = partial(app.command, rich_help_panel="Tags, branches and changes")  # `conch --help` groups commands by panel
 
 
 def _version(text: str | None) -> Any:
@@ -65,3 +67,45 @@ def changes(
     ch = t.changes(_version(since), _version(until), images=images, per_commit=per_commit, level=level)
     result = ch.to_arrow()
     print_arrow(result.slice(0, limit), f"{table}: {result.num_rows} changed keys (versions {ch.since}..{ch.until}]")
+
+
+@command()
+def branch(
+    table: str,
+    name: str,
+    version: Annotated[
+        str | None, typer.Option(help="The version to branch from: a number, a tag or an ISO time (default: newest)")
+    ] = None,
+) -> None:
+    """Create branch NAME of TABLE (it shares the table's files); read and write it as TABLE@NAME."""
+    t = open_catalog().table(table)
+    b = t.branch(name, _version(version))
+    assert b.log.branch is not None
+    console.print(
+        f"branch {name!r} of table {table!r} from version {b.log.branch.base_seq}: use it as {b.name!r}",
+        highlight=False,
+    )
+
+
+@command()
+def branches(table: str) -> None:
+    """List the branches: name, base version, head version (on the branch)."""
+    found = open_catalog().table(table).branches()
+    if not found:
+        console.print("no branches")
+    for b in found:
+        console.print(f"{b.name}\tbase version {b.base_version}, head version {b.head_version}", highlight=False)
+
+
+@command("drop-branch")
+def drop_branch(table: str, name: str) -> None:
+    """Forget a branch; a later `vacuum` reclaims the files only it used."""
+    open_catalog().table(table).drop_branch(name)
+    console.print(f"dropped branch {name!r} of table {table!r}", highlight=False)
+
+
+@command("fast-forward")
+def fast_forward(table: str, name: str) -> None:
+    """Move TABLE to the head of branch NAME (only if TABLE changed no data since the branch point)."""
+    c = open_catalog().table(table).fast_forward(name)
+    console.print(f"fast-forwarded table {table!r} to branch {name!r} (commit {c.seq})", highlight=False)

@@ -12,7 +12,9 @@
 6. the manifests; 7. time travel to before the enrichment, in Python and on Spark;
 8. a tag pins the enriched version, and a Structured Streaming query streams only the changes of
    `audio` into `audio_summary` (the conch streaming source and sink): the whole table first, then,
-   resumed from its checkpoint, just an update by predicate and a delete by filter.
+   resumed from its checkpoint, just an update by predicate and a delete by filter;
+9. an enrichment tried on a branch (`Table.branch`, sharing the table's files): invisible on the
+   table until `fast_forward` moves the table to the branch's head.
 
 Each step prints what it did and how long it took; Spark jobs and generation show progress.
 
@@ -94,6 +96,11 @@ def _group_files(t: conch.Table, version: int | None = None) -> dict[str, set[st
     for f in state.fragments.values():
         out.setdefault(f.group or "<root>", set()).add(f.id)
     return out
+
+
+def silence_bucket(batch: pa.RecordBatch) -> dict[str, Any]:
+    """The trial enrichment of the branch step (module-level: picklable): silence in tenths."""
+    return {"bucket": pc.cast(pc.floor(pc.multiply(batch.column("silence_ratio"), 10)), pa.int8())}
 
 
 def _stream_step(spark: Any, t: conch.Table, warehouse: str, checkpoint: str) -> dict[str, Any]:
@@ -280,6 +287,18 @@ def _pipeline(
             f"(rows {results['batch_rows']}), resumed from the checkpoint after an update and a delete; "
             f"`audio_summary` equals the source's columns: {results['mirror_equal']}"
         )
+
+    with step(console, "Try an enrichment on a branch, then fast-forward the table to it", timings) as s:
+        trial = t.branch("trial")  # shares the table's files: nothing is copied
+        trial.enrich(silence_bucket, inputs=["silence_ratio"], into="trial", workers=0)
+        hidden = "trial.bucket" not in t.schema.columns
+        ff = t.fast_forward("trial")
+        same = t.scan("trial").to_arrow().equals(trial.scan("trial").to_arrow())
+        s["what"] = (
+            f"branch {trial.name!r}: its new group was invisible on the table: {hidden}; fast-forward "
+            f"(commit {ff.seq}): the table reads what the branch reads: {same}"
+        )
+        results["branch_hidden"], results["branch_same"] = hidden, same
 
     if own_session:
         spark.stop()

@@ -112,6 +112,8 @@ class Inspector:
             stats
             + "<h2>History</h2>"
             + self.timeline(t, asof)
+            + "<h2>Tags and branches</h2>"
+            + self.tags_and_branches(t)
             + '<div class="cols"><div><h2>Schema</h2>'
             + self.schema_tree(st)
             + "</div></div><h2>LSM tree</h2>"
@@ -182,6 +184,44 @@ class Inspector:
             f'{svg}{note}<details class="history"><summary>{len(commits)} commits</summary>'
             f'<div class="scroll"><table class="grid">{rows}</table></div></details>'
         )
+
+    def tags_and_branches(self, t: conch.Table) -> str:
+        """The table's tags (each a link to the table as of its version) and branches (each a
+        link to the branch's own pages, `/t/<table>@<branch>`); on a branch, what it branched from."""
+        out = []
+        info = t.log.branch
+        if info is not None:
+            out.append(
+                f'<p class="branch-of">branch <b>{escape(info.name)}</b> of table '
+                f'<a href="/t/{escape(info.table)}">{escape(info.table)}</a> from its version #{info.base_seq} '
+                f"({_when(info.base_time)})</p>"
+            )
+        times = {c.seq: c.time for c in t.history()}
+        tags = sorted(t.tags().items(), key=lambda kv: (kv[1], kv[0]))
+        rows = "".join(
+            f'<tr><td class="tag">{escape(n)}</td><td>#{v}</td><td>{_when(times.get(v))}</td>'
+            f'<td><a class="asof-link" href="/t/{escape(t.name)}{_q(asof=times.get(v))}">view as of</a></td></tr>'
+            for n, v in tags
+        )
+        out.append(
+            f'<table class="grid" id="tags"><tr><th>tag</th><th>version</th><th>committed at</th><th></th></tr>{rows}</table>'
+            if tags
+            else '<p class="muted" id="tags">no tags (<code>conch tag</code>)</p>'
+        )
+        if info is None:
+            branches = t.branches()
+            rows = "".join(
+                f'<tr><td class="branch"><a href="/t/{escape(t.name)}@{escape(b.name)}">{escape(b.name)}</a></td>'
+                f"<td>#{b.base_version} ({_when(b.base_time)})</td><td>#{b.head_version}</td></tr>"
+                for b in branches
+            )
+            out.append(
+                '<table class="grid" id="branches"><tr><th>branch</th><th>from version</th><th>head (its own versions)'
+                f"</th></tr>{rows}</table>"
+                if branches
+                else '<p class="muted" id="branches">no branches (<code>conch branch</code>)</p>'
+            )
+        return "".join(out)
 
     def schema_tree(self, st: TableState) -> str:
         schema = st.schema

@@ -16,6 +16,7 @@ from typing import Any
 import conch
 from conch.api.connection import forget, reopen
 from conch.errors import ConchError, TableNotFoundError
+from conch.log.branching import metastore_name
 from conch.log.warehouse import Connection
 from conch.model.time import to_time
 
@@ -126,7 +127,7 @@ def open_table(loc: Location) -> conch.Table:
         _identities[key] = ident
         cat = loc.connect()
         try:
-            table_id = cat.warehouse.metastore.get_table(loc.table).id
+            table_id = cat.warehouse.metastore.get_table(metastore_name(loc.table)).id  # `t@b`: branch b of t
         except TableNotFoundError:
             raise TableNotFoundError(
                 f"no Conch table {loc.table!r} at {loc.path!r}; tables in {loc.warehouse!r}: {cat.list_tables()}"

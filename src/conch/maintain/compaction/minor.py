@@ -88,7 +88,9 @@ def minor_compact(log: TableLog, level: str = "", runs: int | None = None) -> Mi
         max_key=merged[-1].as_py().hex(), time=kss[-1].time, min_time=min(k.min_time or k.time for k in kss),
         lsm=1, compacted_at=started_us, bytes=written.bytes, checksum=written.checksum,
     )  # fmt: skip
-    dmap = write_map(storage, log.id, [map_runs(k.id, e, [ks_id], [merged]) for k, e in zip(kss, encs, strict=True)])
+    dmap = write_map(
+        storage, log.files.table_id, [map_runs(k.id, e, [ks_id], [merged]) for k, e in zip(kss, encs, strict=True)]
+    )
     written_files.append(dmap.path)
     ids = {k.id for k in kss}
     frs = sorted((f for f in state.fragments.values() if f.key_space in ids), key=lambda f: f.id)
@@ -99,7 +101,7 @@ def minor_compact(log: TableLog, level: str = "", runs: int | None = None) -> Mi
     mask_bytes = 0
     for j, cols, positions, file_rows in cells:
         src = frs[j]
-        mask_path = f"{log.id}/masks/{new_id()}{MASK_SUFFIX}"
+        mask_path = f"{log.files.table_id}/masks/{new_id()}{MASK_SUFFIX}"
         m = write_mask(storage, mask_path, positions, file_rows)
         written_files.append(mask_path)
         mask_bytes += m.bytes
