@@ -18,10 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import conch
-from conch.errors import CommitConflictError
+from conch.errors import CommitConflictError, MetastoreUnavailableError
 from conch.log import groupcommit
 from conch.log.metastore.base import LogEntry
 from conch.log.metastore.sqlite import SqliteMetastore
+from conch.log.wal import Transaction
 
 OFF = conch.Policy(auto=False)
 
@@ -189,3 +190,29 @@ def test_commit_time_compaction_runs_once_per_table(tmp_path: Path) -> None:
     t.write(pa.table({"id": [9], "v": [9.0]}))
     assert [c.kind for c in t.history()].count("compact") == 1
     assert t.scan().to_arrow().column("id").to_pylist() == [0, 1, 2, 3, 9]
+
+
+def test_leader_of_a_failed_batch_it_is_not_in_still_commits_its_own(tmp_path: Path) -> None:
+    """With batches of one (a metastore without `append_batch`), the writer that leads may carry
+    another writer's transaction; when that append fails, the error is the other writer's: the
+    leader goes on to commit its own transaction, exactly once, and raises nothing."""
+    t = conch.connect(tmp_path / "wh", maintenance=OFF).create_table("t", [("id", pa.int64())])
+    t.write(pa.table({"id": [0], "v": [0.0]}))
+    base = t.log._group_log()
+    calls: list[list[str]] = []
+
+    def append(seq: int, entries: list[str]) -> list[LogEntry]:
+        calls.append(entries)
+        if len(calls) == 1:
+            raise MetastoreUnavailableError("the metastore went away for the other writer's append")
+        return base.append(seq, entries)
+
+    log = groupcommit.Log(base.name, base.state, base.entries, append, 1)
+    g = groupcommit.Group()
+    other = groupcommit.Pending(Transaction("write", summary="other"), -1)
+    g.queue.append(other)  # queued ahead of this writer, whose thread waits for its result
+    entry, rec = groupcommit.commit(g, log, Transaction("write", summary="mine"))
+    assert isinstance(other.error, MetastoreUnavailableError) and other.done
+    assert entry.summary == "mine" and rec.seq == 2
+    assert g.queue == [] and not g.leading
+    assert [c.summary for c in t.history()] == [t.history()[0].summary, "mine"]

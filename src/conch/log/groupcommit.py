@@ -118,11 +118,20 @@ def commit(g: Group, log: Log, txn: Transaction) -> tuple[Entry, LogEntry]:
             g.leading = True
             batch, g.queue = g.queue[: log.batch], g.queue[log.batch :]
             g.cond.release()
+            interrupted = True
             try:
                 lead(log, batch)
+                interrupted = False
+            except Exception:
+                if mine.done:
+                    raise
+                # another writer's batch failed (each member holds its error): lead on for mine
+                interrupted = False
             finally:
                 g.cond.acquire()
                 g.leading = False
+                if interrupted and not mine.done:
+                    g.queue.remove(mine)  # never sent, and the interrupted caller will not wait for it
                 g.cond.notify_all()
     if mine.error is not None:
         raise mine.error
