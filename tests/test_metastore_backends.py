@@ -29,6 +29,7 @@ from conch.errors import (
     TableNotFoundError,
 )
 from conch.files.storage import LocalStorage
+from conch.log import groupcommit
 from conch.log.metastore import Metastore, TableRecord
 from conch.log.metastore.objectstore import ObjectStoreMetastore
 from helpers import Warehouse
@@ -151,24 +152,26 @@ def test_append_is_compare_and_swap(metastore: Metastore) -> None:
     assert metastore.seq_at_time(rec.id, e3.time + 10**9) == 3
 
 
-def test_append_batch_is_all_or_none(metastore: Metastore) -> None:
-    """Group commit's batched append (`conch.log.groupcommit`), where a backend offers one:
-    consecutive numbers and strictly increasing times in one transaction, or nothing on a lost
+def test_append_batch_is_all_or_none(warehouse: Warehouse) -> None:
+    """Group commit's append (`conch.log.groupcommit`, through `TableLog._group_log`): a backend
+    with `append_batch` takes a batch in one transaction, the others one entry per append (batches
+    of one); either way consecutive numbers, strictly increasing times, and nothing on a lost
     compare-and-swap."""
-    batch = getattr(metastore, "append_batch", None)
-    if batch is None:
-        pytest.skip("this backend appends one entry at a time (group commit falls back to batches of one)")
-    rec = _record("t")
-    metastore.create_table(rec)
-    e1 = metastore.append(rec.id, 0, '{"n": 1}')
-    got = batch(rec.id, 1, ['{"n": 2}', '{"n": 3}', '{"n": 4}'])
-    assert [(e.seq, e.entry) for e in got] == [(2, '{"n": 2}'), (3, '{"n": 3}'), (4, '{"n": 4}')]
+    t = warehouse.connect().create_table("t", [("id", pa.int64())])
+    metastore = t.log.warehouse.metastore
+    log = t.log._group_log()
+    assert log.batch == (groupcommit.MAX_BATCH if hasattr(metastore, "append_batch") else 1)
+    s0 = metastore.last_seq(t.log.id)
+    e1 = metastore.append(t.log.id, s0, '{"n": 1}')
+    entries = ['{"n": 2}', '{"n": 3}', '{"n": 4}']
+    got = [r for i in range(0, 3, log.batch) for r in log.append(s0 + 1 + i, entries[i : i + log.batch])]
+    assert [(e.seq, e.entry) for e in got] == [(s0 + 2, '{"n": 2}'), (s0 + 3, '{"n": 3}'), (s0 + 4, '{"n": 4}')]
     assert e1.time < got[0].time < got[1].time < got[2].time
     with pytest.raises(CommitConflictError):
-        batch(rec.id, 2, ['{"n": "lost"}', '{"n": "lost too"}'])
-    assert metastore.read_log(rec.id) == [e1, *got]
-    assert metastore.last_seq(rec.id) == 4
-    assert metastore.append(rec.id, 4, '{"n": 5}').time > got[-1].time
+        log.append(s0 + 2, ['{"n": "lost"}', '{"n": "lost too"}'][: log.batch])
+    assert metastore.read_log(t.log.id, s0) == [e1, *got]
+    assert metastore.last_seq(t.log.id) == s0 + 4
+    assert metastore.append(t.log.id, s0 + 4, '{"n": 5}').time > got[-1].time
 
 
 def test_logs_are_per_table(metastore: Metastore) -> None:
