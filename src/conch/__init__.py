@@ -39,6 +39,7 @@ from conch.errors import (
     WarehouseNotFoundError,
 )
 from conch.expr.tree import Col, Expr
+from conch.log.branches import Branch
 from conch.log.txn import Commit
 from conch.model.budget import WriteOptions
 from conch.model.keys import KeyPrefix, KeyRange
@@ -49,6 +50,7 @@ from conch.scan import Scan, ScanMetrics
 __version__ = "0.1.0"
 
 __all__ = [
+    "Branch",
     "BranchNotFoundError",
     "Catalog",
     "Changes",
