@@ -30,9 +30,9 @@ level, the keys under its prefixes at the older version (one key scan over the t
 span). The before and after records are then looked up for just those keys (`keys=` scans,
 which prune runs by key span and binary-search the rest), in chunks of `CHUNK_KEYS` keys, so
 memory is bounded. Three cases fall back to comparing every key of both versions: an overwrite
-(`Truncate`) or a fast-forward to a branch (whose commits are in the branch's log) in the interval, and a `since` before the time-travel horizon (a tagged version):
-the runs of expired commits may be gone, and `_version`/`_time` are then `until`'s for keys no
-retained run names.
+(`Truncate`) or a fast-forward to a branch (whose commits are in the branch's log) in the
+interval, and a `since` before the time-travel horizon (a tagged version): the runs of expired
+commits may be gone, and `_version`/`_time` are then `until`'s for keys no retained run names.
 
 Values are compared cell by cell on the columns of `until` matched by column id (a column
 renamed since compares with its old name's values; one added since is null before). Floats
