@@ -52,6 +52,11 @@ class Model:
         return {k: out[k] for k in sorted(out)}
 
 
+def _keyless(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record as a scan with `ScanOptions(with_keys=False)` outputs it: no key column."""
+    return {c: v for c, v in rec.items() if c != "id"}
+
+
 def _check(t: conch.Table, model: Model, x: float, cols: tuple[str, ...], lo: int | None, limit: int | None) -> str:
     """One scan vs the model (and vs the general path); returns the merge the scan used."""
     both = "n" in cols  # then the filter reads two columns of the metadata group
@@ -69,6 +74,7 @@ def _check(t: conch.Table, model: Model, x: float, cols: tuple[str, ...], lo: in
     got = scan.to_pylist()
     assert got == scan.with_options(fast_paths=False).to_pylist(), (cols, x, lo, limit)
     assert got == want[:limit], (cols, x, lo, limit)
+    assert scan.with_options(with_keys=False).to_pylist() == [_keyless(r) for r in got], (cols, x, lo, limit)
     return scan.metrics().merge
 
 
@@ -89,6 +95,7 @@ def _check_take(t: conch.Table, model: Model, keys: list[int], cols: tuple[str, 
     got = scan.to_pylist()
     assert got == scan.with_options(fast_paths=False).to_pylist(), (keys, cols, limit)
     assert got == want[:limit], (keys, cols, limit)
+    assert scan.with_options(with_keys=False).to_pylist() == [_keyless(r) for r in got], (keys, cols, limit)
     return scan.metrics().merge
 
 
