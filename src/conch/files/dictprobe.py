@@ -17,25 +17,25 @@ MAX_ENTRIES = 1 << 16  # (file, column) answers kept; files are immutable, so a 
 
 def dictionary_columns(
     cache: dict[tuple[str, str], bool],
-    open_file: Callable[[], Any],
-    path: str,
+    open_file: Callable[[Any], Any],
+    ref: Any,
     columns: Sequence[str],
-    damage: Callable[[str, Exception], Exception],
+    damage: Callable[[Any, str, Exception], Exception],
 ) -> frozenset[str]:
-    """The `columns` of the Vortex file at `path` (opened by `open_file`) whose first chunk is a
-    Vortex `dict` array; answers cached in `cache`, read errors raised as `damage(what, e)`."""
+    """The `columns` of the Vortex file `ref` (opened by `open_file(ref)`) whose first chunk is a
+    Vortex `dict` array; answers cached in `cache`, read errors raised as `damage(ref, what, e)`."""
     out = set()
     for c in columns:
-        known = cache.get((path, c))
+        known = cache.get((ref.path, c))
         if known is None:
             try:
-                first = next(iter(open_file().scan([c])), None)
+                first = next(iter(open_file(ref).scan([c])), None)
             except Exception as e:
-                raise damage(f"cannot read {c} from {path}", e) from e
+                raise damage(ref, f"cannot read {c} from {ref.path}", e) from e
             known = first is not None and first.field(c).id == "vortex.dict"
             if len(cache) >= MAX_ENTRIES:
                 cache.clear()
-            cache[(path, c)] = known
+            cache[(ref.path, c)] = known
         if known:
             out.add(c)
     return frozenset(out)

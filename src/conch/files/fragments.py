@@ -375,8 +375,7 @@ class VortexFormat:
 
     def dictionary_columns(self, ref: FileRef, columns: Sequence[str]) -> frozenset[str]:
         """The string `columns` the file stores dictionary-encoded (`conch.files.dictprobe`)."""
-        damage = lambda what, e: self._damage(ref, what, e)  # noqa: E731
-        return dictionary_columns(self._dict_cols, lambda: self._file(ref), ref.path, columns, damage)
+        return dictionary_columns(self._dict_cols, self._file, ref, columns, self._damage)
 
     def stream(
         self,
