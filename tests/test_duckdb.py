@@ -8,6 +8,9 @@ struct fields, key ranges and IN lists, NOT/OR/BETWEEN, LIKE which stays in Duck
 
 from __future__ import annotations
 
+import decimal
+from pathlib import Path
+
 import duckdb
 import hypothesis.strategies as st
 import pyarrow as pa
@@ -207,6 +210,7 @@ def one_run(tmp_path_factory: pytest.TempPathFactory) -> conch.Table:
     where=st.sampled_from([None, "x < 0", "s = 's3'", "id >= 120", "keys"]),
     fast=st.booleans(),
     limit=st.none() | st.integers(1, 400),
+    compact=st.booleans(),
 )
 def test_a_scan_without_keys_holds_the_same_values(
     table: conch.Table,
@@ -216,6 +220,7 @@ def test_a_scan_without_keys_holds_the_same_values(
     where: str | None,
     fast: bool,
     limit: int | None,
+    compact: bool,
 ) -> None:
     """`ScanOptions.with_keys=False` (what DuckDB gets when it reads no key column; the streamed
     path then reads no keys): the same rows and values as the scan with keys, keys dropped, on
@@ -225,12 +230,139 @@ def test_a_scan_without_keys_holds_the_same_values(
     keys = [3, 7, 260, 1000] if where == "keys" else None  # exact keys: the direct take
     scan = table.scan(*cols, where=w, keys=keys, limit=limit).with_options(fast_paths=fast)
     want = scan.to_arrow().drop_columns(["id"])
-    bare = scan.with_options(with_keys=False)
-    got = bare.to_record_batches().read_all()
-    assert bare.schema == want.schema and got.schema == want.schema
+    bare = scan.with_options(with_keys=False, compact_types=compact)  # compact: dictionaries where stored
+    batches = list(bare.to_record_batches())
+    got = pa.Table.from_batches([b.cast(want.schema) for b in batches], want.schema)
+    assert bare.schema == want.schema
+    assert compact or all(b.schema == want.schema for b in batches)
     assert repr(got.to_pylist()) == repr(want.to_pylist())  # repr: NaN == NaN
     m = bare.metrics()
     if fast and which == "one run" and cols == ("x",) and where in (None, "x < 0"):
         assert m.merge == "zip (streamed)"
     if m.merge == "zip (streamed)" and which == "one run":
         assert m.key_bytes_read == 0  # before: every streamed scan read its keys
+
+
+def _dec(v: int, scale: int) -> decimal.Decimal:
+    return decimal.Decimal(v).scaleb(-scale)
+
+
+ROW = st.tuples(
+    st.sampled_from(["A", "N", "R", None]),  # low cardinality: Vortex stores it dictionary-encoded
+    st.text(min_size=0, max_size=12) | st.none(),  # high cardinality
+    st.integers(-(10**15) + 1, 10**15 - 1) | st.none(),  # decimal(15, 2): decimal64 to DuckDB
+    st.integers(-(10**30), 10**30),  # decimal(38, 4): stays decimal128
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    runs=st.lists(st.dictionaries(st.integers(0, 3000), ROW, min_size=1, max_size=400), min_size=1, max_size=3),
+    deleted=st.lists(st.integers(0, 3000), max_size=20),
+    bulk=st.integers(0, 4000),
+    compact=st.booleans(),
+    where=st.sampled_from(["true", "q < 0", "f = 'N'", "f is null"]),
+)
+def test_compact_types_give_duckdb_the_same_answers(
+    tmp_path_factory: pytest.TempPathFactory,
+    runs: list[dict[int, tuple[str | None, str | None, int | None, int]]],
+    deleted: list[int],
+    bulk: int,
+    compact: bool,
+    where: str,
+) -> None:
+    """Key-less DuckDB scans get compact types (`ScanOptions.compact_types`: dictionary strings where
+    a fragment stores them dictionary-encoded, decimal64 for decimal(15, 2)): group-bys, sums, and
+    every value equal DuckDB over the model's fresh records, over one bulk run (compacted) or
+    several runs with overlays, updates and deletes (batches of mixed types, conformed)."""
+    t = conch.connect(tmp_path_factory.mktemp("wh")).create_table(
+        "m",
+        [("id", pa.int64())],
+        pa.schema([("f", pa.string()), ("s", pa.string()), ("q", pa.decimal128(15, 2)), ("w", pa.decimal128(38, 4))]),
+    )
+    model: dict[int, tuple[str | None, str | None, int | None, int]] = {}
+    first = {i: ("AN"[i % 2] if i % 7 else "R", f"c{i}", i * 37 - 5000, i) for i in range(3001, 3001 + bulk)}
+    for run in [first, *runs] if bulk else runs:
+        rows = list(run.values())
+        t.write(
+            {
+                "id": list(run),
+                "f": [r[0] for r in rows],
+                "s": [r[1] for r in rows],
+                "q": pa.array([None if r[2] is None else _dec(r[2], 2) for r in rows], pa.decimal128(15, 2)),
+                "w": pa.array([_dec(r[3], 4) for r in rows], pa.decimal128(38, 4)),
+            }
+        )
+        model.update(run)
+    if compact:
+        t.compact()
+    t.delete(deleted)
+    for k in deleted:
+        model.pop(k, None)
+    ids = sorted(model)
+    fresh = pa.table(  # noqa: F841 - found by name by DuckDB
+        {
+            "id": pa.array(ids, pa.int64()),
+            "f": [model[i][0] for i in ids],
+            "s": [model[i][1] for i in ids],
+            "q": pa.array([None if model[i][2] is None else _dec(model[i][2], 2) for i in ids], pa.decimal128(15, 2)),
+            "w": pa.array([_dec(model[i][3], 4) for i in ids], pa.decimal128(38, 4)),
+        }
+    )
+    src = cdb.source(t)  # noqa: F841 - found by name by DuckDB
+    for q in [
+        "select f, count(*), sum(q), avg(q), min(s), max(w), sum(w) from {} where " + where + " group by f order by f",
+        "select f, s, q, w from {} where " + where + " order by f, s, q, w",
+        "select s, count(*) from {} where " + where + " group by s order by s",
+    ]:
+        assert duckdb.sql(q.format("src")).fetchall() == duckdb.sql(q.format("fresh")).fetchall()
+
+
+def test_duckdb_gets_dictionaries_and_decimal64_from_a_compacted_table(tmp_path: Path) -> None:
+    """What makes q01 cheaper: Vortex stores a low-cardinality string column dictionary-encoded and
+    hands it to DuckDB as a dictionary (codes, no strings materialised), decimal(15, 2) as
+    decimal64; a high-cardinality string column stays a string (asking Vortex for a dictionary of
+    an FSST column would build one). Scans that read keys keep the table's types."""
+    n = 20_000
+    t = conch.connect(tmp_path).create_table(
+        "m", [("id", pa.int64())], pa.schema([("f", pa.string()), ("s", pa.string()), ("q", pa.decimal128(15, 2))])
+    )
+    t.write(
+        {
+            "id": list(range(n)),
+            "f": ["AN"[i % 2] for i in range(n)],
+            "s": [f"comment {i * 7919 % 100_003}" for i in range(n)],
+            "q": pa.array([decimal.Decimal(i).scaleb(-2) for i in range(n)], pa.decimal128(15, 2)),
+        }
+    )
+    src = cdb.source(t)
+    names = src.schema.names
+    reader = pa.RecordBatchReader._import_from_c_capsule(src.stream([names.index(c) for c in ("f", "s", "q")], [])[0])
+    assert reader.schema.field("f").type == pa.dictionary(pa.int32(), pa.string())
+    assert reader.schema.field("s").type == pa.string()
+    assert reader.schema.field("q").type == pa.decimal64(15, 2)
+    got = reader.read_all()
+    assert got.column("f").to_pylist() == ["AN"[i % 2] for i in range(n)]
+    assert got.column("q").cast(pa.decimal128(15, 2)).equals(t.scan("q").to_arrow().column("q"))
+    with_keys = pa.RecordBatchReader._import_from_c_capsule(src.stream([names.index(c) for c in ("id", "f")], [])[0])
+    assert with_keys.schema.field("f").type == pa.string()
+    assert t.scan("f", "q").to_arrow().schema.field("f").type == pa.string()  # other consumers: unchanged
+    assert duckdb.sql("select f, count(*), sum(q) from src group by f order by f").fetchall() == [
+        ("A", n // 2, sum(decimal.Decimal(i).scaleb(-2) for i in range(0, n, 2))),
+        ("N", n // 2, sum(decimal.Decimal(i).scaleb(-2) for i in range(1, n, 2))),
+    ]
+
+
+def test_batches_of_other_types_are_conformed_to_the_stream_schema() -> None:
+    """A stream's types are its first batch's; a later batch of the table's types (an overlaid
+    segment, a fragment stored without a dictionary) or compact types is converted, same values."""
+    dict_t, d64 = pa.dictionary(pa.int32(), pa.string()), pa.decimal64(15, 2)
+    plain = pa.record_batch(
+        {"f": ["A", None, "N", "A"], "q": pa.array([decimal.Decimal("1.25"), None, 0, -3], pa.decimal128(15, 2))}
+    )
+    compact = pa.schema([("f", dict_t), ("q", d64)])
+    got = cdb._conform(plain, compact)
+    assert got.schema == compact and got.column("f").to_pylist() == plain.column("f").to_pylist()
+    assert got.column("q").to_pylist() == plain.column("q").to_pylist()
+    back = cdb._conform(got, plain.schema)
+    assert back.equals(plain)

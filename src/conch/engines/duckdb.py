@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import itertools
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -94,6 +95,7 @@ def source(
     keys: Any = None,
     on_scan: Callable[[Scan], None] | None = None,
     push_filters: bool | None = None,
+    compact_types: bool = True,
 ) -> ConchSource:
     """A table (or `'<warehouse>/<table>'`, or a `Snapshot`: sources of several levels of one
     snapshot read the same version) as an object DuckDB queries with pushdown.
@@ -101,9 +103,11 @@ def source(
     Use it as a Python variable in `duckdb.sql(...)`, or `register(con, name, src)`.
     `push_filters`: None (default) takes key terms always and value filters on tables storing at
     least `FILTER_MIN_BYTES`; True every filter Conch computes exactly; False none.
+    `compact_types` (default True): scans reading no key column hand DuckDB dictionary-encoded
+    strings as dictionaries and decimal(p <= 18) as decimal64 (same values; `ScanOptions.compact_types`).
     """
     base = resolve_snapshot(table, asof).scan(level=level, since=since, keys=keys)  # one version for every query
-    return ConchSource(base, on_scan, push_filters)
+    return ConchSource(base, on_scan, push_filters, compact_types)
 
 
 def register(con: Any, name: str, src: ConchSource) -> None:
@@ -118,7 +122,11 @@ class ConchSource(_Base):
     pull_under_gil = False
 
     def __init__(
-        self, base: Scan, on_scan: Callable[[Scan], None] | None = None, push_filters: bool | None = None
+        self,
+        base: Scan,
+        on_scan: Callable[[Scan], None] | None = None,
+        push_filters: bool | None = None,
+        compact_types: bool = True,
     ) -> None:
         if PUSHDOWN:
             super().__init__(self)
@@ -126,6 +134,7 @@ class ConchSource(_Base):
         self.schema: pa.Schema = base.schema
         self.pushdown = PUSHDOWN
         self._on_scan = on_scan
+        self.compact_types = compact_types
         fields = base.plan.key_fields
         self._keys = {f.name: f.type for f in fields}
         self._first_key = fields[0] if fields else None
@@ -191,11 +200,22 @@ class ConchSource(_Base):
             level=spec.level or None,
         )
         if not any(n in self._keys for n in out_schema.names):  # DuckDB reads no key column
-            scan = scan.with_options(with_keys=False)  # the streamed path then reads no keys
+            # the streamed path then reads no keys, and hands compact types over (same values):
+            # dictionary-encoded strings as dictionaries (no string materialisation; DuckDB groups
+            # and hashes them by code), narrow decimals as decimal64 (cheaper to decode)
+            scan = scan.with_options(with_keys=False, compact_types=self.compact_types)
+        it = iter(scan.to_record_batches())
+        first = next(it, None)
+        if first is not None:
+            # the stream's types are the first batch's (a string column dictionary-encoded in its
+            # first fragment stays a dictionary): later batches are brought to them (same values)
+            types = {f.name: f.type for f in first.schema}
+            out_schema = pa.schema([f.with_type(types.get(f.name, f.type)) for f in out_schema])
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for b in scan.to_record_batches():
-                yield b.select(out_schema.names)
+            for b in itertools.chain((first,), it) if first is not None else ():
+                b = b.select(out_schema.names)
+                yield b if b.schema.equals(out_schema) else _conform(b, out_schema)
             if self._on_scan is not None:
                 self._on_scan(scan)
 
@@ -265,6 +285,19 @@ class ConchSource(_Base):
         if node.type == _TIMESTAMP_TZ:  # an instant: Arrow compares it with any zone's column
             return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=node.value)
         return node.value
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` with the types of `schema` (same values): strings dictionary-encoded or
+    dictionaries decoded, decimals widened or narrowed."""
+    arrays = []
+    for a, f in zip(batch.columns, schema, strict=True):
+        if a.type != f.type:
+            a = a.dictionary_encode() if pa.types.is_dictionary(f.type) else a.cast(f.type)
+            if a.type != f.type:  # dictionary_encode's indices are int32, as the scan's dictionaries
+                a = a.cast(f.type)
+        arrays.append(a)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class _Empty:

@@ -196,4 +196,9 @@ class FragmentFormat(Protocol):
         ordinal: bool = False,
     ) -> Iterator[pa.RecordBatch]: ...
 
+    def dictionary_columns(self, ref: FileRef, columns: Sequence[str]) -> frozenset[str]:
+        """Which of the string `columns` the file stores dictionary-encoded (its first chunk), so
+        `stream` hands them back as dictionary arrays cheaply; a format without dictionaries: none."""
+        ...
+
     def verify_file(self, ref: FileRef, blob_columns: Sequence[str] = ()) -> int: ...

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from conch.errors import CorruptFileError
 from conch.files.blobs import BLOB_SUFFIX, BlobIndex, blob_array, blob_index, coalesce, index_fields, write_blobs
+from conch.files.dictprobe import dictionary_columns
 from conch.files.format import ORDINAL, FileJob, FileRef, WrittenFile, column_stats
 from conch.files.hotcache import ColumnCache
 from conch.files.integrity import VerifiedReader, check_values, seal_file
@@ -99,6 +100,7 @@ class VortexFormat:
         self._blob_readers: OrderedDict[str, RangeReader] = OrderedDict()
         self._local_store: Any = None
         self.hot = ColumnCache(segment_cache_bytes // 4)
+        self._dict_cols: dict[tuple[str, str], bool] = {}  # (path, column): stored as a Vortex dict
 
     def clear_cache(self) -> None:
         """Forget open files and cached segments (benchmarks use it to measure cold reads)."""
@@ -370,6 +372,10 @@ class VortexFormat:
         for j, (ref, idx) in enumerate(parts):
             if idx.hashes is not None and at[j + 1] > at[j]:
                 check_values(data.data[at[j] : at[j + 1]], idx.lengths, idx.valid, idx.hashes, ref.path + BLOB_SUFFIX)
+
+    def dictionary_columns(self, ref: FileRef, columns: Sequence[str]) -> frozenset[str]:
+        """The string `columns` the file stores dictionary-encoded (`conch.files.dictprobe`)."""
+        return dictionary_columns(self._dict_cols, self._file, ref, columns, self._damage)
 
     def stream(
         self,

@@ -66,6 +66,12 @@ class ScanOptions:
     # False: batches hold the projected columns only, no key columns (a consumer that drops the
     # keys, e.g. DuckDB reading no key column); the streamed path then reads no keys where it can
     with_keys: bool = True
+    # True: on the key-less streamed path, batches may carry compact Arrow types of the same values
+    # where Vortex decodes them cheaper: dictionary<int32, utf8> for string columns a fragment
+    # stores dictionary-encoded, decimal64 for decimal128 columns of precision <= 18. Other batches
+    # keep the schema's types. For an engine adapter that normalises batch types
+    # (conch.engines.duckdb: DuckDB groups and hashes dictionaries by code), not general consumers.
+    compact_types: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_rows is not None and self.batch_rows < 1:

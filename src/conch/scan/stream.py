@@ -290,6 +290,18 @@ def _segment(
 _NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # keys: only inserts
 
 
+_DICT_STRING = pa.dictionary(pa.int32(), pa.string())
+
+
+def _compactable(t: pa.DataType) -> bool:
+    return t == pa.string() or (isinstance(t, pa.Decimal128Type) and t.precision <= 18)
+
+
+def _compact(t: pa.DataType) -> pa.DataType | None:
+    """The compact type of a column (`ScanOptions.compact_types`); None: a string (per fragment)."""
+    return pa.decimal64(t.precision, t.scale) if isinstance(t, pa.Decimal128Type) else None
+
+
 def _inserted(s: _Segment) -> int:
     """Keys the segment's small runs add to its base."""
     return s.overlay.inserted if s.overlay is not None else 0
@@ -319,6 +331,14 @@ class Stream:
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
         self.out_schema = output_schema(plan.schema, plan.level, plan.columns, ctx.options.with_keys)
         self._no_keys = pa.table({})  # stands in for a segment's keys where none are output
+        # ScanOptions.compact_types: top-level columns (file column name → compact type; None: a
+        # string, a dictionary where the fragment stores one) of the key-less streamed path
+        opts = ctx.options
+        self._compact = (
+            {column_name(c.id): _compact(c.type) for c in plan.columns if "." not in c.path and _compactable(c.type)}
+            if opts.compact_types and not opts.with_keys
+            else {}
+        )
         self._seg_keys: tuple[_Segment, pa.Table] | None = None
 
     def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -328,14 +348,34 @@ class Stream:
             for a in range(s.lo, s.hi, 1 << 16):
                 m = min(s.hi - a, 1 << 16)
                 yield a, pa.RecordBatch.from_arrays([pa.nulls(m, t) for t in schema.types], schema=schema)
+        dicts = bool(self._compact) and s.overlay is None and not s.missing and not ordinal
         for fr in u.fragments:
             mask = self.ctx.mask(fr)
             a, b = max(s.lo, mask.lo), min(s.hi, mask.hi)
             if a >= b:
                 continue
             idx = None if (a, b) == (mask.lo, mask.hi) else mask.to_fragment_rows(np.arange(a, b))
-            for batch in self.ctx.stream(u.group, fr, schema, idx, self.filter_expr, ordinal):
+            fs = self._compact_schema(fr, schema) if dicts else schema
+            for batch in self.ctx.stream(u.group, fr, fs, idx, self.filter_expr, ordinal):
                 yield mask.lo, batch
+
+    def _compact_schema(self, fr: Fragment, schema: pa.Schema) -> pa.Schema:
+        """`schema` with compact types (`ScanOptions.compact_types`): decimal64 for narrow
+        decimals, dictionaries for the string columns `fr` stores dictionary-encoded (Vortex then
+        hands back codes and values instead of materialised strings)."""
+        blobs = {column_name(i) for i in fr.blob_columns}
+        strings = [n for n in schema.names if n in self._compact and self._compact[n] is None and n not in blobs]
+        found = self.ctx.format.dictionary_columns(fr, strings) if strings else frozenset()
+        types = {n: t for n, t in self._compact.items() if t is not None}
+        types.update((n, _DICT_STRING) for n in found)
+        return pa.schema([f.with_type(types[f.name]) if f.name in types else f for f in schema])
+
+    def _out(self, cols: dict[int, pa.Array]) -> pa.Schema:
+        """The key-less output schema of one batch: dictionary-typed where its columns are."""
+        if not self._compact:
+            return self.out_schema
+        types = {c.path: cols[c.id].type for c in self.ctx.plan.columns if c.id in cols}
+        return pa.schema([f.with_type(types.get(f.name, f.type)) for f in self.out_schema])
 
     def _emit(self, s: _Segment, key_part: pa.Table, cols: dict[int, pa.Array], n: int | None = None) -> pa.RecordBatch:
         """One output batch; `key_part` is `self._no_keys` (and `n` the row count) where the
@@ -344,7 +384,7 @@ class Stream:
             assert n is not None
             for c in s.missing:
                 cols[c.id] = pa.nulls(n, c.type)
-            batch = assemble(self.out_schema, pa.table({}), self.ctx.plan.columns, cols, n)
+            batch = assemble(self._out(cols), pa.table({}), self.ctx.plan.columns, cols, n)
             self.ctx.metrics.rows_out += n
             self.ctx.metrics.bytes_out += batch.nbytes
             self.left -= n
