@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import time
 from pathlib import Path
@@ -592,7 +591,7 @@ def write_scan(rec: Recorder, args: argparse.Namespace, total: float) -> None:
         "scale": args.scale,
         "reps": args.reps,
         "cache": S.fs_cache_note(),
-        "machine": {"cpus": S.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": S.machine(),
         "total_seconds": round(total, 1),
         "results": rec.rows,
     }

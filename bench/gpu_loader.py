@@ -38,7 +38,6 @@ import contextlib
 import io
 import json
 import os
-import platform
 import resource
 import time
 from collections.abc import Callable, Iterator
@@ -453,12 +452,7 @@ def run(
         "scale": scale,
         "reps": reps,
         "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
-        "machine": {
-            "cpus": cores,
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "load_average": list(os.getloadavg()),
-        },
+        "machine": S.machine(cores),
         "total_seconds": round(time.perf_counter() - t0, 1),
         "results": rec,
         "ratios": lines,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -285,7 +284,7 @@ def run(work: Path, scale: float, reps: int, out: Path) -> list[dict[str, Any]]:
     doc = {
         "scale": scale,
         "reps": reps,
-        "machine": {"cpus": S.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": S.machine(),
         "total_seconds": round(time.perf_counter() - t0, 1),
         "results": rec,
         "ratios": lines,

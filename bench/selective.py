@@ -21,7 +21,6 @@ import argparse
 import cProfile
 import json
 import os
-import platform
 import pstats
 import time
 from collections.abc import Callable
@@ -189,8 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         "reps": args.reps,
         "load_average": load,
         "load_average_after": os.getloadavg(),
-        "machine": platform.platform(),
-        "cpus": os.cpu_count(),
+        "machine": S.machine(),
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

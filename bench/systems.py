@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import time
 from collections.abc import Callable
@@ -168,6 +169,19 @@ def fs_cache_note() -> str:
 
 def cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+def machine(cpus: int | None = None, **more: Any) -> dict[str, Any]:
+    """What a results file records of the machine a benchmark ran on: cores (`cpus`, or all of
+    them), platform, Python and the load average at the time (a shared machine's wall times are
+    only comparable at a similar load), plus `more` (a device, a Spark master, ...)."""
+    return {
+        "cpus": cpus if cpus is not None else cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": list(os.getloadavg()),
+        **more,
+    }
 
 
 __all__ = ["pc"]

@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -49,6 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import conch
+from bench import systems as S
 
 RESULTS = Path(__file__).parent / "results"
 GEN = Path(__file__).parent / "tpch_gen.py"
@@ -274,7 +273,7 @@ def run(
     out_dir: Path,
 ) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": S.machine(),
         "reps": reps,
         "runs": [],
         "loading": {},

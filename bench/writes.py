@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from bench import systems as S
 from bench.rss import peak_rss
 
 RESULTS = Path(__file__).parent / "results"
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {
-        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform()},
+        "machine": S.machine(),
         "args": {k: str(v) for k, v in vars(args).items() if k != "child"},
         "seconds": round(time.perf_counter() - t0, 1),
         "rows": rows,
