@@ -36,7 +36,7 @@ from conch.maintain.compaction.run import CompactionResult, compact, maintenance
 from conch.maintain.expire import ExpireResult, OlderThan, expire_table
 from conch.model.policy import Policy
 from conch.model.schema import Schema, type_name
-from conch.nested.api import as_filter, root_member, root_path
+from conch.nested.api import as_filter, as_value, root_member, root_path
 from conch.nested.writes import BatchWriter
 from conch.scan import Scan
 from conch.write.stage import stage_delete, stage_write
@@ -237,13 +237,14 @@ class Table:
     ) -> Commit:
         """Set columns of the records matching `where` (None: every record), in one commit that
         writes only the named cells of the matched keys. `set`: column path → a value, a Conch
-        expression over the record (`t["b"]`, `t["a"] > 0`), or a callable taking the matched
+        expression over the record (`t["b"]`, `t["a"] > 0`, `t["price"] * 2`, `t.price * 2`), or a callable taking the matched
         records (Arrow) and returning an array. Evaluated on one version and committed directly
         after it, re-evaluated if another commit landed first (`conch.api.update`).
 
         >>> t.update(where=t["score"] < 0, set={"score": 0, "flag": t["kind"] == "x"})  # doctest: +SKIP
         """
-        return update_where(self, where, set or {}, level)
+        values = {path: as_value(v, self, level) for path, v in (set or {}).items()}
+        return update_where(self, as_filter(where, self, level), values, level)
 
     # ----- reads ------------------------------------------------------------------------
     def snapshot(self, asof: int | str | datetime | None = None, version: int | str | None = None) -> Snapshot:

@@ -24,7 +24,7 @@ from conch.model.keys import key_array, key_table, sorted_unique
 from conch.model.schema import join_path
 from conch.nested import nodes as N
 from conch.nested.deferred import Deferred, resolve
-from conch.nested.lower import lift, lower
+from conch.nested.lower import lift, lower, lower_value
 from conch.nested.nodes import Agg, Binary, Domain, Node, RekeyDomain, TableHandle, Unary, is_ancestor, level_name
 
 
@@ -566,6 +566,16 @@ def root_path(table: TableHandle, level: str = "") -> Path:
     for part in level.split(".") if level else ():
         p = p.col(part)
     return p
+
+
+def as_value(v: Any, table: TableHandle, level: str | None) -> Any:
+    """An update's new value: a nested expression (`t.price * 2`, `_.price * 2`) lowered to a
+    `conch.expr.tree` tree on `level`'s records; anything else unchanged."""
+    if isinstance(v, Deferred):
+        v = v.resolve(root_path(table, level or ""))
+    if isinstance(v, Expr):
+        return lower_value(v.node, level or "")
+    return v
 
 
 def as_filter(where: Any, table: TableHandle, level: str | None) -> Any:

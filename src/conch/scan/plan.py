@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from conch.errors import ColumnNotFoundError, ExpressionError, LevelError, TimeTravelError
-from conch.expr.tree import Expr, as_expr, check_types, columns, rename
+from conch.expr.tree import Arith, Col, Expr, Lit, as_expr, check_types, columns, rename
 from conch.files.manifest import Fragment, KeySpace, TableState
 from conch.model.keys import EncodedRange, KeyPredicate, KeySet, predicate_bounds, span_overlaps, to_key_predicate
 from conch.model.schema import Column, Schema, join_path
@@ -121,8 +121,8 @@ def plan_scan(
     filt, filt_cols, filt_keys = None, [], []
     if where is not None:
         where = as_expr(where)
-        if not isinstance(where, Expr):
-            raise ExpressionError(f"where= takes a Conch expression like t['x'] < 1, got {where!r}")
+        if not isinstance(where, Expr) or isinstance(where, Col | Lit | Arith):
+            raise ExpressionError(f"where= takes a Conch expression like t['x'] < 1 (a condition), got {where!r}")
 
         def full(p: str) -> str:
             if schema.has_column(p):
