@@ -120,6 +120,12 @@ def _write_files(
         raise InvalidArgumentError(
             f"key column {missing[0]!r} is not in the input; its columns are {reader.schema.names} (use --key or --rename)"
         )
+    untyped = [k for k in key_names if pa.types.is_null(reader.schema.field(k).type)]
+    if untyped and not exists:
+        raise InvalidArgumentError(
+            f"key column {untyped[0]!r} has no values in the input (a header without rows?), so its type is unknown: "
+            f"give it with --key {untyped[0]}:TYPE (e.g. {untyped[0]}:string), or ingest a file with rows"
+        )
     t = cat.table(table) if exists else cat.create_table(table, [reader.schema.field(k) for k in key_names])
     try:
         c = t.write(reader, progress=settings["progress"])
