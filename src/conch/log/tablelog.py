@@ -278,7 +278,7 @@ class TableLog:
             self.check_retained(at, "asof", latest)
         if first is None or at < first:
             raise TimeTravelError(
-                f"asof {format_time(at)} is before table {self.name!r}'s first commit at "
+                f"asof {format_time(at)} is before the first commit of table {self.name!r} at "
                 f"{format_time(first or latest.time)} (time {first}); nothing existed then"
             )
         if seq == latest.seq:

@@ -239,7 +239,7 @@ class Expr:
         n = self.node
         if not isinstance(n, Agg):
             raise LevelError(f".per() binds a reduction; {N.render(n)} is not one (add .mean(), .sum(), ...)")
-        d = target.domain
+        d = (target if isinstance(target, Path) else root_path(target, "")).domain  # a Table: its root level
         if n.operand.level == d.level or not is_ancestor(d.level, n.operand.level):
             raise LevelError(f"cannot reduce '{level_name(n.operand.level)}' per '{d.name}': it is not above it")
         return Expr(replace(n, target=d))

@@ -185,6 +185,12 @@ def _raw_batches(path: Path, fmt: str, spec: FileInput) -> tuple[pa.Schema, Iter
         return _csv_batches(path, spec)
     import pyarrow.json as pajson
 
+    with open(path, "rb") as f:
+        if f.read(4096).lstrip().startswith(b"["):
+            raise SchemaError(
+                f"{path} is one JSON array; JSON input is JSON lines (one object per line): convert it with "
+                f"`jq -c '.[]' {path.name} > {path.stem}.jsonl`, or read it into a list of dicts and call Table.write"
+            )
     table = pajson.read_json(path)
     return table.schema, iter(table.to_batches())
 

@@ -165,6 +165,15 @@ def _column(name: str, values: Any) -> pa.Array | pa.ChunkedArray:
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as e:
+        huge = next(
+            (i for i, v in enumerate(values) if isinstance(v, int) and not -(2**63) <= v < 2**64),
+            None,
+        )
+        if huge is not None:
+            raise SchemaError(
+                f"column {name!r}, row {huge}: {values[huge]} is out of range for int64 (and uint64); store it as a "
+                "float or a string, or as bytes"
+            ) from e
         seen = sorted({type(v).__name__ for v in values if v is not None})
         raise SchemaError(
             f"column {name!r} holds values of types {seen}, which do not convert to one Arrow type ({e}); "
