@@ -458,12 +458,26 @@ class Path:
 
     # --- row selection ------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Path:
-        """Pin the leftmost unbound key(s): a scalar, a list (any order), or a key table (a seek)."""
+        """Pin the leftmost unbound key(s): a scalar; a tuple, one value per key column in order
+        (`t.photos["color", "astronaut"]` is `t.photos["color"]["astronaut"]`); a list of values
+        of one key column (any order) or a key table (a seek). A key with no record selects no
+        rows (`to_py()` of a fully indexed path raises `InvalidKeyError`)."""
         d = self.domain
         fields = d.table.state().schema.key_fields(d.level)
         p = d.bound
         if p >= len(fields):
             raise InvalidKeyError(f"{d.describe()} is fully indexed; there is no key left to select")
+        if isinstance(key, tuple):  # a composite key: one value per key column
+            names = [f.name for f in fields[p:]]
+            if len(key) > len(names):
+                raise InvalidKeyError(
+                    f"{d.describe()}[{', '.join(map(repr, key))}]: {len(key)} key values for the {len(names)} key "
+                    f"column(s) left ({', '.join(names)}); a list selects several values of one column"
+                )
+            path = self
+            for value in key:
+                path = path[value]
+            return path
         if isinstance(key, pa.RecordBatch):
             key = pa.Table.from_batches([key])
         if isinstance(key, pa.Table):
@@ -472,7 +486,7 @@ class Path:
             if not given or names[: p + len(given)][p:] != given:
                 raise InvalidKeyError(f"a key table for {d.describe()} needs leading key columns from {names[p:]}")
             table = key.select(given)
-        elif isinstance(key, list | tuple):  # Python values convert only exactly (5.5 is no uint64 key)
+        elif isinstance(key, list):  # Python values convert only exactly (5.5 is no uint64 key)
             table = pa.table({fields[p].name: key_array(key, fields[p])})
         elif isinstance(key, np.ndarray | pa.Array | pa.ChunkedArray):
             table = pa.table({fields[p].name: key})
