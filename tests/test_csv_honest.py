@@ -35,7 +35,9 @@ def test_a_bad_value_after_the_first_block_names_column_and_line(tmp_path: Path)
         f.write("id,x\n")
         f.writelines(f"{i},{i}\n" for i in range(n))
         f.write(f"{n},not_a_number\n")
-    with pytest.raises(conch.SchemaError, match=rf"column 'x' is int64 .* line {n + 2} holds 'not_a_number'.*--cast x=string"):
+    with pytest.raises(
+        conch.SchemaError, match=rf"column 'x' is int64 .* line {n + 2} holds 'not_a_number'.*--cast x=string"
+    ):
         _read(path)
 
 

@@ -187,7 +187,7 @@ class TableLog:
         entries = self.warehouse.metastore.read_log(self.id, version - 1, version) if 1 <= version < latest.seq else []
         if not entries:
             raise TimeTravelError(
-                f"table {self.name!r} has no version {version}: versions are 1..{latest.seq} (see `history()`)"
+                f"table {self.name!r} has no version {version}: versions are 1..{latest.seq} (see `conch history {self.name}` or `Table.history()`)"
             )
         return entries[0].time
 
