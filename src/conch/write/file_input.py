@@ -303,7 +303,7 @@ def _csv_error(path: Path, message: str, schema: pa.Schema | None = None) -> str
     if m and schema is not None:
         index, typ, value = int(m.group(1)), m.group(2), m.group(3)
         name = schema.names[index]
-        line = _line_of(path, lambda fields, _: len(fields) > index and fields[index] == value)
+        line = _line_of(path, _field_is(index, value))
         return (
             f"column {name!r} is {typ} (from the file's first rows), but line {line or '?'} holds {value!r}: fix the "
             f"value, or read the column as text with --cast {name}=string"
@@ -317,14 +317,15 @@ def _line_of(path: Path, match: Callable[[list[str], str], bool]) -> int | None:
     import csv
 
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        lines = iter(f)
-        number = 0
-        for raw in lines:
-            number += 1
+        for number, raw in enumerate(f, start=1):
             fields = next(csv.reader([raw]), [])
             if match(fields, raw):
                 return number
     return None
+
+
+def _field_is(index: int, value: str) -> Callable[[list[str], str], bool]:
+    return lambda fields, _: len(fields) > index and fields[index] == value
 
 
 def _refuse_odd_values(batch: pa.RecordBatch, path: Path, text: set[str]) -> None:
@@ -341,7 +342,7 @@ def _refuse_odd_values(batch: pa.RecordBatch, path: Path, text: set[str]) -> Non
         if 0 < odd <= MAX_ODD_VALUES and odd * 10 <= len(values):
             value = values.filter(pc.invert(numeric))[0].as_py()
             index = batch.schema.get_field_index(name)
-            line = _line_of(path, lambda fields, _: len(fields) > index and fields[index] == value)
+            line = _line_of(path, _field_is(index, value))
             raise SchemaError(
                 f"cannot read {path}: column {name!r} holds numbers, but line {line or '?'} holds {value!r} "
                 f"({odd} value(s) are not numbers): fix the value, or read the column as text with --cast {name}=string"

@@ -9,6 +9,7 @@ from typing import Annotated
 import pyarrow as pa
 import typer
 
+from conch.api.catalog import Catalog
 from conch.apps.cli.common import (
     app,
     console,
@@ -16,7 +17,6 @@ from conch.apps.cli.common import (
     open_catalog,
     settings,
 )
-from conch.api.catalog import Catalog
 from conch.errors import InvalidArgumentError
 from conch.expr.syntax import parse
 from conch.model.key_text import parse_key

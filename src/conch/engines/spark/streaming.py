@@ -188,7 +188,8 @@ def starting_columns(batch: pa.RecordBatch, target: pa.Schema, current: dict[str
 
     def conform(cols: dict[str, Any], f: pa.Field, path: str) -> Any:
         if path in current:  # a value column the stream started with
-            arr = pick(cols, current[path]) if current[path] else None
+            now = current[path]
+            arr = pick(cols, now) if now else None
             return arr if arr is not None else pa.nulls(batch.num_rows, f.type)
         if not (pa.types.is_struct(f.type) and not isinstance(f.type, pa.ExtensionType)):
             arr = pick(cols, path)  # a key or change column
