@@ -36,6 +36,9 @@ class Policy:
     # least small_bytes, at most auto_budget_bytes; `plan.commit_budget`); larger merges settle
     commit_rewrite_ratio: float = 4.0
     move_bytes: int = 4 << 20  # runs overlapping nothing, this large together, go to L1 as they are
+    # ... or holding this many rows (a bulk load of compressible data is small in bytes, and folding
+    # its runs would decode and encode every row of the write: `plan.move_task`)
+    move_rows: int = 1 << 18
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
     settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
 
@@ -49,10 +52,11 @@ class Policy:
             or self.max_l1_rows < 1
             or self.commit_rewrite_ratio < 0
             or self.move_bytes < 0
+            or self.move_rows < 0
             or (self.settle_after is not None and not self.settle_after >= 0)
         ):
             raise InvalidArgumentError(
                 f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
-                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, "
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, "
                 "settle_after None or >= 0"
             )

@@ -298,7 +298,11 @@ def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: 
     data runs, at most one per level, its root-level run starts it (that run's first key becomes a
     range boundary, `ranges.ranges_of`, and the group lies inside the range it starts: any run
     holding a key between it and the next boundary would overlap it), and it holds at least
-    `move_bytes` (smaller runs are cheaper to fold than to read as runs of their own). Each run
+    `move_bytes` or `move_rows` (smaller runs are cheaper to fold than to read as runs of their
+    own; rows count too because a fold's cost is decoding and encoding every row, and a bulk
+    load of compressible columns is small in bytes: 2M-row runs of a sorted key and two
+    derived floats are ~1 MB each, and were merged inside `write()` at 1.5 GB peak), or was
+    written by the same commit as such a group (the smaller last chunk of a bulk load). Each run
     keeps its files, time and `min_time`: no cell is relabelled, so DESIGN §6's invariant holds
     trivially. One task moves every such group; None when there is none."""
     runs = sorted((k for k in key_spaces if k.rows), key=lambda k: extent(k)[0])
@@ -312,7 +316,12 @@ def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: 
         else:
             groups.append([k])
             hi = end
-    moved = [g for g in groups if _movable(g, sizes, policy)]
+    shaped = [g for g in groups if _movable_shape(g)]
+    large = [g for g in shaped if _large(g, sizes, policy)]
+    # the rest of a commit that wrote a large group moves with it: a bulk load's last chunk is
+    # smaller than the others, and folding it alone would still rewrite it inside `write()`
+    bulk = {k.seq for g in large for k in g}
+    moved = [g for g in shaped if any(g is x for x in large) or all(k.seq in bulk for k in g)]
     if not moved:
         return None
     ins = [k for g in moved for k in g]
@@ -329,10 +338,13 @@ def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: 
     )
 
 
-def _movable(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> bool:
+def _movable_shape(group: list[KeySpace]) -> bool:
+    """L0 data runs only, one per level, started by the root level's run (`move_task`)."""
     if any(k.lsm != 0 or k.kind != "data" for k in group) or not _one_run_per_level(group):
         return False
     root = next((k for k in group if k.level == ""), None)
-    if root is None or root.min_key != group[0].min_key:
-        return False
-    return sum(sizes[k.id] for k in group) >= policy.move_bytes
+    return root is not None and root.min_key == group[0].min_key
+
+
+def _large(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> bool:
+    return sum(sizes[k.id] for k in group) >= policy.move_bytes or sum(k.rows for k in group) >= policy.move_rows
