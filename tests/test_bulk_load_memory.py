@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 CHILD = r"""
 import json, sys
 import numpy as np, pyarrow as pa
