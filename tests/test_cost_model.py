@@ -50,7 +50,6 @@ def test_memory_budget_is_a_hard_limit_for_automatic_compaction(tmp_path: Path) 
     assert tight.maintenance_plan().l0_runs == 0 and tight.scan().to_arrow().equals(want)
 
 
-
 def test_a_rewrite_in_key_slices_reads_like_the_inputs(tmp_path: Path) -> None:
     """Under a 16 MiB budget a major of 300k input rows scans its inputs in slices of 64k rows
     (`rewrite._slices`): partial columns, deletes of present and absent keys and re-inserts

@@ -26,6 +26,10 @@ class Policy:
     size_ratio: float = 2.0  # merge: an older run joins if <= ratio × the newer window's bytes
     l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
     small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at its read-cost trigger
+    # ... and holding at most this many rows: a rewrite costs decoding and encoding every row, and
+    # compressible columns make a table of 500k rows 0.4 MB (folded every 2nd commit: 8x the
+    # ingest CPU of no maintenance, `bench/lsm_shapes.py`)
+    small_rows: int = 1 << 16
     l0_read_bytes: int = 512 << 10  # fixed read cost of one L0 run, in bytes of scanning (measured, plan.py)
     read_overhead: float = (
         1.0  # small components: compact once L0 runs cost this share of the scan (the settle folds the rest)
@@ -53,6 +57,7 @@ class Policy:
             or self.commit_rewrite_ratio < 0
             or self.move_bytes < 0
             or self.move_rows < 0
+            or self.small_rows < 0
             or (self.settle_after is not None and not self.settle_after >= 0)
         ):
             raise InvalidArgumentError(

@@ -26,7 +26,7 @@ Every L0 run beside the rest of its component costs a scan a fixed time whatever
 files are opened and decoded and the scan takes the overlay path (measured: the first run ~1.1
 ms, each further one ~0.25 ms, while a scan reads ~0.5 MB of fragments per ms and costs ~0.6 ms
 fixed). `Policy.l0_read_bytes` (512 KB) is that cost as bytes of scanning. A small component
-(`small_bytes`) is compacted whole (major) once `n` L0 runs would cost more than
+(`small_bytes`, and at most `small_rows` rows) is compacted whole (major) once `n` L0 runs would cost more than
 `read_overhead` (1.0) × its own scan (its bytes plus one run's fixed cost): `read_trigger`. So
 below 0.5 MB every second run is folded in, below 1 MB every third, above that every
 `l0_trigger`-th: reads *during* an ingest stay within ~2-3× of one run, and the background settle
@@ -203,7 +203,8 @@ def plan(
             continue
         l0_bytes = sum(sizes[k.id] for k in l0)
         l1_bytes = sum(sizes[k.id] for k in l1)
-        small = l0_bytes + l1_bytes <= policy.small_bytes
+        rows = sum(k.rows for k in comp.runs if k.kind == "data")
+        small = l0_bytes + l1_bytes <= policy.small_bytes and rows <= policy.small_rows
         trigger = read_trigger(l0_bytes + l1_bytes, policy) if small else policy.l0_trigger
         if not force and len(l0) < trigger:
             continue
@@ -223,7 +224,7 @@ def plan(
                 "forced"
                 if force
                 else f"{len(l0)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
-                f"{policy.small_bytes:,} B; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
+                f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
                 if small
                 else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B >= {policy.l1_ratio:g} × L1 "
                 f"{l1_bytes:,} B"
