@@ -59,7 +59,7 @@ def test_a_rewrite_in_key_slices_reads_like_the_inputs(tmp_path: Path) -> None:
     t.write(pa.table({"id": list(range(0, 200_000)), "a": [1.0] * 200_000, "b": ["x"] * 200_000}))
     upserted = list(range(5, 200_000, 7))
     t.write(pa.table({"id": upserted, "a": [2.0] * len(upserted)}))
-    t.delete(list(range(60_000, 70_000)) + [250_000])
+    t.delete([*range(60_000, 70_000), 250_000])
     t.write(pa.table({"id": list(range(65_000, 66_000)), "b": ["y"] * 1000}))
     state = t.log.state()
     (task,) = t.maintenance_plan(conch.Policy(settle_after=None)).tasks
