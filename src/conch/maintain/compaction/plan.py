@@ -40,6 +40,14 @@ commits runs at most `commit_budget` of input per commit: a small multiple of wh
 wrote (a writer never stalls long); larger tasks are listed by `maintenance_plan()` and run by
 the settle, `Table.compact()` or `conch compact`.
 
+**The cost model** (issue 30): each rewrite task carries the bytes it rewrites (write
+amplification spent), the runs a scan of its range merges before and after it (read
+amplification removed: ~`l0_read_bytes` of scanning per run beside the others) and the memory
+it needs (`REWRITE_BYTES_PER_ROW` per input row). Rows count beside bytes (`small_rows`,
+`move_rows`) because a rewrite decodes and encodes every row, and compressible columns make
+millions of rows a few MB. The warehouse's `memory_budget` is a hard limit for the automatic
+triggers (`within_budget`); `compact()` runs what they leave. Measured in `docs/compaction.md`.
+
 A third kind of task rewrites nothing: **move** (`move_task`), L0 runs that overlap no other run
 re-labelled L1 as they are (a bulk load lands as disjoint runs; merging them would rewrite every
 byte for nothing).
