@@ -226,9 +226,8 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: C
         if (interrupted is not None and interrupted()) or (stop is not None and stop()):
             break
         state = log.state()
-        task = next(
-            iter(settle_tasks(state, policy, log.warehouse.memory_budget)), None
-        )  # planned on the state it runs on
+        memory = log.warehouse.memory_budget
+        task = next(iter(settle_tasks(state, policy, memory)), None)  # planned on the state it runs on
         if task is None:
             break
         try:
