@@ -29,6 +29,7 @@ from typing import Any
 
 from conch.api.connection import reopen
 from conch.errors import TableNotFoundError
+from conch.files.blobfile import BlobFile
 from conch.files.format import FragmentFormat
 from conch.files.keycache import KeyCache
 from conch.files.manifest import TableState
@@ -37,6 +38,7 @@ from conch.log.tablelog import TableLog
 from conch.log.warehouse import Connection
 from conch.model.time import format_time
 from conch.scan import Scan, ScanOptions
+from conch.scan.blobfiles import open_one
 
 __all__ = ["Snapshot", "open_snapshot"]
 
@@ -150,6 +152,18 @@ class Snapshot:
         """A lazy scan of this version's fresh records: the arguments of `Table.scan` without
         `asof`/`version` (the snapshot fixed them). No metastore read."""
         return Scan(self, columns, where=where, keys=keys, since=since, level=level, limit=limit)
+
+    def open_blob(self, key: Any, column: str, level: str | None = None) -> BlobFile:
+        """The value of binary `column` at `key` (a tuple: a nested `level`'s full key) as a
+        read-only seekable file (`io.RawIOBase`) reading only the ranges asked for, each verified
+        (`conch.files.blobfile`). Located by a scan of `keys=[key]`; `KeyNotFoundError` if the key
+        has no record or no value there.
+
+        >>> with snap.open_blob(7, "video") as f:  # doctest: +SKIP
+        ...     f.seek(41 << 20)
+        ...     head = f.read(1 << 20)
+        """
+        return open_one(self.scan(column, keys=[key], level=level), column, key)
 
 
 _lock = threading.Lock()

@@ -22,6 +22,7 @@ from conch.api.snapshot import Snapshot
 from conch.api.update import update_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr.tree import Col, Expr
+from conch.files.blobfile import BlobFile
 from conch.files.manifest import TableState
 from conch.log import branches as branch_ops
 from conch.log.tablelog import TableLog
@@ -39,6 +40,7 @@ from conch.model.schema import Schema, type_name
 from conch.nested.api import as_filter, root_member, root_path
 from conch.nested.writes import BatchWriter
 from conch.scan import Scan
+from conch.write.blobinputs import swap_sources
 from conch.write.stage import stage_delete, stage_write
 
 
@@ -204,7 +206,8 @@ class Table:
         if data is None:
             return BatchWriter(self)
         wh = self.log.warehouse
-        with self.log.staging():
+        data, sources = swap_sources(data)  # large values given as files: streamed (conch.Blob)
+        with sources.active(), self.log.staging():
             staged = stage_write(
                 self.log.files,
                 self.state(),
@@ -246,6 +249,11 @@ class Table:
         return update_where(self, where, set or {}, level)
 
     # ----- reads ------------------------------------------------------------------------
+    def open_blob(self, key: Any, column: str, level: str | None = None) -> BlobFile:
+        """The value of binary `column` at `key` (a tuple for a nested `level`: its full key) as
+        a read-only seekable file that reads only the ranges asked for (`Snapshot.open_blob`)."""
+        return self.snapshot().open_blob(key, column, level)
+
     def snapshot(self, asof: int | str | datetime | None = None, version: int | str | None = None) -> Snapshot:
         """One version of the table, read from the metastore once: the newest (default), the one
         live at commit time `asof` (datetime, ISO string or µs, `conch.model.time`, or a tag name),
