@@ -125,6 +125,11 @@ class Table:
     def key_schema(self) -> pa.Schema:
         return self.state().schema.key_schema
 
+    @property
+    def properties(self) -> dict[str, str]:
+        """Text fixed with the table at creation (`Catalog.create_table(properties=...)`)."""
+        return self.log.properties
+
     def __getattr__(self, name: str) -> Any:
         # The nested API's entry point (spec/002): `t.scenes` is a lazy reference to a level.
         if name.startswith("_"):

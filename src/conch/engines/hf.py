@@ -1,0 +1,237 @@
+"""Hugging Face `datasets` in and out of Conch (docs/media.md).
+
+>>> t = conch.engines.hf.write(cat, ds, table="cifar")  # a Dataset, IterableDataset or DatasetDict  # doctest: +SKIP
+>>> it = conch.engines.hf.dataset(t.scan(where=t["split"] == "train"))  # a datasets.IterableDataset  # doctest: +SKIP
+
+**Splits are a key column.** Every row gets a leading `split` key column (the DatasetDict's
+split name; a lone Dataset's `split` or "train"), then the dataset's own `key` column(s), or
+`idx` (the row's position in its split) without one. One table holds every split, a split is
+a key range (`where=t["split"] == "test"` reads only its key spaces), and writing a split again
+upserts its rows. Tables per split would make a second name to keep in step with the first.
+
+**Features.** Image and Audio columns become column groups: `bytes` (out of line, read as
+files by `Scan.blob_files`), `path`, and metadata read from the header: `width`, `height`,
+`format` for images (Pillow, if installed), `sampling_rate`, `channels` for audio (the
+feature's rate, else a WAV header's). A value stored as a path only is read from that path.
+Other features are stored as their Arrow type (ClassLabel as its integer). When `write` creates
+the table (a `Catalog` target), the dataset's `Features` are kept with it
+(`Table.properties["hf.features"]`), and `dataset` hands them back exactly (`ClassLabel` names
+included); for other tables they are inferred: an image-shaped group is `Image()`, an
+audio-shaped one `Audio()`, the rest from Arrow types.
+
+**Out.** `dataset(scan)` is an `IterableDataset` whose shards are the scan's splits
+(`Scan.splits`: picklable key ranges), so `datasets`/torch workers each read their own.
+
+Writes are one commit, streamed in batches of `batch_rows` (bounded memory) with a progress bar.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import itertools
+import json
+import struct
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from conch.api.catalog import Catalog
+from conch.api.snapshot import Snapshot
+from conch.api.table import Table
+from conch.errors import InvalidArgumentError
+from conch.model.deps import optional_import
+from conch.scan import Scan
+from conch.scan.splits import Split
+
+SPLIT = "split"
+INDEX = "idx"
+FEATURES = "hf.features"
+_IMAGE = pa.struct(
+    [("bytes", pa.binary()), ("path", pa.string()), ("width", pa.int32()), ("height", pa.int32()), ("format", pa.string())]
+)
+_AUDIO = pa.struct([("bytes", pa.binary()), ("path", pa.string()), ("sampling_rate", pa.int32()), ("channels", pa.int32())])
+
+__all__ = ["dataset", "write"]
+
+
+def _datasets() -> Any:
+    return optional_import("datasets")
+
+
+# ----- in ----------------------------------------------------------------------------------
+def write(
+    target: Table | Catalog,
+    dataset: Any,
+    key: str | Sequence[str] | None = None,
+    table: str | None = None,
+    batch_rows: int = 1000,
+    progress: bool | None = None,
+) -> Table:
+    """Write a `datasets.Dataset`, `IterableDataset` or `DatasetDict` into a table (module doc)
+    in one commit; returns the table. `target`: a `Table`, or a `Catalog` and the `table` name to
+    create (or reuse). `key`: the dataset's own key column(s), unique within a split (default:
+    the row's position, `idx`)."""
+    ds = _datasets()
+    splits = _splits(ds, dataset)
+    features = splits[0][1].features
+    if features is None:
+        raise InvalidArgumentError("hf.write: the dataset has no features (an IterableDataset of unknown columns)")
+    for name, part in splits[1:]:
+        if part.features != features:
+            raise InvalidArgumentError(f"hf.write: split {name!r} has other features than split {splits[0][0]!r}")
+    keys = [key] if isinstance(key, str) else list(key or [])
+    missing = [k for k in keys if k not in features]
+    if missing:
+        raise InvalidArgumentError(f"hf.write: key columns {missing} are not in the dataset ({list(features)})")
+    if isinstance(target, Catalog):
+        if not table:
+            raise InvalidArgumentError("hf.write(catalog, dataset, table=...): name the table to create")
+        key_fields = [(SPLIT, pa.string())] + (
+            [(k, features.arrow_schema.field(k).type) for k in keys] if keys else [(INDEX, pa.uint64())]
+        )
+        props = {FEATURES: json.dumps(features.to_dict())}
+        target = target.create_table(table, key_fields, exist_ok=True, properties=props)
+    batches = (
+        _to_conch(batch, features, name, start, keys, ds)
+        for name, part in splits
+        for start, batch in _arrow_batches(part, batch_rows)
+    )
+    first = next(batches, None)
+    if first is None:
+        return target
+    reader = pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], batches))
+    target.write(reader, progress=progress)
+    return target
+
+
+def _splits(ds: Any, dataset: Any) -> list[tuple[str, Any]]:
+    if isinstance(dataset, ds.DatasetDict | ds.IterableDatasetDict):
+        if not dataset:
+            raise InvalidArgumentError("hf.write: the DatasetDict has no splits")
+        return [(str(name), part) for name, part in dataset.items()]
+    if isinstance(dataset, ds.Dataset | ds.IterableDataset):
+        return [(str(dataset.split) if dataset.split is not None else "train", dataset)]
+    raise InvalidArgumentError(
+        f"hf.write takes a datasets Dataset, IterableDataset or DatasetDict, not {type(dataset).__name__}"
+    )
+
+
+def _arrow_batches(part: Any, batch_rows: int) -> Iterator[tuple[int, pa.Table]]:
+    """(first row, Arrow table) of each batch, undecoded (images stay bytes + path)."""
+    start = 0
+    for batch in part.with_format("arrow").iter(batch_size=batch_rows):
+        yield start, batch
+        start += batch.num_rows
+
+
+def _to_conch(batch: pa.Table, features: Any, split: str, start: int, keys: list[str], ds: Any) -> pa.RecordBatch:
+    n = batch.num_rows
+    cols: dict[str, pa.Array] = {SPLIT: pa.array([split] * n, pa.string())}
+    if not keys:
+        cols[INDEX] = pa.array(np.arange(start, start + n, dtype=np.uint64))
+    for name, feat in features.items():
+        col = batch.column(name).combine_chunks()
+        if isinstance(feat, ds.Image):
+            cols[name] = _media(col, _image_meta, _IMAGE)
+        elif isinstance(feat, ds.Audio):
+            cols[name] = _media(col, lambda b: _audio_meta(b, feat.sampling_rate), _AUDIO)
+        else:
+            cols[name] = col
+    return pa.RecordBatch.from_pydict(cols)
+
+
+def _media(col: pa.Array, meta: Any, t: pa.StructType) -> pa.Array:
+    """An Image/Audio storage column (struct of bytes, path) with the value's bytes (read from
+    its path where only that is stored) and its header metadata."""
+    rows = []
+    for v in col.to_pylist():
+        if v is None:
+            rows.append(None)
+            continue
+        data, path = v.get("bytes"), v.get("path")
+        if data is None and path:
+            data = Path(path).read_bytes()
+        rows.append({"bytes": data, "path": path, **(meta(data) if data is not None else {})})
+    return pa.array(rows, t)
+
+
+def _image_meta(data: bytes) -> dict[str, Any]:
+    try:
+        image = optional_import("PIL.Image")
+        with image.open(io.BytesIO(data)) as img:  # the header only: nothing is decoded
+            return {"width": img.width, "height": img.height, "format": img.format}
+    except Exception:  # no Pillow, or bytes it cannot open: the bytes are kept, metadata null
+        return {}
+
+
+def _audio_meta(data: bytes, rate: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"sampling_rate": rate}
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        pos = 12
+        while pos + 8 <= len(data):
+            cid, size = data[pos : pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
+            if cid == b"fmt " and size >= 16:
+                channels, wav_rate = struct.unpack_from("<HI", data, pos + 10)
+                return {"sampling_rate": rate or wav_rate, "channels": channels}
+            pos += 8 + size + (size & 1)
+    return out
+
+
+# ----- out ---------------------------------------------------------------------------------
+def dataset(source: Scan | Snapshot | Table, n_shards: int | None = None) -> Any:
+    """A `datasets.IterableDataset` of a scan's records (a snapshot or table: all of it), one
+    shard per split of the scan (`Scan.splits(n_shards)`), with typed features (module doc).
+    Image and Audio values come back as `{"bytes", "path"}` (what those features decode).
+    `datasets` encodes `Audio` values only with `torchcodec` installed: without it, audio
+    columns are typed as that struct of `bytes` and `path` (cast them once it is there)."""
+    ds = _datasets()
+    scan = source if isinstance(source, Scan) else source.scan()
+    features = _features(ds, scan)
+    media = [n for n, f in features.items() if isinstance(f, ds.Image | ds.Audio)]
+    if importlib.util.find_spec("torchcodec") is None:  # datasets encodes Audio with torchcodec only
+        storage = {"bytes": ds.Value("binary"), "path": ds.Value("string")}
+        features = ds.Features({n: storage if isinstance(f, ds.Audio) else f for n, f in features.items()})
+    return ds.IterableDataset.from_generator(
+        _rows,
+        features=features,
+        gen_kwargs={"splits": scan.splits(n_shards), "names": tuple(features), "media": tuple(media)},
+    )
+
+
+def _features(ds: Any, scan: Scan) -> Any:
+    schema = scan.schema
+    log = getattr(scan.source, "log", None)
+    kept = log.properties.get(FEATURES) if log is not None else None
+    if kept:
+        stored = ds.Features.from_dict(json.loads(kept))
+        return ds.Features({n: f for n, f in stored.items() if n in schema.names})
+    out = {}
+    for field in schema:
+        if field.name in (SPLIT, INDEX):
+            continue
+        if _shaped(field.type, _IMAGE):
+            out[field.name] = ds.Image()
+        elif _shaped(field.type, _AUDIO):
+            out[field.name] = ds.Audio()
+        else:
+            out[field.name] = ds.Features.from_arrow_schema(pa.schema([field]))[field.name]
+    return ds.Features(out)
+
+
+def _shaped(t: pa.DataType, like: pa.StructType) -> bool:
+    return pa.types.is_struct(t) and {f.name for f in t} == {f.name for f in like}
+
+
+def _rows(splits: list[Split], names: tuple[str, ...], media: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    """The records of `splits` as `datasets` rows (one shard's generator: picklable arguments)."""
+    for split in splits:
+        for batch in split.to_record_batches():
+            for row in batch.select(names).to_pylist():
+                for m in media:
+                    v = row[m]
+                    row[m] = None if v is None else {"bytes": v["bytes"], "path": v["path"]}
+                yield row
