@@ -31,6 +31,7 @@ import importlib.util
 import io
 import itertools
 import json
+import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -51,9 +52,17 @@ SPLIT = "split"
 INDEX = "idx"
 FEATURES = "hf.features"
 _IMAGE = pa.struct(
-    [("bytes", pa.binary()), ("path", pa.string()), ("width", pa.int32()), ("height", pa.int32()), ("format", pa.string())]
+    [
+        ("bytes", pa.binary()),
+        ("path", pa.string()),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("format", pa.string()),
+    ]
 )
-_AUDIO = pa.struct([("bytes", pa.binary()), ("path", pa.string()), ("sampling_rate", pa.int32()), ("channels", pa.int32())])
+_AUDIO = pa.struct(
+    [("bytes", pa.binary()), ("path", pa.string()), ("sampling_rate", pa.int32()), ("channels", pa.int32())]
+)
 
 __all__ = ["dataset", "write"]
 
@@ -185,7 +194,8 @@ def _audio_meta(data: bytes, rate: int | None) -> dict[str, Any]:
 def dataset(source: Scan | Snapshot | Table, n_shards: int | None = None) -> Any:
     """A `datasets.IterableDataset` of a scan's records (a snapshot or table: all of it), one
     shard per split of the scan (`Scan.splits(n_shards)`), with typed features (module doc).
-    Image and Audio values come back as `{"bytes", "path"}` (what those features decode).
+    Image and Audio values come back as `{"bytes", "path"}` (what those features decode; the
+    path's file name only, as `datasets` embeds files: the table's `path` column has it whole).
     `datasets` encodes `Audio` values only with `torchcodec` installed: without it, audio
     columns are typed as that struct of `bytes` and `path` (cast them once it is there)."""
     ds = _datasets()
@@ -233,5 +243,8 @@ def _rows(splits: list[Split], names: tuple[str, ...], media: tuple[str, ...]) -
             for row in batch.select(names).to_pylist():
                 for m in media:
                     v = row[m]
-                    row[m] = None if v is None else {"bytes": v["bytes"], "path": v["path"]}
+                    # bytes with the path's file name, as `datasets` embeds files: a full local
+                    # path would make it reference the file instead of the stored bytes
+                    path = None if v is None or v["path"] is None else os.path.basename(v["path"])
+                    row[m] = None if v is None else {"bytes": v["bytes"], "path": path}
                 yield row
