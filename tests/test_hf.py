@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from media_fixtures import png, wav
 
 import conch
 from conch.errors import InvalidArgumentError
+from media_fixtures import png, wav
 
 datasets = pytest.importorskip("datasets")
 hf = pytest.importorskip("conch.engines.hf")

@@ -27,6 +27,7 @@ Writes are one commit, streamed in batches of `batch_rows` (bounded memory) with
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import io
 import itertools
@@ -147,7 +148,7 @@ def _to_conch(batch: pa.Table, features: Any, split: str, start: int, keys: list
         if isinstance(feat, ds.Image):
             cols[name] = _media(col, _image_meta, _IMAGE)
         elif isinstance(feat, ds.Audio):
-            cols[name] = _media(col, lambda b: _audio_meta(b, feat.sampling_rate), _AUDIO)
+            cols[name] = _media(col, functools.partial(_audio_meta, rate=feat.sampling_rate), _AUDIO)
         else:
             cols[name] = col
     return pa.RecordBatch.from_pydict(cols)
@@ -156,7 +157,7 @@ def _to_conch(batch: pa.Table, features: Any, split: str, start: int, keys: list
 def _media(col: pa.Array, meta: Any, t: pa.StructType) -> pa.Array:
     """An Image/Audio storage column (struct of bytes, path) with the value's bytes (read from
     its path where only that is stored) and its header metadata."""
-    rows = []
+    rows: list[dict[str, Any] | None] = []
     for v in col.to_pylist():
         if v is None:
             rows.append(None)

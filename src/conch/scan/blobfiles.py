@@ -9,7 +9,7 @@ batch of references at a time (bounded memory whatever the values' sizes).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -17,9 +17,19 @@ from conch.errors import InvalidArgumentError, KeyNotFoundError
 from conch.files.blobfile import BlobFile, from_tagged
 from conch.files.format import column_name
 from conch.model.schema import Column
+from conch.scan.plan import ScanPlan
 
-if TYPE_CHECKING:
-    from conch.scan.api import Scan
+
+class Scan(Protocol):
+    """What reading files needs of a `conch.scan.api.Scan` (which imports this module)."""
+
+    @property
+    def plan(self) -> ScanPlan: ...
+
+    @property
+    def source(self) -> Any: ...
+
+    def with_options(self, options: Any = None, **changes: Any) -> Any: ...
 
 
 def _blob_columns(scan: Scan, columns: Sequence[str]) -> list[Column]:
