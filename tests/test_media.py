@@ -21,6 +21,7 @@ import conch
 from conch.errors import CorruptFileError, InvalidArgumentError, KeyNotFoundError
 from conch.files.blobfile import BlobFile, BlobRef
 from conch.files.storage import LocalStorage
+from helpers import run_cli
 from media_fixtures import png, wav
 from services import MotoS3
 
@@ -251,3 +252,50 @@ def test_writing_a_large_value_from_a_path_keeps_memory_bounded(tmp_path: Path) 
     with conch.connect(tmp_path / "wh").table("big").open_blob(1, "video") as f:
         f.seek(size - 10)
         assert f.read() == block[-10:]
+
+
+def test_cli_ingests_a_folder_of_media_files(tmp_path: Path) -> None:
+    folder = tmp_path / "media"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.png").write_bytes(png(1, (40, 30)))
+    (folder / "sub" / "b.wav").write_bytes(wav(440.0, seconds=0.25, rate=8000))
+    (folder / "notes.txt").write_text("not media")
+    big = os.urandom(2_000_000)
+    (folder / "sub" / "c.mp4").write_bytes(big)
+    wh = tmp_path / "wh"
+    out = run_cli(
+        wh,
+        "ingest-media",
+        str(folder),
+        "-t",
+        "files",
+        "--pattern",
+        "*.png",
+        "--pattern",
+        "*.wav",
+        "--pattern",
+        "*.MP4",
+        "--batch",
+        "2",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ingested 3 files" in out.stdout
+    t = conch.connect(wh).table("files")
+    rows = {
+        r["path"]: r
+        for r in t.scan("size", "mime", "width", "height", "sample_rate", "channels", "seconds").to_pylist()
+    }
+    assert sorted(rows) == ["a.png", "sub/b.wav", "sub/c.mp4"]
+    assert (rows["a.png"]["width"], rows["a.png"]["height"], rows["a.png"]["mime"]) == (40, 30, "image/png")
+    assert (rows["sub/b.wav"]["sample_rate"], rows["sub/b.wav"]["channels"], rows["sub/b.wav"]["seconds"]) == (
+        8000,
+        1,
+        0.25,
+    )
+    assert rows["sub/c.mp4"]["size"] == len(big) and rows["sub/c.mp4"]["width"] is None
+    with t.open_blob("sub/c.mp4", "bytes") as f:
+        f.seek(1_500_000)
+        assert f.read(1000) == big[1_500_000:1_501_000]
+    assert t.open_blob("a.png", "bytes").read() == png(1, (40, 30))
+    bad = run_cli(wh, "ingest-media", str(tmp_path / "nope"), "-t", "files")
+    assert bad.returncode == 2 and "is not a folder" in bad.stderr
