@@ -115,3 +115,18 @@ def test_bad_input_is_a_typed_error(tmp_path: Path) -> None:
         hf.write(cat, _split(2, 0))
     with pytest.raises(InvalidArgumentError, match="not in the dataset"):
         hf.write(cat, _split(2, 0), key="nope", table="x")
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "GIF", "BMP", "WEBP", "TIFF"])
+def test_image_header_metadata_matches_pillow(fmt: str) -> None:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (37, 23), (1, 2, 3)).save(buf, format=fmt)
+    data = buf.getvalue()
+    col = pa.array([{"bytes": data, "path": None}, None], pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    got = hf._media(col, hf._image_meta, hf._IMAGE).to_pylist()
+    assert got[0] == {"bytes": data, "path": None, "width": 37, "height": 23, "format": fmt}
+    assert got[1] is None
