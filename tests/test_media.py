@@ -299,3 +299,25 @@ def test_cli_ingests_a_folder_of_media_files(tmp_path: Path) -> None:
     assert t.open_blob("a.png", "bytes").read() == png(1, (40, 30))
     bad = run_cli(wh, "ingest-media", str(tmp_path / "nope"), "-t", "files")
     assert bad.returncode == 2 and "is not a folder" in bad.stderr
+
+
+def test_media_doc_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/media.md's worked example, on files that packages ship."""
+    import re
+    import sysconfig
+
+    pytest.importorskip("sklearn")
+    pytest.importorskip("datasets")
+    pytest.importorskip("torch")
+    if not (Path(sysconfig.get_paths()["stdlib"]) / "test" / "audiodata" / "pluck-pcm16.wav").exists():
+        pytest.skip("this Python ships without its test package")
+    doc = Path(__file__).parents[1] / "docs" / "media.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) >= 4
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, object] = {}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"media.md block {i + 1}", "exec"), scope)
+    assert scope["rate"] == 11025 and len(scope["frames"]) == 400  # type: ignore[arg-type]  # 100 stereo 16-bit frames
+    f = scope["f"]
+    assert isinstance(f, BlobFile) and f.requests == 2  # the block table, then one read: wave's small reads hit it

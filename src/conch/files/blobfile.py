@@ -34,10 +34,11 @@ from conch.errors import CorruptFileError, InvalidArgumentError
 from conch.files.blobs import BLOB_SUFFIX, BlobIndex
 from conch.files.blobsource import PART_BYTES
 from conch.files.format import FileRef
-from conch.files.integrity import PREFIX, VerifiedReader
+from conch.files.integrity import BLOCK, PREFIX, VerifiedReader
 from conch.files.storage import RangeReader, Storage
 
 INLINE, REF = 0, 1
+_KEEP = 4 * BLOCK  # a read of at most this many bytes of blocks is kept for the next reads
 # tag, offset, length, value hash, flags (1: hash recorded, 2: block table recorded), table hash
 _REF = struct.Struct("<BQQIBQ")
 
@@ -137,6 +138,7 @@ class BlobFile(io.RawIOBase):
         self._pos = 0
         self._reader: RangeReader | VerifiedReader | None = None
         self._counted: _Counted | None = None
+        self._blocks: tuple[int, memoryview] | None = None  # (first byte, data) of the last small read
 
     @property
     def name(self) -> str:
@@ -207,14 +209,22 @@ class BlobFile(io.RawIOBase):
             raise ValueError("I/O operation on a closed BlobFile")
 
     def _range(self, start: int, n: int) -> bytes:
-        """Bytes `start..start+n` of the value, verified (module doc)."""
+        """Bytes `start..start+n` of the value, verified (module doc). Reads whole 64 KiB blocks
+        (what verifying costs anyway) and keeps the last small read's blocks: a decoder's run of
+        small reads (headers, chunk tags) costs one request, not one each."""
         if self._inline is not None:
             return self._inline[self.ref.offset + start : self.ref.offset + start + n]
+        lo, hi = self.ref.offset + start, self.ref.offset + start + n
+        cached = self._blocks
+        if cached is not None and cached[0] <= lo and hi <= cached[0] + len(cached[1]):
+            return bytes(cached[1][lo - cached[0] : hi - cached[0]])
         reader = self._open()
-        data = reader.read_at(self.ref.offset + start, n)
-        if len(data) != n:
+        first, end = lo // BLOCK * BLOCK, min(-(-hi // BLOCK) * BLOCK, reader.size())
+        data = memoryview(reader.read_at(first, end - first))
+        if len(data) != end - first or end < hi:
             raise CorruptFileError(f"{self.ref.path} is damaged: shorter than its index says")
-        return bytes(data)
+        self._blocks = (first, data) if end - first <= _KEEP else None
+        return bytes(data[lo - first : hi - first])
 
     def _open(self) -> RangeReader | VerifiedReader:
         if self._reader is not None:
