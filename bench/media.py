@@ -1,9 +1,10 @@
 """Issue 33's goals, side by side: large values as files, streamed writes, Hugging Face in and out
 (`python -m bench.media`; small: `python -m bench.media --gb 0.2 --scan-mb 50 --images 1000`).
 
-- `open_blob`: 1 MB read at offset `size/2` of a `--gb` value through `Table.open_blob`: bytes
-  read from storage (`BlobFile.bytes_read`), requests, median latency of open + seek + read
-  (warm page cache), against reading the whole value with a scan (`scan(keys=[k])`, what a seeking
+- `open_blob`: 1 MB read at offset `size/2` of a `--gb` value through `Table.open_blob` (a
+  metastore read for the newest version, then the locating scan) and `Snapshot.open_blob`:
+  bytes read from storage (`BlobFile.bytes_read`), requests, median latency of open + seek +
+  read (warm page cache), against reading the whole value with a scan (`scan(keys=[k])`, what a seeking
   decoder had to do before).
 - `write`: peak RSS (`VmHWM`, a subprocess each) of writing the `--gb` value from a path
   (`conch.Blob.from_path`) against writing a `--bytes-mb` value given as bytes (the value held
@@ -14,7 +15,8 @@
   `conch.engines.hf.write` against `Dataset.save_to_disk` (median of `--reps`, alternated), then
   read back through `conch.engines.hf.dataset` and compared byte for byte.
 
-Peak RSS includes the interpreter and imports (~150 MB with pyarrow and vortex). Results:
+Peak RSS includes the interpreter and imports: the `imports and open` step measures that floor
+(a 5-row scan of the key column). Results:
 `bench/results/media.json`.
 """
 
@@ -71,6 +73,9 @@ def _child(step: str, work: Path, size: int) -> dict[str, Any]:
         for row in t.scan("video", limit=5).blob_files():
             got += len(row["video"].read(MB))
         assert got == 5 * MB
+    elif step == "imports and open":  # the floor every other step's peak RSS includes
+        t = conch.connect(work / "wh-scan").table("v")
+        assert t.scan("id", limit=5).to_arrow().num_rows == 5
     elif step == "scan 5 as bytes":
         t = conch.connect(work / "wh-scan").table("v")
         assert t.scan("video", limit=5).to_arrow().num_rows == 5
@@ -100,8 +105,15 @@ def open_blob_side(work: Path, size: int, reps: int) -> list[dict[str, Any]]:
         data = f.read(MB)
         times.append(time.perf_counter() - t0)
     assert f is not None and len(data) == MB
-    snap = t.snapshot()  # the locate step apart: reads on one open file
-    g = snap.open_blob(1, "video")
+    snap = t.snapshot()
+    snap_times = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        h = snap.open_blob(1, "video")
+        h.seek(at)
+        h.read(MB)
+        snap_times.append(time.perf_counter() - t0)
+    g = snap.open_blob(1, "video")  # reads on one open file
     reads = []
     for i in range(reps):
         t0 = time.perf_counter()
@@ -120,6 +132,7 @@ def open_blob_side(work: Path, size: int, reps: int) -> list[dict[str, Any]]:
             "bytes_read": f.bytes_read,
             "requests": f.requests,
         },
+        {"case": "Snapshot.open_blob + seek + read 1 MB", "seconds": median(snap_times[1:])},
         {"case": "seek + read 1 MB on an open BlobFile", "seconds": median(reads)},
         {"case": "whole value by scan(keys=[k])", "seconds": whole_s, "bytes_read": scan.metrics().total_bytes_read},
     ]
@@ -208,7 +221,9 @@ def main() -> None:
         )
         for i in range(5):
             t.write([{"id": i, "video": conch.Blob.from_path(scan_src)}])
-        rows += [_run_child(s, work, args.scan_mb * MB) for s in ("scan 5 as files", "scan 5 as bytes")]
+        rows += [
+            _run_child(s, work, args.scan_mb * MB) for s in ("imports and open", "scan 5 as files", "scan 5 as bytes")
+        ]
         rows += [{"step": "hf", **r} for r in hf_side(work, args.images, args.reps)]
         out["rows"] = rows
     finally:
