@@ -192,6 +192,10 @@ def test_values_given_as_streams(tmp_path: Path) -> None:
     # a streamed column's statistics hold no bounds of its tokens: filters on it are right
     assert [r["id"] for r in t.scan("v", where=t["v"] == c).to_arrow().to_pylist()] == [3]
     assert not t.check().problems
+    big = cat.create_table("big", [("id", pa.int64())], schema=pa.schema([("v", pa.string())]))
+    with pytest.raises(conch.SchemaError, match="cannot write binary"):  # a file is binary
+        big.write([{"id": 1, "v": conch.Blob.from_path(tmp_path / "a.bin")}])
+    assert big.scan().count() == 0
 
 
 def test_torch_decoders_accept_blob_files(tmp_path: Path) -> None:
