@@ -37,6 +37,7 @@ from conch.log.tablelog import TableLog
 from conch.log.warehouse import Connection
 from conch.model.time import format_time
 from conch.scan import Scan, ScanOptions
+from conch.search import SearchResult, search, search_text
 
 __all__ = ["Snapshot", "open_snapshot"]
 
@@ -150,6 +151,19 @@ class Snapshot:
         """A lazy scan of this version's fresh records: the arguments of `Table.scan` without
         `asof`/`version` (the snapshot fixed them). No metastore read."""
         return Scan(self, columns, where=where, keys=keys, since=since, level=level, limit=limit)
+
+    def search(
+        self, query: Any, k: int = 10, column: str | None = None, where: Any = None, columns: list[str] | None = None
+    ) -> SearchResult:
+        """The `k` nearest fresh records of this version to `query` (a vector, or a matrix: `k`
+        per query, with a `_query` column), with `_distance` (`conch.search.query`)."""
+        return search(self, query, k, column, where, columns)
+
+    def search_text(
+        self, query: str, column: str | None = None, k: int = 10, where: Any = None, columns: list[str] | None = None
+    ) -> SearchResult:
+        """The `k` fresh records of this version ranked best by BM25 for `query`, with `_score`."""
+        return search_text(self, query, column, k, where, columns)
 
 
 _lock = threading.Lock()

@@ -1,0 +1,248 @@
+"""`search`: the k nearest fresh records of a table version (DESIGN §6a, issue 31).
+
+Every run (key space) of the index's level is a *source* of candidates: its index file where one
+is built and current (`conch.search.runs`), else the run's vectors searched exactly (numpy), so
+a write is searchable at once. A candidate says only "this key may be near": its distance is
+recomputed from the key's **fresh** record, taken from the whole snapshot through a scan with
+`keys=` (and the `where` filter, applied exactly on fresh records). A key whose vector a newer
+run overwrote gets its fresh vector's distance, a deleted key or a key whose fresh vector is null
+is not in the scan, a key found by several runs appears once.
+
+Completeness is the threshold rule: each source answers its `k_s` nearest in distance order, so a
+row it did not return is no nearer than the last one it did. While some source's last distance
+is not beyond the k-th best fresh distance found (for some query), that source may hide a nearer
+fresh record: it is asked again for twice as many. With exact sources (flat indexes and unindexed
+runs) the result is the exact top-k of the fresh records; with approximate ones (HNSW, IVF) it is
+as good as the structure's recall, and never holds a stale or deleted vector.
+
+A selective `where` (at most `PREFILTER_ROWS` passing records) is applied first: the passing fresh
+records are scanned and searched exactly (pre-filtering), so a filtered search has recall 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from conch.errors import InvalidArgumentError
+from conch.files.manifest import IndexDef
+from conch.scan.metrics import ScanMetrics
+from conch.scan.result import ScanResult
+from conch.search import definitions, runs, vectors
+
+PREFILTER_ROWS = 100_000
+FIRST_FETCH = 2  # a source is first asked for FIRST_FETCH × k rows
+
+
+@dataclass
+class SearchPlan:
+    """What a search did (`SearchResult.explain`)."""
+
+    index: str
+    metric: str
+    queries: int
+    k: int
+    sources: list[str] = field(default_factory=list)
+    prefiltered: int | None = None
+    rounds: int = 0
+    candidates: int = 0
+    dropped: int = 0
+
+
+class _Source:
+    """One run's candidates in distance order: `fetch(q, n)` → (distances, key rows)."""
+
+    def __init__(self, keys: pa.Table, rows: int, structure: Any = None, exact: np.ndarray | None = None) -> None:
+        self.keys, self.rows, self.structure, self.exact = keys, rows, structure, exact
+
+    def fetch(self, queries: np.ndarray, n: int, definition: IndexDef, options: dict[str, Any]) -> tuple[Any, Any]:
+        if self.exact is not None:
+            d = vectors.exact_distances(queries, self.exact, definition.metric)
+            order = np.argsort(d, axis=1, kind="stable")[:, :n]
+            return np.take_along_axis(d, order, 1), order
+        vectors.tune(self.structure, options, n)
+        return vectors.search(self.structure, queries, n, definition.metric)
+
+
+def search(
+    source: Any,
+    query: Any,
+    k: int = 10,
+    column: str | None = None,
+    where: Any = None,
+    columns: Sequence[str] | None = None,
+) -> SearchResult:
+    """The `k` nearest fresh records to `query` (one vector, or a matrix: k per query)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InvalidArgumentError(f"k={k!r}: a positive integer")
+    state = source.state
+    d = definitions.for_column(state, column, "vector")
+    col = next(c for c in state.schema.columns if c.id == d.column_id)
+    queries, single = vectors.queries_matrix(query, d.dim)
+    queries = vectors.prepare(queries, d.metric)
+    key_names = state.schema.key_names(col.level)
+    wanted = list(columns) if columns is not None else [c.path for c in state.schema.columns if c.level == col.level]
+    read = list(dict.fromkeys([*wanted, col.path]))
+    plan = SearchPlan(d.name, d.metric, len(queries), k)
+    fresh = _Fresh(source, read, col.path, col.level, where, key_names, d)
+    if where is not None:
+        passing = source.scan(*key_names, where=where, level=col.level).count()
+        if passing <= PREFILTER_ROWS:
+            plan.prefiltered = passing
+            table = source.scan(*read, where=where, level=col.level).to_arrow()
+            fresh.add(table)
+            best = [fresh.top(queries[i], list(fresh.rows), k) for i in range(len(queries))]
+            return _result(fresh, best, key_names, wanted, single, plan)
+    opts = vectors.json_options(d)
+    sources = []
+    for ks, f in runs.runs_of(state, d):
+        if f is not None:
+            loaded = runs.load(source.log.files.storage, f)
+            sources.append(_Source(loaded.keys, f.rows, structure=loaded.structure))
+            plan.sources.append(f"run {ks.id} ({f.rows} vectors): {opts['index']} index file {f.id}")
+        else:
+            run = runs.read_run(source, ks, d)
+            sources.append(_Source(run.keys, len(run.vectors), exact=run.vectors))
+            plan.sources.append(f"run {ks.id} ({len(run.vectors)} vectors): no index file, searched exactly")
+    asked = [min(s.rows, FIRST_FETCH * k) for s in sources]
+    found: list[set[tuple[Any, ...]]] = [set() for _ in queries]
+    while True:
+        plan.rounds += 1
+        last: list[np.ndarray] = []
+        for s, n in zip(sources, asked):
+            if n == 0:
+                last.append(np.full(len(queries), np.inf))
+                continue
+            dist, rows = s.fetch(queries, n, d, opts)
+            keys = _tuples(s.keys, rows)
+            for i in range(len(queries)):
+                found[i].update(kt for kt, r in zip(keys[i], rows[i]) if r >= 0)
+            # a structure that returned fewer than asked has nothing more to give that query
+            last.append(np.where(rows[:, -1] >= 0, dist[:, -1], np.inf))
+        fresh.fetch({kt for f in found for kt in f})
+        best = [fresh.top(queries[i], found[i], k) for i in range(len(queries))]
+        kth = np.array([b[-1][0] if len(b) == k else np.inf for b in best])
+        more = False
+        for j, s in enumerate(sources):
+            if asked[j] < s.rows and bool(np.any(last[j] <= kth + 1e-4 * np.maximum(1, np.abs(kth)))):
+                asked[j] = min(s.rows, 2 * asked[j])
+                more = True
+        if not more:
+            break
+    plan.candidates = len(fresh.rows) + fresh.missing
+    plan.dropped = fresh.missing
+    return _result(fresh, best, key_names, wanted, single, plan)
+
+
+def _tuples(keys: pa.Table, rows: np.ndarray) -> list[list[tuple[Any, ...]]]:
+    flat = rows.reshape(-1)
+    taken = keys.take(pa.array(np.where(flat >= 0, flat, 0)))
+    tuples = list(zip(*(taken.column(i).to_pylist() for i in range(taken.num_columns))))
+    w = rows.shape[1]
+    return [tuples[i * w : (i + 1) * w] for i in range(rows.shape[0])]
+
+
+class _Fresh:
+    """Fresh records of candidate keys, taken once each through `source.scan(keys=...)`."""
+
+    def __init__(
+        self, source: Any, read: list[str], vector: str, level: str, where: Any, key_names: list[str], d: IndexDef
+    ) -> None:
+        self.source, self.read, self.vector, self.level, self.where = source, read, vector, level, where
+        self.key_names, self.definition = key_names, d
+        self.key_schema = pa.schema(source.state.schema.key_fields(level))
+        self.rows: dict[tuple[Any, ...], int] = {}  # key → row of `tables` (concatenated)
+        self.tables: list[pa.Table] = []
+        self.vectors = np.zeros((0, d.dim), dtype=np.float32)
+        self.asked: set[tuple[Any, ...]] = set()
+        self.missing = 0
+        self.metrics = ScanMetrics()
+
+    def fetch(self, keys: set[tuple[Any, ...]]) -> None:
+        new = keys - self.asked
+        if not new:
+            return
+        self.asked |= new
+        table = pa.Table.from_pylist([dict(zip(self.key_names, kt)) for kt in sorted(new)], schema=self.key_schema)
+        scan = self.source.scan(*self.read, where=self.where, keys=table, level=self.level)
+        got = scan.to_arrow()
+        self.metrics = scan.metrics()
+        before = len(self.rows)
+        self.add(got)
+        self.missing += len(new) - (len(self.rows) - before)
+
+    def add(self, table: pa.Table) -> None:
+        table = table.filter(table.column(self.vector).is_valid())
+        start = sum(t.num_rows for t in self.tables)
+        keys = zip(*(table.column(n).to_pylist() for n in self.key_names))
+        for i, kt in enumerate(keys):
+            self.rows[kt] = start + i
+        self.tables.append(table)
+        self.vectors = np.concatenate([self.vectors, vectors.as_matrix(table.column(self.vector), self.definition.dim)])
+
+    def top(self, query: np.ndarray, keys: Any, k: int) -> list[tuple[float, tuple[Any, ...], int]]:
+        """The k nearest of `keys` that have fresh records: (distance, key, row), nearest first."""
+        have = [(kt, self.rows[kt]) for kt in keys if kt in self.rows]
+        if not have:
+            return []
+        rows = np.array([r for _, r in have])
+        dist = vectors.exact_distances(query[None, :], self.vectors[rows], self.definition.metric)[0]
+        ranked = sorted(zip(dist.tolist(), (kt for kt, _ in have), rows.tolist()))
+        return ranked[:k]
+
+
+def _result(
+    fresh: _Fresh,
+    best: list[list[tuple[float, tuple[Any, ...], int]]],
+    key_names: list[str],
+    wanted: list[str],
+    single: bool,
+    plan: SearchPlan,
+) -> SearchResult:
+    cols = [*key_names, *[c for c in wanted if c not in key_names]]
+    if fresh.tables:
+        table = pa.concat_tables(fresh.tables, promote_options="permissive").select(cols)
+    else:
+        schema = fresh.source.scan(*wanted, level=fresh.level).schema
+        table = pa.table({c: pa.array([], schema.field(c).type) for c in cols})
+    rows = [r for b in best for _, _, r in b]
+    out = table.take(pa.array(rows, pa.int64()))
+    out = out.add_column(len(key_names), "_distance", pa.array([dd for b in best for dd, _, _ in b], pa.float32()))
+    if not single:
+        out = out.add_column(0, "_query", pa.array([i for i, b in enumerate(best) for _ in b], pa.int32()))
+    return SearchResult(out, plan, fresh.metrics)
+
+
+class SearchResult(ScanResult):
+    """The result of `search` / `search_text`: nearest first (per query for a matrix, with a
+    `_query` column), the key columns, `_distance` (or `_score`) and the projected columns;
+    Arrow, pandas, Polars like any scan result (`conch.scan.result.ScanResult`)."""
+
+    def __init__(self, table: pa.Table, plan: Any, metrics: ScanMetrics) -> None:
+        self._table, self._plan, self._metrics = table, plan, metrics
+
+    def to_record_batches(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self._table.schema, self._table.to_batches())
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._table.schema
+
+    def explain(self) -> str:
+        p = self._plan
+        if isinstance(p, SearchPlan):
+            lines = [f"search index {p.index!r} ({p.metric}): {p.queries} queries, k={p.k}"]
+            if p.prefiltered is not None:
+                lines.append(f"  where passes {p.prefiltered} fresh records: searched exactly (pre-filter)")
+            lines += [f"  {s}" for s in p.sources]
+            lines.append(f"  {p.rounds} rounds; {p.candidates} candidate keys, {p.dropped} stale, deleted or filtered")
+            return "\n".join(lines)
+        return str(p)
+
+    def metrics(self) -> ScanMetrics:
+        """What the last fresh-record scan read."""
+        return self._metrics
