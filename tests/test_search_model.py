@@ -33,7 +33,9 @@ VEC = st.one_of(st.none(), st.lists(st.integers(-3, 3), min_size=DIM, max_size=D
 VTYPE = pa.list_(pa.float32(), DIM)
 
 
-def brute(model: dict[int, tuple[Any, Any]], q: np.ndarray, k: int, tag_above: int | None = None) -> list[tuple[int, float]]:
+def brute(
+    model: dict[int, tuple[Any, Any]], q: np.ndarray, k: int, tag_above: int | None = None
+) -> list[tuple[int, float]]:
     rows = [
         (float(((np.asarray(v, np.float32) - q) ** 2).sum()), key)
         for key, (v, tag) in model.items()
@@ -78,13 +80,17 @@ class SearchMachine(RuleBasedStateMachine):
             self.model[i] = rows[i]
         self._commit(c)
         if not self.indexed:
-            self.t.create_index("emb", metric="l2", index=self.structure, **({"m": 4} if self.structure == "hnsw" else {}))
+            self.t.create_index(
+                "emb", metric="l2", index=self.structure, **({"m": 4} if self.structure == "hnsw" else {})
+            )
             self.indexed = True
 
     @rule(rows=st.dictionaries(KEYS, st.integers(0, 3), min_size=1, max_size=6))
     def upsert_tag(self, rows: dict[int, int]) -> None:
         ids = sorted(rows)
-        c = self.t.write(pa.table({"id": pa.array(ids, pa.int64()), "tag": pa.array([rows[i] for i in ids], pa.int64())}))
+        c = self.t.write(
+            pa.table({"id": pa.array(ids, pa.int64()), "tag": pa.array([rows[i] for i in ids], pa.int64())})
+        )
         for i in ids:
             v = self.model.get(i, (None, None))[0]
             self.model[i] = (v, rows[i])
