@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from conch.errors import InvalidArgumentError
-from conch.files.manifest import IndexDef
+from conch.files.manifest import IndexDef, KeySpace, extent, overlaps
 from conch.scan.metrics import ScanMetrics
 from conch.scan.result import ScanResult
 from conch.search import definitions, runs, vectors
@@ -56,13 +56,20 @@ class SearchPlan:
 class _Source:
     """One run's candidates in distance order: `fetch(q, n)` → (distances, key rows)."""
 
-    def __init__(self, keys: pa.Table, rows: int, structure: Any = None, exact: np.ndarray | None = None) -> None:
+    def __init__(
+        self, keys: pa.Table, rows: int, structure: Any = None, exact: np.ndarray | None = None, alone: bool = False
+    ) -> None:
         self.keys, self.rows, self.structure, self.exact = keys, rows, structure, exact
+        self.alone = alone  # no other run can hide its cells: its candidates are fresh as they are
 
     def fetch(self, queries: np.ndarray, n: int, definition: IndexDef, options: dict[str, Any]) -> tuple[Any, Any]:
         if self.exact is not None:
             d = vectors.exact_distances(queries, self.exact, definition.metric)
-            order = np.argsort(d, axis=1, kind="stable")[:, :n]
+            if n < d.shape[1]:
+                part = np.argpartition(d, n - 1, axis=1)[:, :n]
+                order = np.take_along_axis(part, np.argsort(np.take_along_axis(d, part, 1), axis=1), 1)
+            else:
+                order = np.argsort(d, axis=1, kind="stable")
             return np.take_along_axis(d, order, 1), order
         vectors.tune(self.structure, options, n)
         return vectors.search(self.structure, queries, n, definition.metric)
@@ -100,16 +107,20 @@ def search(
     opts = vectors.json_options(d)
     sources = []
     for ks, f in runs.runs_of(state, d):
+        alone = where is None and not _hiders(state, ks, col.level)
         if f is not None:
             loaded = runs.load(source.log.files.storage, f)
-            sources.append(_Source(loaded.keys, f.rows, structure=loaded.structure))
-            plan.sources.append(f"run {ks.id} ({f.rows} vectors): {opts['index']} index file {f.id}")
+            sources.append(_Source(loaded.keys, f.rows, structure=loaded.structure, alone=alone))
+            what = f"{opts['index']} index file {f.id}"
         else:
             run = runs.read_run(source, ks, d)
-            sources.append(_Source(run.keys, len(run.vectors), exact=run.vectors))
-            plan.sources.append(f"run {ks.id} ({len(run.vectors)} vectors): no index file, searched exactly")
+            sources.append(_Source(run.keys, len(run.vectors), exact=run.vectors, alone=alone))
+            what = "no index file, searched exactly"
+        trust = "its cells are fresh (no newer run or tombstone)" if alone else "candidates checked on fresh records"
+        plan.sources.append(f"run {ks.id} ({sources[-1].rows} vectors): {what}; {trust}")
     asked = [min(s.rows, FIRST_FETCH * k) for s in sources]
-    found: list[set[tuple[Any, ...]]] = [set() for _ in queries]
+    known: list[dict[tuple[Any, ...], float]] = [{} for _ in queries]  # fresh for sure: the index's distance
+    maybe: list[set[tuple[Any, ...]]] = [set() for _ in queries]  # to check on fresh records
     while True:
         plan.rounds += 1
         last: list[np.ndarray] = []
@@ -120,11 +131,15 @@ def search(
             dist, rows = s.fetch(queries, n, d, opts)
             keys = _tuples(s.keys, rows)
             for i in range(len(queries)):
-                found[i].update(kt for kt, r in zip(keys[i], rows[i]) if r >= 0)
+                got = [(kt, dd) for kt, dd, r in zip(keys[i], dist[i].tolist(), rows[i]) if r >= 0]
+                if s.alone:
+                    known[i].update(got)
+                else:
+                    maybe[i].update(kt for kt, _ in got)
             # a structure that returned fewer than asked has nothing more to give that query
             last.append(np.where(rows[:, -1] >= 0, dist[:, -1], np.inf))
-        fresh.fetch({kt for f in found for kt in f})
-        best = [fresh.top(queries[i], found[i], k) for i in range(len(queries))]
+        fresh.fetch({kt for m in maybe for kt in m})
+        best = [fresh.top(queries[i], maybe[i], k, known[i]) for i in range(len(queries))]
         kth = np.array([b[-1][0] if len(b) == k else np.inf for b in best])
         more = False
         for j, s in enumerate(sources):
@@ -133,9 +148,26 @@ def search(
                 more = True
         if not more:
             break
-    plan.candidates = len(fresh.rows) + fresh.missing
+    plan.candidates = len(fresh.asked) + sum(len(kn) for kn in known)
     plan.dropped = fresh.missing
+    if any(c not in key_names for c in wanted):  # the projected columns of the results, from fresh records
+        fresh.fetch({kt for b in best for _, kt in b})
     return _result(fresh, best, key_names, wanted, single, plan)
+
+
+def _hiders(state: Any, run: KeySpace, level: str) -> bool:
+    """Whether any other run may hide a cell of `run`: a data run of its level or a tombstone of
+    its level or an ancestor's whose newest cell is not older than `run`'s oldest, over its keys."""
+    oldest = run.min_time or run.time
+    ancestors = {lvl.path for lvl in state.schema.ancestry(level)} | {level}
+    span = extent(run)
+    return any(
+        ks.id != run.id
+        and ks.time >= oldest
+        and ((ks.kind == "data" and ks.level == level) or (ks.kind == "tombstone" and ks.level in ancestors))
+        and (ks.kind == "tombstone" or overlaps(extent(ks), span))
+        for ks in state.key_spaces.values()
+    )
 
 
 def _tuples(keys: pa.Table, rows: np.ndarray) -> list[list[tuple[Any, ...]]]:
@@ -184,34 +216,39 @@ class _Fresh:
         self.tables.append(table)
         self.vectors = np.concatenate([self.vectors, vectors.as_matrix(table.column(self.vector), self.definition.dim)])
 
-    def top(self, query: np.ndarray, keys: Any, k: int) -> list[tuple[float, tuple[Any, ...], int]]:
-        """The k nearest of `keys` that have fresh records: (distance, key, row), nearest first."""
+    def top(
+        self, query: np.ndarray, keys: Any, k: int, known: dict[tuple[Any, ...], float] | None = None
+    ) -> list[tuple[float, tuple[Any, ...]]]:
+        """The k nearest of `keys` that have fresh records and of `known` (key → distance, fresh
+        for sure): (distance, key), nearest first, each key once."""
+        ranked = dict(known or {})
         have = [(kt, self.rows[kt]) for kt in keys if kt in self.rows]
-        if not have:
-            return []
-        rows = np.array([r for _, r in have])
-        dist = vectors.exact_distances(query[None, :], self.vectors[rows], self.definition.metric)[0]
-        ranked = sorted(zip(dist.tolist(), (kt for kt, _ in have), rows.tolist()))
-        return ranked[:k]
+        if have:
+            rows = np.array([r for _, r in have])
+            dist = vectors.exact_distances(query[None, :], self.vectors[rows], self.definition.metric)[0]
+            ranked.update(zip((kt for kt, _ in have), dist.tolist()))
+        return sorted((dd, kt) for kt, dd in ranked.items())[:k]
 
 
 def _result(
     fresh: _Fresh,
-    best: list[list[tuple[float, tuple[Any, ...], int]]],
+    best: list[list[tuple[float, tuple[Any, ...]]]],
     key_names: list[str],
     wanted: list[str],
     single: bool,
     plan: SearchPlan,
 ) -> SearchResult:
-    cols = [*key_names, *[c for c in wanted if c not in key_names]]
-    if fresh.tables:
-        table = pa.concat_tables(fresh.tables, promote_options="permissive").select(cols)
+    values = [c for c in wanted if c not in key_names]
+    found = [kt for b in best for _, kt in b]
+    if values:
+        table = pa.concat_tables(fresh.tables, promote_options="permissive") if fresh.tables else None
+        if table is None:
+            schema = fresh.source.scan(*values, level=fresh.level).schema
+            table = pa.table({c: pa.array([], schema.field(c).type) for c in [*key_names, *values]})
+        out = table.select([*key_names, *values]).take(pa.array([fresh.rows[kt] for kt in found], pa.int64()))
     else:
-        schema = fresh.source.scan(*wanted, level=fresh.level).schema
-        table = pa.table({c: pa.array([], schema.field(c).type) for c in cols})
-    rows = [r for b in best for _, _, r in b]
-    out = table.take(pa.array(rows, pa.int64()))
-    out = out.add_column(len(key_names), "_distance", pa.array([dd for b in best for dd, _, _ in b], pa.float32()))
+        out = pa.Table.from_pylist([dict(zip(key_names, kt)) for kt in found], schema=fresh.key_schema)
+    out = out.add_column(len(key_names), "_distance", pa.array([dd for b in best for dd, _ in b], pa.float32()))
     if not single:
         out = out.add_column(0, "_query", pa.array([i for i, b in enumerate(best) for _ in b], pa.int32()))
     return SearchResult(out, plan, fresh.metrics)
