@@ -121,3 +121,53 @@ def test_bm25_equals_tantivys_own_ranking(table: conch.Table) -> None:
     hits = s.search(index.parse_query("red car", ["text"]), 10).hits
     assert [round(r["_score"], 4) for r in got] == [round(score, 4) for score, _ in hits]
     assert all(r["id"] % 7 for r in got)  # deleted records are never ranked
+
+
+def test_writes_and_compactions_build_index_files(catalog: conch.Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conch.search import runs
+
+    monkeypatch.setattr(runs, "MIN_ROWS", 50)  # runs of 50 rows or more get index files
+    t = catalog.create_table("m", [("id", pa.int64())], pa.schema([("emb", pa.list_(pa.float32(), 4))]))
+    t.create_index("emb", metric="l2")  # before any row: the schema declares the column
+    rng = np.random.default_rng(11)
+
+    def indexed() -> bool:
+        state = t.state()
+        current = {ks.id for ks, f in runs.runs_of(state, state.indexes["emb_vector"]) if f is not None}
+        return {ks.id for ks in state.key_spaces.values() if ks.kind == "data" and ks.rows >= 50} <= current
+
+    t.write(pa.table({"id": np.arange(100), "emb": vectors(rng.random((100, 4)))}))
+    assert len(t.state().index_files) == 1 and indexed()  # built when the run was written
+    t.write(pa.table({"id": np.arange(100, 110), "emb": vectors(rng.random((10, 4)))}))
+    assert indexed()  # the automatic compaction's output got its own
+    t.write(pa.table({"id": np.arange(50, 150), "emb": vectors(rng.random((100, 4)))}))
+    t.compact()
+    assert indexed()
+    q = rng.random(4)
+    want = sorted(((np.asarray(r["emb"]) - q) ** 2).sum() for r in t.scan("emb").to_pylist())[:5]
+    assert [r["_distance"] for r in t.search(q, k=5).to_pylist()] == pytest.approx(want, rel=1e-5)
+
+
+def test_a_move_keeps_the_runs_index_file_a_removal_drops_it() -> None:
+    from conch.files.manifest import IndexDef, IndexFile, KeySpace, TableState
+    from conch.log import wal
+    from conch.model.schema import Schema
+
+    ks = KeySpace("k1", "", "k1.vortex", 10, "00", "ff")
+    state = wal.apply(
+        TableState(Schema.empty(pa.schema([pa.field("id", pa.int64(), nullable=False)]))),
+        wal.Entry("write", (wal.AddKeySpace(ks), wal.AddIndex(IndexDef("i", "", "emb", 1, "vector")))),
+        1,
+        10,
+    )
+    state = wal.apply(
+        state, wal.Entry("index", (wal.AddIndexFile(IndexFile("f1", "i", "k1", "f1.cix", 10, ())),)), 2, 20
+    )
+    moved = wal.apply(state, wal.Entry("compact", (wal.RemoveKeySpace("k1"), wal.AddKeySpace(ks))), 3, 30)
+    assert set(moved.index_files) == {"f1"}
+    gone = wal.apply(state, wal.Entry("compact", (wal.RemoveKeySpace("k1"),)), 3, 30)
+    assert not gone.index_files
+    dropped = wal.apply(state, wal.Entry("index", (wal.DropIndex("i"),)), 3, 30)
+    assert not dropped.index_files and not dropped.indexes
+    text = wal.encode(wal.Entry("index", (wal.AddIndexFile(IndexFile("f1", "i", "k1", "f1.cix", 10, ("a",))),)))
+    assert wal.decode(text).ops[0] == wal.AddIndexFile(IndexFile("f1", "i", "k1", "f1.cix", 10, ("a",)))

@@ -219,7 +219,10 @@ class Table:
         rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
         if staged.added_columns:
             rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
-        return self.log.commit(staged.transaction("write", rows))
+        done = self.log.commit(staged.transaction("write", rows))
+        if self.log.cached_state().indexes:  # a run large enough gets its index file now
+            build_indexes(self.log)
+        return done
 
     def delete(self, keys: Any = None, level: str | None = None, *, where: Expr | None = None) -> Commit:
         """Delete keys (a list of values or tuples, or an Arrow table of key columns), or with
@@ -436,10 +439,7 @@ class Table:
 
         >>> t.compact()  # doctest: +SKIP
         """
-        result = compact(self.log, policy or self.log.warehouse.maintenance, force=force, progress=progress)
-        if self.log.state().indexes:  # the compacted runs get their index files
-            self.build_indexes()
-        return result
+        return compact(self.log, policy or self.log.warehouse.maintenance, force=force, progress=progress)
 
     def wait_for_maintenance(self, timeout: float | None = None) -> bool:
         """Settle now, and wait for, the background maintenance this process has pending for the
@@ -533,8 +533,7 @@ class Table:
     def build_indexes(self, names: list[str] | None = None, min_rows: int | None = None) -> Commit | None:
         """Build the index files runs lack (runs of at least `min_rows` rows; smaller ones are
         searched exactly), in one commit; None if none was missing."""
-        kw = {} if min_rows is None else {"min_rows": min_rows}
-        return build_indexes(self.log, self.snapshot(), names, **kw)
+        return build_indexes(self.log, None, names, min_rows)
 
     def search(
         self,

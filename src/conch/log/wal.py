@@ -339,6 +339,7 @@ class _Replay:
         self.index_files = dict(state.index_files.items())
 
     def apply(self, entry: Entry, seq: int, time: int) -> _Replay:
+        removed = False
         for op in entry.ops:
             if isinstance(op, AddKeySpace):
                 ks = op.key_space
@@ -348,7 +349,7 @@ class _Replay:
                 self.fragments[fr.id] = dataclasses.replace(fr, time=fr.time or time, seq=seq)
             elif isinstance(op, RemoveKeySpace):
                 self.key_spaces.pop(op.id, None)
-                self._drop_index_files(key_space=op.id)
+                removed = True
             elif isinstance(op, RemoveFragment):
                 self.fragments.pop(op.id, None)
             elif isinstance(op, Truncate):
@@ -367,22 +368,18 @@ class _Replay:
                 self.indexes[op.index.name] = dataclasses.replace(op.index, time=time, seq=seq)
             elif isinstance(op, DropIndex):
                 self.indexes.pop(op.name, None)
-                self._drop_index_files(index=op.name)
+                self.index_files = {i: f for i, f in self.index_files.items() if f.index != op.name}
             elif isinstance(op, AddIndexFile):
                 if op.file.key_space in self.key_spaces and op.file.index in self.indexes:
                     self.index_files[op.file.id] = dataclasses.replace(op.file, time=time, seq=seq)
             elif isinstance(op, RemoveIndexFile):
                 self.index_files.pop(op.id, None)
+        if removed and self.index_files:
+            # an index file lives as long as its run (a move re-adds the run under its id and
+            # keeps it); a compaction's output gets its own from `conch.search.runs.build_indexes`
+            self.index_files = {i: f for i, f in self.index_files.items() if f.key_space in self.key_spaces}
         self.seq, self.time = seq, time
         return self
-
-    def _drop_index_files(self, key_space: str = "", index: str = "") -> None:
-        """An index file lives only as long as its run and its index (a compaction's inputs
-        take theirs along; the output's index is built by `conch.search.build`)."""
-        if self.index_files:
-            self.index_files = {
-                i: f for i, f in self.index_files.items() if f.key_space != key_space and f.index != index
-            }
 
     def state(self) -> TableState:
         return TableState(

@@ -63,15 +63,15 @@ class RunView:
 
     @property
     def format(self) -> FragmentFormat:
-        return self._source.format  # type: ignore[no-any-return]
+        return self._source.format
 
     @property
     def key_cache(self) -> KeyCache:
-        return self._source.key_cache  # type: ignore[no-any-return]
+        return self._source.key_cache
 
     @property
     def scan_options(self) -> ScanOptions:
-        return self._source.scan_options  # type: ignore[no-any-return]
+        return self._source.scan_options
 
     def view(self, since: int | None = None) -> TableState:
         return self._state
@@ -165,13 +165,27 @@ def load(storage: Storage, f: IndexFile) -> LoadedIndex:
     return loaded
 
 
+class LogVersion:
+    """A table log at one state, as far as reading runs needs (`RunView`): what a maintenance
+    step that holds a `TableLog`, not a snapshot, builds indexes with."""
+
+    def __init__(self, log: TableLog, state: TableState) -> None:
+        self.log, self.state = log, state
+        self.name, self.uri, self.format = log.name, log.uri, log.format
+        self.key_cache, self.scan_options = log.key_cache, log.scan_options
+        self.seq, self.time, self.asof = state.seq, state.time, None
+
+
 def build_indexes(
-    log: TableLog, source: Any, names: Sequence[str] | None = None, min_rows: int = MIN_ROWS
+    log: TableLog, state: TableState | None = None, names: Sequence[str] | None = None, min_rows: int | None = None
 ) -> Commit | None:
-    """Build the missing or stale index files of `source`'s runs (≥ `min_rows` rows) for the
-    vector indexes `names` (default: all) and commit them in one `"index"` commit; None when
-    nothing needed building. One run's vectors in memory at a time."""
-    state: TableState = source.state
+    """Build the missing or stale index files of the runs of `state` (default: the newest) with
+    at least `min_rows` rows, for the vector indexes `names` (default: all), and commit them in
+    one `"index"` commit; None when nothing needed building. One run's vectors in memory at a
+    time. Compaction calls it for its outputs (`conch.maintain.compaction.run.commit`)."""
+    state = log.state() if state is None else state
+    source = LogVersion(log, state)
+    min_rows = MIN_ROWS if min_rows is None else min_rows
     defs = [d for d in state.indexes.values() if d.kind == "vector" and (names is None or d.name in names)]
     started = time.time()
     added: list[AddIndexFile] = []
