@@ -97,11 +97,10 @@ def search(
     plan = SearchPlan(d.name, d.metric, len(queries), k)
     fresh = _Fresh(source, read, col.path, col.level, where, key_names, d)
     if where is not None:
-        passing = source.scan(*key_names, where=where, level=col.level).count()
-        if passing <= PREFILTER_ROWS:
-            plan.prefiltered = passing
-            table = source.scan(*read, where=where, level=col.level).to_arrow()
-            fresh.add(table)
+        passing = _prefilter(source, read, where, col.level)
+        if passing is not None:
+            plan.prefiltered = passing.num_rows
+            fresh.add(passing)
             best = [fresh.top(queries[i], list(fresh.rows), k) for i in range(len(queries))]
             return _result(fresh, best, key_names, wanted, single, plan)
     opts = vectors.json_options(d)
@@ -153,6 +152,19 @@ def search(
     if any(c not in key_names for c in wanted):  # the projected columns of the results, from fresh records
         fresh.fetch({kt for b in best for _, kt in b})
     return _result(fresh, best, key_names, wanted, single, plan)
+
+
+def _prefilter(source: Any, read: list[str], where: Any, level: str) -> pa.Table | None:
+    """The fresh records passing `where` with the read columns, streamed; None once more than
+    `PREFILTER_ROWS` pass (the search then filters candidates instead)."""
+    batches, rows = [], 0
+    reader = source.scan(*read, where=where, level=level).to_record_batches()
+    for batch in reader:
+        rows += batch.num_rows
+        if rows > PREFILTER_ROWS:
+            return None
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=reader.schema)
 
 
 def _hiders(state: Any, run: KeySpace, level: str) -> bool:
