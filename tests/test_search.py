@@ -171,3 +171,21 @@ def test_a_move_keeps_the_runs_index_file_a_removal_drops_it() -> None:
     assert not dropped.index_files and not dropped.indexes
     text = wal.encode(wal.Entry("index", (wal.AddIndexFile(IndexFile("f1", "i", "k1", "f1.cix", 10, ("a",))),)))
     assert wal.decode(text).ops[0] == wal.AddIndexFile(IndexFile("f1", "i", "k1", "f1.cix", 10, ("a",)))
+
+
+def test_object_storage_and_branches() -> None:
+    """Index files on object storage (obstore's memory store); a branch shares the table's index
+    files and searches its own writes, the table does not see them."""
+    pytest.importorskip("obstore")
+    with conch.connect("memory://search-test") as cat:
+        t = cat.create_table("b", [("id", pa.int64())])
+        v = np.random.default_rng(4).random((120, 8))
+        t.write(pa.table({"id": np.arange(120), "emb": vectors(v)}))
+        t.create_index("emb", metric="l2", index="hnsw")
+        t.build_indexes(min_rows=0)
+        dev = t.branch("dev")
+        assert {f.path for f in dev.state().index_files.values()} == {f.path for f in t.state().index_files.values()}
+        dev.write(pa.table({"id": [7], "emb": vectors(-v[7:8])}))
+        assert dev.search(-v[7], k=1).to_pylist()[0]["id"] == 7
+        assert dev.search(v[7], k=1).to_pylist()[0]["id"] != 7  # its old vector is stale on the branch
+        assert t.search(v[7], k=1).to_pylist()[0]["id"] == 7

@@ -471,6 +471,8 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
     mark = txn.extra.get("stream")  # a streaming sink's micro-batch commits once (`conch.engines.spark.streaming`)
     if mark is not None and any(e.extra.get("stream") == mark for e in newer):
         return f"micro-batch {mark} was committed concurrently"
+    own_indexes = {op.index.name for op in txn.ops if isinstance(op, AddIndex)}  # a branch's seed adds both
+    own_runs = {op.key_space.id for op in txn.ops if isinstance(op, AddKeySpace)}
     for op in txn.ops:
         if isinstance(op, SetTag) and op.name in current.tags:
             return f"tag {op.name!r} was created concurrently (version {current.tags[op.name]})"
@@ -480,9 +482,13 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
             return f"index {op.index.name!r} was created concurrently"
         if isinstance(op, DropIndex) and op.name not in current.indexes:
             return f"index {op.name!r} was dropped concurrently"
-        if isinstance(op, AddIndexFile) and op.file.index not in current.indexes:
+        if isinstance(op, AddIndexFile) and op.file.index not in current.indexes and op.file.index not in own_indexes:
             return f"index {op.file.index!r} was dropped concurrently"
-        if isinstance(op, AddIndexFile) and op.file.key_space not in current.key_spaces:
+        if (
+            isinstance(op, AddIndexFile)
+            and op.file.key_space not in current.key_spaces
+            and op.file.key_space not in own_runs
+        ):
             return f"run {op.file.key_space} of its index file was compacted away concurrently"
     try:
         _rebased_schema(txn, current.schema)
