@@ -189,3 +189,16 @@ def test_object_storage_and_branches() -> None:
         assert dev.search(-v[7], k=1).to_pylist()[0]["id"] == 7
         assert dev.search(v[7], k=1).to_pylist()[0]["id"] != 7  # its old vector is stale on the branch
         assert t.search(v[7], k=1).to_pylist()[0]["id"] == 7
+
+
+def test_check_verifies_index_files(table: conch.Table, tmp_path: Path) -> None:
+    table.create_index("emb")
+    table.build_indexes(min_rows=0)
+    assert table.check().ok
+    (f,) = table.state().index_files.values()
+    p = tmp_path / "warehouse" / f.path
+    data = bytearray(p.read_bytes())
+    data[-5] ^= 0xFF
+    p.write_bytes(bytes(data))
+    report = table.check()
+    assert not report.ok and f.path in str(report)
