@@ -186,27 +186,31 @@ def build_indexes(
     state = log.state() if state is None else state
     source = LogVersion(log, state)
     min_rows = MIN_ROWS if min_rows is None else min_rows
-    defs = [d for d in state.indexes.values() if d.kind == "vector" and (names is None or d.name in names)]
+    todo = [
+        (d, ks)
+        for d in state.indexes.values()
+        if d.kind == "vector" and (names is None or d.name in names)
+        for ks, current in runs_of(state, d)
+        if current is None and ks.rows >= max(min_rows, 1)
+    ]
+    if not todo:
+        return None
     started = time.time()
     added: list[AddIndexFile] = []
     with log.staging():
-        for d in defs:
-            opts = vectors.json_options(d)
-            for ks, current in runs_of(state, d):
-                if current is not None or ks.rows < max(min_rows, 1):
-                    continue
-                run = read_run(source, ks, d)
-                if not len(run.vectors):
-                    continue
-                structure = vectors.build(vectors.prepare(run.vectors, d.metric), d.metric, opts)
-                data = encode_file(structure, run.keys)
-                fid = new_id()
-                path = f"{log.files.table_id}/idx/{fid}.cix"
-                log.files.storage.write(path, data)
-                frs = run_fragments(state, ks.id, d.column_id)
-                added.append(
-                    AddIndexFile(IndexFile(fid, d.name, ks.id, path, len(run.vectors), frs, len(data), digest(data)))
-                )
+        for d, ks in todo:
+            run = read_run(source, ks, d)
+            if not len(run.vectors):
+                continue
+            structure = vectors.build(vectors.prepare(run.vectors, d.metric), d.metric, vectors.json_options(d))
+            data = encode_file(structure, run.keys)
+            fid = new_id()
+            path = f"{log.files.table_id}/idx/{fid}.cix"
+            log.files.storage.write(path, data)
+            frs = run_fragments(state, ks.id, d.column_id)
+            added.append(
+                AddIndexFile(IndexFile(fid, d.name, ks.id, path, len(run.vectors), frs, len(data), digest(data)))
+            )
     if not added:
         return None
     txn = Transaction(
