@@ -202,3 +202,21 @@ def test_check_verifies_index_files(table: conch.Table, tmp_path: Path) -> None:
     p.write_bytes(bytes(data))
     report = table.check()
     assert not report.ok and f.path in str(report)
+
+
+def test_child_level_index_and_a_parents_delete(catalog: conch.Catalog) -> None:
+    items = pa.list_(pa.struct([("$", pa.uint8()), ("emb", pa.list_(pa.float32(), 2))]))
+    schema = pa.schema([("id", pa.int64()), ("items", items)])
+    t = catalog.create_table("n", [("id", pa.int64())], pa.schema([schema.field("items")]))
+    rows = [
+        {"id": 1, "items": [{"$": 1, "emb": [0.0, 1.0]}, {"$": 2, "emb": [1.0, 0.0]}]},
+        {"id": 2, "items": [{"$": 1, "emb": [0.9, 0.1]}]},
+    ]
+    t.write(pa.Table.from_pylist(rows, schema=schema))
+    t.create_index("items.emb", metric="l2")
+    t.build_indexes(min_rows=0)
+    got = t.search(np.array([1.0, 0.1]), k=2).to_pylist()
+    assert [(r["id"], r["items"]) for r in got] == [(1, 2), (2, 1)]
+    t.delete([2])  # the parent's tombstone hides its child records
+    got = t.search(np.array([1.0, 0.1]), k=2).to_pylist()
+    assert [(r["id"], r["items"]) for r in got] == [(1, 2), (1, 1)]
