@@ -53,8 +53,10 @@ from conch.errors import EnrichError
 from conch.expr.tree import Expr
 from conch.log.tablelog import TableLog
 from conch.log.warehouse import Connection
-from conch.model.keys import KeySet, encode_keys
+from conch.model.keys import KeySet, encode_keys, to_key_predicate
+from conch.scan import Scan
 from conch.scan.columns import narrowest_column
+from conch.scan.request import ScanRequest
 from conch.write.stage import StagedWrite, stage_write
 
 Fn = Callable[[pa.RecordBatch], Any]
@@ -87,15 +89,25 @@ class RangeJob:
     """One key range of a run: everything a worker process needs (picklable)."""
 
     snapshot: Snapshot  # the version the run reads (its pin); reopened in a worker as `connect()` did
+    request: ScanRequest  # the inputs of the range's keys (`keys=`) the filter admits, at the level
     fn: Fn
-    inputs: tuple[str, ...]
     into: str
-    level: str
-    where: Expr | None
-    keys: pa.Table
     batch_rows: int
     summary: str
     complete: bool  # the run computes every key of the level (a first run without `where`)
+
+    @property
+    def level(self) -> str:
+        return self.request.level
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The input columns (full paths)."""
+        return self.request.columns
+
+    @property
+    def key_names(self) -> list[str]:
+        return self.snapshot.state.schema.key_names(self.level)
 
     @property
     def table(self) -> str:
@@ -148,15 +160,13 @@ def enrich(
     ranges = [keys.slice(i, range_rows) for i in range(0, keys.num_rows, range_rows)]
     finished = runs.get(run, {}).get("ranges", set())
     head = {"sig": sig, "run": run, "pin": pin, "prev": prev, "n": len(ranges)}
+    fields = probe.plan.key_fields
     jobs = [
         RangeJob(
             pinned,
+            probe.request.replace(keys=to_key_predicate(r, fields)),
             fn,
-            tuple(c.path for c in probe.plan.columns),
             into,
-            lvl,
-            where,
-            r,
             batch_rows,
             SUMMARY + json.dumps({**head, "i": i}),
             prev is None and where is None,
@@ -253,8 +263,7 @@ def compute_range(job: RangeJob) -> tuple[int, int]:
     """Compute and commit one key range (in any process: the job's snapshot reopens the
     warehouse as `connect()` reached it); returns (commit seq, rows written)."""
     log = job.snapshot.log
-    enc = encode_keys(job.keys.columns)
-    scan = job.snapshot.scan(*job.inputs, where=job.where, keys=KeySet(enc), level=job.level or None)
+    scan = Scan(job.snapshot, job.request)
     outputs = [out for batch in _batches(scan.to_record_batches(), job.batch_rows) for out in [apply_fn(job, batch)]]
     rows = sum(o.num_rows for o in outputs)
     with log.staging():
@@ -303,7 +312,7 @@ def apply_fn(job: RangeJob, batch: pa.RecordBatch) -> pa.Table:
     value: pa.Array = group
     for name in reversed(parts[1:]):
         value = pa.StructArray.from_arrays([value], names=[name])
-    names = job.keys.column_names
+    names = job.key_names
     return pa.Table.from_arrays([*(batch.column(n) for n in names), value], names=[*names, parts[0]])
 
 

@@ -24,19 +24,25 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
+
 from conch.api.connection import reopen
-from conch.errors import TableNotFoundError
+from conch.errors import InvalidArgumentError, TableNotFoundError
 from conch.files.format import FragmentFormat
 from conch.files.keycache import KeyCache
 from conch.files.manifest import TableState
 from conch.log.branching import metastore_name
 from conch.log.tablelog import TableLog
 from conch.log.warehouse import Connection
+from conch.model.schema import Schema
 from conch.model.time import format_time
+from conch.nested.api import as_filter
 from conch.scan import Scan, ScanOptions
+from conch.scan.request import ScanRequest
 
 __all__ = ["Snapshot", "open_snapshot"]
 
@@ -147,9 +153,50 @@ class Snapshot:
         level: str | None = None,
         limit: int | None = None,
     ) -> Scan:
-        """A lazy scan of this version's fresh records: the arguments of `Table.scan` without
-        `asof`/`version` (the snapshot fixed them). No metastore read."""
-        return Scan(self, columns, where=where, keys=keys, since=since, level=level, limit=limit)
+        """A lazy scan of this version's fresh records: the one door every scan goes through
+        (`Table.scan` is `self.snapshot(asof, version).scan(...)`), taking the arguments of
+        `Table.scan` without `asof`/`version` (the snapshot fixed them). `where` may be built
+        with `t["x"]`, `t.x` or `_.x` (lowered here, `_` against the scanned level); `since` may
+        be a tag name. The arguments are resolved once into a `conch.scan.request.ScanRequest`.
+        No metastore read but one for a tag's commit time."""
+        if isinstance(since, str) and since in self._log.cached_state().tags:  # a tag name
+            since = self._log.time_of(self._log.cached_state().tags[since])
+        where = as_filter(where, _VersionHandle(self), level)
+        request = ScanRequest.resolve(self._state.schema, columns, where, keys, since, level, limit)
+        return Scan(self, request)
+
+
+@dataclass(frozen=True)
+class _SchemaOf:
+    tree: Schema
+
+
+class _VersionHandle:
+    """The table as the nested API resolves `_.x` against it (`conch.nested.nodes.TableHandle`):
+    this snapshot's schema; it neither reads the latest version nor writes."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.name = snap.name
+
+    @property
+    def schema(self) -> _SchemaOf:
+        return _SchemaOf(self.snap.state.schema)
+
+    @property
+    def key_schema(self) -> pa.Schema:
+        return self.snap.state.schema.key_schema
+
+    def state(self) -> TableState:
+        return self.snap.state
+
+    def snapshot(self, asof: Any = None, version: Any = None) -> Snapshot:
+        return self.snap
+
+    def write(
+        self, data: Any = None, level: str | None = None, evolve: bool | None = None, progress: Any = None
+    ) -> Any:
+        raise InvalidArgumentError(f"a filter of a scan of {self.snap!r} cannot write")
 
 
 _lock = threading.Lock()

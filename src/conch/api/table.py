@@ -288,15 +288,8 @@ class Table:
         `TimeTravelError`. The same as `self.snapshot(asof, version).scan(...)`: one metastore
         read, then the scan reads that one version.
         """
-        if version is not None and asof is not None:
-            raise InvalidArgumentError("give asof= or version=, not both")
-        snap = self.snapshot(asof, version)
-        if isinstance(since, str):  # a tag name (the tags of the state the snapshot just read)
-            tags = self.log.cached_state().tags
-            if since in tags:
-                since = self.log.time_of(tags[since])
-        return snap.scan(
-            *columns, where=as_filter(where, self, level), keys=keys, since=since, level=level, limit=limit
+        return self.snapshot(asof, version).scan(
+            *columns, where=where, keys=keys, since=since, level=level, limit=limit
         )
 
     def enrich(self, fn: Any, inputs: Any, into: str, **options: Any) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.expr.tree import And, Expr, columns, conjuncts
+from conch.expr.tree import And, Expr, columns
 from conch.expr.tree import mask as filter_mask
 from conch.files.format import ORDINAL
 from conch.files.manifest import Fragment
@@ -46,7 +46,7 @@ def row_mask(ctx: ScanContext, units: list[ReadUnit], keys: pa.Table) -> np.ndar
     key_terms: list[Expr] = []
     residual: list[Expr] = []
     pushed: dict[int, tuple[ReadUnit, list[Expr]]] = {}
-    for term in conjuncts(plan.filter):
+    for term in plan.terms:
         cols = columns(term)
         if all(c in key_names for c in cols):
             key_terms.append(term)

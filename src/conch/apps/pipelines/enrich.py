@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ import pyarrow.compute as pc
 from conch.api.enrich import RangeJob, apply_fn, register_engine, require_reopenable
 from conch.errors import EnrichError
 from conch.log.warehouse import Connection
+from conch.scan import Scan
 
 FEATURES = pa.struct(
     [
@@ -72,21 +72,21 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
     from conch.engines.spark.types import arrow_schema, spark_schema
     from conch.engines.spark.writer import committed_rows
 
-    keys = pa.concat_tables([j.keys for j in jobs])
-    job = replace(jobs[0], keys=keys.slice(0, 0))  # what executors need: fn, names; not the keys
+    job = jobs[0]
     where = _location(table.log.warehouse.connection, job.table)
     reader = spark.read.format("conch").options(**where)
     reader = reader.option("columns", ",".join(job.inputs)).option("asof", str(job.pin))
     if job.level:
         reader = reader.option("level", job.level)
     df = reader.load()
-    if not job.complete:  # an incremental run: only its keys
-        names = keys.column_names
+    if not job.complete:  # an incremental run: only its keys (a keys-only scan of each range)
+        names = job.key_names
+        keys = pa.concat_tables(Scan(j.snapshot, j.request.replace(columns=())).to_arrow() for j in jobs)
         wanted = spark.createDataFrame(keys.cast(arrow_schema(df.select(*names).schema)))
         df = df.join(wanted, on=names, how="left_semi")
     # fn's output schema from one row read here, not through Spark: `df.limit(1)` stops the
     # Python reader mid-stream, and its worker prints a BrokenPipeError traceback per task
-    first = job.snapshot.scan(*job.inputs, level=job.level or None, limit=1).to_arrow()
+    first = Scan(job.snapshot, job.request.replace(keys=None, key_terms=(), value_terms=(), limit=1)).to_arrow()
     sample = first.select(df.columns).cast(arrow_schema(df.schema))
     out_schema = apply_fn(
         job, sample.to_batches()[0] if sample.num_rows else pa.RecordBatch.from_pylist([], sample.schema)

@@ -34,7 +34,7 @@ from conch.errors import InvalidArgumentError
 from conch.expr.syntax import parse
 from conch.expr.tree import Expr
 from conch.log.txn import Commit
-from conch.scan.splits import Split
+from conch.scan import Split
 
 
 def delete_where(
