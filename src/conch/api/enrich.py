@@ -48,10 +48,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conch.api.handle import TableLike
 from conch.api.snapshot import Snapshot
 from conch.errors import EnrichError
 from conch.expr.tree import Expr
 from conch.log.tablelog import TableLog
+from conch.log.wal import Transaction
 from conch.log.warehouse import Connection
 from conch.model.keys import KeySet, encode_keys, to_key_predicate
 from conch.scan import Scan
@@ -120,7 +122,7 @@ class RangeJob:
 
 
 def enrich(
-    table: Any,
+    table: TableLike,
     fn: Fn,
     inputs: Sequence[str],
     into: str,
@@ -184,9 +186,12 @@ def enrich(
         commits, rows = ENGINES[engine](table, jobs, spark=spark)
     if ranges:  # the marker: this run is done, the next one starts from its pin
         marker = SUMMARY + json.dumps({**head, "done": True, "seqs": commits})
-        state = table.state()
-        staged = StagedWrite(state.schema, state.schema, [], base_seq=state.seq)
-        commits.append(table.log.commit(staged.transaction("enrich", marker)).seq)
+
+        def stage_marker() -> Transaction:
+            state = table.state()
+            return StagedWrite(state.schema, state.schema, [], base_seq=state.seq).transaction("enrich", marker)
+
+        commits.append(table.log.transact(stage_marker).seq)
     return EnrichResult(run, pin, keys.num_rows, len(ranges), len(ranges) - len(jobs), rows, commits)
 
 
@@ -215,7 +220,7 @@ def _runs(history: Sequence[Any], sig: str) -> dict[str, dict[str, Any]]:
 
 
 def _work_keys(
-    table: Any,
+    table: TableLike,
     pinned: Snapshot,
     probe: Any,
     level: str,
@@ -266,14 +271,17 @@ def compute_range(job: RangeJob) -> tuple[int, int]:
     scan = Scan(job.snapshot, job.request)
     outputs = [out for batch in _batches(scan.to_record_batches(), job.batch_rows) for out in [apply_fn(job, batch)]]
     rows = sum(o.num_rows for o in outputs)
-    with log.staging():
+
+    def stage() -> Transaction:
         state = log.state()
         if rows:
             data = pa.concat_tables(outputs)
             staged = stage_write(log.files, state, data, job.level, log.warehouse.write_options, evolve=True)
         else:  # nothing to write (keys deleted meanwhile): the commit still marks the range done
             staged = StagedWrite(state.schema, state.schema, [], base_seq=state.seq)
-    return log.commit(staged.transaction("enrich", job.summary)).seq, rows
+        return staged.transaction("enrich", job.summary)
+
+    return log.transact(stage).seq, rows
 
 
 def require_reopenable(connection: Connection, what: str) -> None:

@@ -204,7 +204,8 @@ class Table:
         if data is None:
             return BatchWriter(self)
         wh = self.log.warehouse
-        with self.log.staging():
+
+        def stage() -> Transaction:
             staged = stage_write(
                 self.log.files,
                 self.state(),
@@ -214,10 +215,12 @@ class Table:
                 wh.evolve if evolve is None else evolve,
                 progress,
             )
-        rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
-        if staged.added_columns:
-            rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
-        return self.log.commit(staged.transaction("write", rows))
+            rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
+            if staged.added_columns:
+                rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
+            return staged.transaction("write", rows)
+
+        return self.log.transact(stage)
 
     def delete(self, keys: Any = None, level: str | None = None, *, where: Expr | None = None) -> Commit:
         """Delete keys (a list of values or tuples, or an Arrow table of key columns), or with
@@ -227,10 +230,13 @@ class Table:
         """
         if where is not None or keys is None:
             return delete_where(self, keys, as_filter(where, self, level), level)
-        with self.log.staging():
+
+        def stage() -> Transaction:
             staged = stage_delete(self.log.files, self.state(), keys, level or "")
-        n = staged.rows.get(level or "", 0)
-        return self.log.commit(staged.transaction("delete", f"{n} keys at {level or 'root'}"))
+            n = staged.rows.get(level or "", 0)
+            return staged.transaction("delete", f"{n} keys at {level or 'root'}")
+
+        return self.log.transact(stage)
 
     def update(
         self, where: Expr | None = None, set: Mapping[str, Any] | None = None, level: str | None = None
