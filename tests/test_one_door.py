@@ -47,7 +47,8 @@ def _term(draw: Any, t: conch.Table, spelling: str) -> Any:
     """One comparison, spelled one of four ways (the same tree for every spelling but `_`,
     resolved against the scanned level; one filter uses one spelling: nested expressions
     combine only with nested ones)."""
-    column = draw(st.sampled_from(["id", "x"]))
+    # `t.<key>` is a core column (`t["id"]`), which does not combine with nested ones: `t.x` only
+    column = draw(st.sampled_from(["x"] if spelling == "attr" else ["id", "x"]))
     op = draw(st.sampled_from(OPS))
     value = draw(st.integers(0, 16)) if column == "id" else draw(st.floats(-10, 16, allow_nan=False))
     if spelling == "text":
