@@ -27,14 +27,13 @@ and computes only the ranges that have no commit yet.
 first range runs in this process so that concurrent commits never race to add the same new
 columns) or in this process (`workers=0`, or when `fn` cannot be pickled).
 `engine="spark"` (needs `spark=`) runs the pipeline's `mapInArrow` job
-(`conch.apps.pipelines.enrich`) over the same keys in one Spark commit. A rich progress bar counts
+(`conch.engines.spark.enrich`) over the same keys in one Spark commit. A rich progress bar counts
 ranges when stderr is a terminal.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import pickle
@@ -64,8 +63,8 @@ from conch.write.stage import StagedWrite, stage_write
 Fn = Callable[[pa.RecordBatch], Any]
 SUMMARY = "enrich "
 RANGE_ROWS = 65_536
-# Engines other than "local" live above the core and register themselves when imported.
-ENGINE_MODULES = {"spark": "conch.apps.pipelines.enrich"}
+# Engines other than "local" live above the core and register themselves when imported
+# (`register_engine`): "spark" when `conch.engines.spark` is (`conch.engines.spark.enrich`).
 ENGINES: dict[str, Callable[..., tuple[list[int], int]]] = {}
 
 
@@ -179,10 +178,11 @@ def enrich(
     if engine == "local":
         commits, rows = _run_local(jobs, workers, progress, table.log)
     else:
-        if engine not in ENGINES and engine in ENGINE_MODULES:
-            importlib.import_module(ENGINE_MODULES[engine])
         if engine not in ENGINES:
-            raise EnrichError(f"engine={engine!r}: use 'local' or one of {sorted(ENGINE_MODULES)}")
+            raise EnrichError(
+                f"engine={engine!r}: use 'local' or one of {sorted(ENGINES) or ['spark']} "
+                "(import conch.engines.spark to register 'spark')"
+            )
         commits, rows = ENGINES[engine](table, jobs, spark=spark)
     if ranges:  # the marker: this run is done, the next one starts from its pin
         marker = SUMMARY + json.dumps({**head, "done": True, "seqs": commits})

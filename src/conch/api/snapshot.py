@@ -22,20 +22,17 @@ True
 
 from __future__ import annotations
 
-import os
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
-from conch.api.connection import reopen
+from conch.api.connection import reopen, table_log
 from conch.errors import InvalidArgumentError, TableNotFoundError
 from conch.files.format import FragmentFormat
 from conch.files.keycache import KeyCache
 from conch.files.manifest import TableState
-from conch.log.branching import metastore_name
 from conch.log.tablelog import TableLog
 from conch.log.warehouse import Connection
 from conch.model.schema import Schema
@@ -199,31 +196,15 @@ class _VersionHandle:
         raise InvalidArgumentError(f"a filter of a scan of {self.snap!r} cannot write")
 
 
-_lock = threading.Lock()
-_logs: dict[tuple[int, str, str], TableLog] = {}
-
-
 def open_snapshot(
     connection: Connection, table_id: str, name: str, seq: int, time: int, asof: int | None = None
 ) -> Snapshot:
     """A snapshot in this process (what unpickling one calls): the warehouse reopened with
     exactly `connect()`'s options (`conch.api.connection.reopen`), the table opened once per
-    process, and its state at `seq` (cached). `TableNotFoundError` if the table was dropped
-    (a table created again under its name is another table)."""
-    wh = reopen(connection)
-    key = (os.getpid(), connection.key, table_id)
-    with _lock:
-        log = _logs.get(key)
-    if log is None:
-        record = wh.metastore.get_table(metastore_name(name))  # a branch's handle is named `t@x`
-        if record.id != table_id:
-            raise TableNotFoundError(
-                f"table {name!r} of the snapshot (id {table_id}) was dropped; {name!r} is now another table "
-                f"(id {record.id}): take a new snapshot"
-            )
-        log = TableLog(wh, record)
-        with _lock:
-            log = _logs.setdefault(key, log)
+    process (`conch.api.connection.table_log`), and its state at `seq` (cached).
+    `TableNotFoundError` if the table was dropped (a table created again under its name is
+    another table)."""
+    log = table_log(reopen(connection), name, table_id)
     state = log.known_state(seq) if seq else log.initial_state()
     if state is None:
         state, _ = log.pinned(version=seq)

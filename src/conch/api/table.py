@@ -19,6 +19,7 @@ import pyarrow as pa
 from conch.api.changes import Changes
 from conch.api.delete_where import delete_where
 from conch.api.snapshot import Snapshot
+from conch.api.staging import StagingFace
 from conch.api.update import update_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr.tree import Col, Expr
@@ -86,7 +87,7 @@ class TableSchema:
         return [c.full_path for c in self.tree.columns]
 
 
-class Table:
+class Table(StagingFace):
     """A Conch table. Get one from `Catalog.create_table` or `Catalog.table`.
 
     >>> t = conch.connect(path).create_table("audio", [("id", pa.uint64())])  # doctest: +SKIP

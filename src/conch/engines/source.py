@@ -18,8 +18,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from conch.api.catalog import Catalog
-from conch.api.connection import local_uri, reopen
+from conch.api.connection import local_uri, reopen, table_log
 from conch.api.snapshot import Snapshot
 from conch.api.table import Table
 from conch.errors import ConchError, InvalidArgumentError
@@ -34,7 +33,7 @@ from conch.scan.request import ScanRequest
 def open_table(warehouse: str, name: str) -> Table:
     """The table `name` of the warehouse at path or URI `warehouse` (default metastore), through
     one opened warehouse per process (`conch.api.connection.reopen`)."""
-    return Catalog(reopen(Connection(local_uri(warehouse)))).table(name)
+    return Table(table_log(reopen(Connection(local_uri(warehouse))), name))
 
 
 def open_split(split: Split) -> Scan:
