@@ -24,6 +24,7 @@ from conch.files.storage.base import Storage
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import Entry, Transaction
+from conch.log.warehouse import Connection
 from conch.maintain.compaction import CompactionTask, Policy, Staged, commit, execute, plan_tasks
 from conch.model.budget import WriteOptions
 from conch.model.keys import EncodedRange
@@ -38,6 +39,11 @@ class StagingFace:
     def files(self) -> TableFiles:
         """Where this table's files go: writers stage key spaces and fragments here."""
         return self.log.files
+
+    @property
+    def connection(self) -> Connection:
+        """How the warehouse is reached (what tasks in other processes reopen it with)."""
+        return self.log.warehouse.connection
 
     @property
     def storage(self) -> Storage:

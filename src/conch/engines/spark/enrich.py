@@ -36,7 +36,7 @@ def run_spark(table: Any, jobs: list[RangeJob], spark: Any = None, **_: Any) -> 
         raise EnrichError("engine='spark' needs spark=<a SparkSession> (conch.engines.spark.session() makes one)")
 
     job = jobs[0]
-    where = _location(table.log.warehouse.connection, job.table)
+    where = _location(table.connection, job.table)
     reader = spark.read.format("conch").options(**where)
     reader = reader.option("columns", ",".join(job.inputs)).option("asof", str(job.pin))
     if job.level:
