@@ -192,6 +192,28 @@ def _(e: Not | IsNull | IsIn) -> tuple[Expr, ...]:
     return (e.operand,)
 
 
+@functools.singledispatch
+def column_path(e: Expr) -> str | None:
+    """The path of a column node, else None."""
+    return None
+
+
+@column_path.register
+def _(e: Col) -> str | None:
+    return e.path
+
+
+@functools.singledispatch
+def null_test_path(e: Expr) -> str | None:
+    """The column `e` tests for null (`col.is_null()`), else None."""
+    return None
+
+
+@null_test_path.register
+def _(e: IsNull) -> str | None:
+    return column_path(e.operand)
+
+
 def with_children(e: Expr, kids: Sequence[Expr]) -> Expr:
     """`e` with its sub-expressions replaced by `kids` (in `children` order)."""
     names = ("left", "right") if len(kids) == 2 else ("operand",)

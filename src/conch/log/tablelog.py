@@ -22,7 +22,14 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 
-from conch.errors import CommitConflictError, ConchError, CorruptFileError, TableNotFoundError, TimeTravelError
+from conch.errors import (
+    CommitConflictError,
+    ConchError,
+    CorruptFileError,
+    InvalidArgumentError,
+    TableNotFoundError,
+    TimeTravelError,
+)
 from conch.files.format import FragmentFormat
 from conch.files.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, read_snapshot, with_digest
 from conch.files.keycache import KeyCache
@@ -249,7 +256,7 @@ class TableLog:
         version the handle has seen, one more for a time it has not. A tagged version outlives
         the horizon (`Table.tag`)."""
         if asof is not None and version is not None:
-            raise TimeTravelError("give asof= or version=, not both")
+            raise InvalidArgumentError("give asof= or version=, not both")
         latest = self.state()
         tagged = latest.tags.get(asof) if isinstance(asof, str) else None
         if tagged is not None:  # a tag name given as asof=
