@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from conch.api.snapshot import Snapshot
 from conch.files.manifest import TableState
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
-from conch.scan import Scan
 
 
 class TableLike(Protocol):
@@ -24,17 +23,5 @@ class TableLike(Protocol):
     def state(self) -> TableState: ...
 
     def snapshot(self, asof: int | str | datetime | None = None, version: int | str | None = None) -> Snapshot: ...
-
-    def scan(
-        self,
-        *columns: Any,
-        where: Any = None,
-        keys: Any = None,
-        asof: int | str | datetime | None = None,
-        since: int | str | datetime | None = None,
-        level: str | None = None,
-        limit: int | None = None,
-        version: int | str | None = None,
-    ) -> Scan: ...
 
     def history(self, kind: str | Iterable[str] | None = None) -> list[Commit]: ...

@@ -63,7 +63,7 @@ def matching_scan(table: TableLike, where: Expr | None, values: Mapping[str, Any
     reads = [p for p in dict.fromkeys(reads) if p not in keys]
     if any(callable(v) and not isinstance(v, Expr) for v in values.values()):
         reads = []  # a callable may read any column of the record: all of the level's
-    return table.scan(*reads, where=where, asof=time or None, level=level)
+    return table.snapshot(time or None).scan(*reads, where=where, level=level)
 
 
 def commit_update(

@@ -287,13 +287,9 @@ def _rows(frs: Sequence[Fragment]) -> np.ndarray:
 
 
 @may_match_many.register
-def _(e: And, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
-    return may_match_many(e.left, frs, stats, column) & may_match_many(e.right, frs, stats, column)
-
-
-@may_match_many.register
-def _(e: Or, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
-    return may_match_many(e.left, frs, stats, column) | may_match_many(e.right, frs, stats, column)
+def _(e: And | Or, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
+    both = np.logical_and if type(e) is And else np.logical_or
+    return both(may_match_many(e.left, frs, stats, column), may_match_many(e.right, frs, stats, column))
 
 
 @may_match_many.register
