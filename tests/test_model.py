@@ -131,6 +131,8 @@ class TableMachine(RuleBasedStateMachine):
         self.t = self.cat.create_table("m", [("k", pa.int64())], SCHEMA)
 
     def teardown(self) -> None:
+        if hasattr(self, "cat"):
+            self.cat.close()  # waits for a running settle: none writes into a removed directory
         shutil.rmtree(self.dir, ignore_errors=True)
 
     @rule(
@@ -229,6 +231,7 @@ class TableMachine(RuleBasedStateMachine):
 
     @rule()
     def reopen(self) -> None:
+        self.cat.close()
         self.cat = conch.connect(self.dir, write_options=self.opts)
         self.t = self.cat.table("m")
 

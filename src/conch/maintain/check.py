@@ -23,6 +23,7 @@ from conch.files.masks import verify_mask
 from conch.files.storage import Storage
 from conch.log.metastore.base import Metastore
 from conch.log.wal import replay
+from conch.maintain.compaction.plan import interleaved, oldest_time
 from conch.model.schema import Schema
 
 
@@ -102,6 +103,16 @@ def check_table(
     if state is None:
         report.problems.append(Problem(name, "the live files are unknown (the WAL is damaged): files not checked"))
         return report
+    report.problems += [
+        Problem(
+            a.path,
+            f"run {a.id} (level {a.level or 'root'!r}, {a.kind}, times {oldest_time(a)}..{a.time}) and run {b.id} "
+            f"({b.kind}, times {oldest_time(b)}..{b.time}) share keys and interleave in commit time: a compaction "
+            "relabelled cells past a newer cell or deletion (issue 29), so keys in both may read deleted or stale "
+            "cells; delete and rewrite those keys (the WAL's retained entries show what they held)",
+        )
+        for a, b in interleaved(state)
+    ]
     refs: list[tuple[FileRef, list[str]]] = [(ks, []) for ks in state.key_spaces.values()]
     # masked fragments share data files: each file is checked once (with every blob column any
     # of its fragments reads), and each fragment's own mask file

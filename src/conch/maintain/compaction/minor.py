@@ -37,6 +37,7 @@ from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import AddDisplacementMap, AddFragment, AddKeySpace, Op, RemoveFragment, RemoveKeySpace, Transaction
 from conch.maintain.compaction.displacement import map_runs, write_map
+from conch.maintain.compaction.plan import time_contiguous
 from conch.model.keys import encode_keys
 
 
@@ -59,8 +60,8 @@ def eligible(state: TableState, level: str, runs: int | None = None) -> list[Key
     ancestors = {a.path for a in state.schema.ancestry(level)} | {level}
     if any(k.kind == "tombstone" and k.level in ancestors for k in state.key_spaces.values()):
         return []
-    kss = sorted((k for k in state.key_spaces.values() if k.level == level), key=lambda k: (k.time, k.seq, k.id))
-    kss = kss[-runs:] if runs else kss
+    level_runs = sorted((k for k in state.key_spaces.values() if k.level == level), key=lambda k: (k.time, k.seq, k.id))
+    kss = time_contiguous(level_runs[-runs:], level_runs) if runs else level_runs
     ids = {k.id for k in kss}
     if len(kss) < 2 or any(f.mask for f in state.fragments.values() if f.key_space in ids):
         return []
