@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +46,25 @@ def interleaved(a: Callable[[], Any], b: Callable[[], Any], reps: int) -> tuple[
         out_b = b()
         tb.append(time.perf_counter() - t0)
     return median(ta), median(tb), out_a, out_b
+
+
+def process_cpu() -> float:
+    """CPU seconds of this process so far, every thread (Vortex's encoders run on their own)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def child_json(module: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run `python -m <module> --child <args>` in a fresh process (its own peak RSS) and return
+    the JSON object its last output line holds. `env`: variables replacing this process's (a
+    `PYTHONPATH` naming another checkout measures that code beside this one)."""
+    cmd = [sys.executable, "-m", module, "--child", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})})
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def rchar() -> int:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,19 +126,10 @@ def _more(r: dict[str, Any]) -> str:
 
 
 def _child(args: list[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.writes", "--child", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return S.child_json("bench.writes", args)
 
 
-def _cpu() -> float:
-    """CPU seconds of this process so far, every thread (the encoders run on their own)."""
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
+_cpu = S.process_cpu
 
 
 # ----- wide table ----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import pyarrow as pa
 from conch.api.changes import Changes
 from conch.api.delete_where import delete_where
 from conch.api.snapshot import Snapshot
+from conch.api.staging import StagingFace
 from conch.api.update import update_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr.tree import Col, Expr
@@ -88,7 +89,7 @@ class TableSchema:
         return [c.full_path for c in self.tree.columns]
 
 
-class Table:
+class Table(StagingFace):
     """A Conch table. Get one from `Catalog.create_table` or `Catalog.table`.
 
     >>> t = conch.connect(path).create_table("audio", [("id", pa.uint64())])  # doctest: +SKIP
@@ -206,7 +207,8 @@ class Table:
         if data is None:
             return BatchWriter(self)
         wh = self.log.warehouse
-        with self.log.staging():
+
+        def stage() -> Transaction:
             staged = stage_write(
                 self.log.files,
                 self.state(),
@@ -216,10 +218,12 @@ class Table:
                 wh.evolve if evolve is None else evolve,
                 progress,
             )
-        rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
-        if staged.added_columns:
-            rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
-        done = self.log.commit(staged.transaction("write", rows))
+            rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
+            if staged.added_columns:
+                rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
+            return staged.transaction("write", rows)
+
+        done = self.log.transact(stage)
         if self.log.cached_state().indexes:  # a run large enough gets its index file now
             build_indexes(self.log)
         return done
@@ -232,10 +236,13 @@ class Table:
         """
         if where is not None or keys is None:
             return delete_where(self, keys, as_filter(where, self, level), level)
-        with self.log.staging():
+
+        def stage() -> Transaction:
             staged = stage_delete(self.log.files, self.state(), keys, level or "")
-        n = staged.rows.get(level or "", 0)
-        return self.log.commit(staged.transaction("delete", f"{n} keys at {level or 'root'}"))
+            n = staged.rows.get(level or "", 0)
+            return staged.transaction("delete", f"{n} keys at {level or 'root'}")
+
+        return self.log.transact(stage)
 
     def update(
         self, where: Expr | None = None, set: Mapping[str, Any] | None = None, level: str | None = None
@@ -293,15 +300,8 @@ class Table:
         `TimeTravelError`. The same as `self.snapshot(asof, version).scan(...)`: one metastore
         read, then the scan reads that one version.
         """
-        if version is not None and asof is not None:
-            raise InvalidArgumentError("give asof= or version=, not both")
-        snap = self.snapshot(asof, version)
-        if isinstance(since, str):  # a tag name (the tags of the state the snapshot just read)
-            tags = self.log.cached_state().tags
-            if since in tags:
-                since = self.log.time_of(tags[since])
-        return snap.scan(
-            *columns, where=as_filter(where, self, level), keys=keys, since=since, level=level, limit=limit
+        return self.snapshot(asof, version).scan(
+            *columns, where=where, keys=keys, since=since, level=level, limit=limit
         )
 
     def enrich(self, fn: Any, inputs: Any, into: str, **options: Any) -> Any:

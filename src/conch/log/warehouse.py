@@ -86,6 +86,7 @@ class Warehouse:
         memory_budget: int = MEMORY_BUDGET,
     ) -> None:
         split = budget_split(memory_budget)
+        self.memory_budget = memory_budget  # a hard limit on an automatic compaction's memory too
         self.storage = storage
         self.metastore = metastore
         self.format = VortexFormat(storage, segment_cache_bytes=split.segment_cache)

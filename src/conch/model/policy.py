@@ -26,6 +26,10 @@ class Policy:
     size_ratio: float = 2.0  # merge: an older run joins if <= ratio × the newer window's bytes
     l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
     small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at its read-cost trigger
+    # ... and holding at most this many rows: a rewrite costs decoding and encoding every row, and
+    # compressible columns make a table of 500k rows 0.4 MB (folded every 2nd commit: 8x the
+    # ingest CPU of no maintenance, `bench/lsm_shapes.py`)
+    small_rows: int = 1 << 16
     l0_read_bytes: int = 512 << 10  # fixed read cost of one L0 run, in bytes of scanning (measured, plan.py)
     read_overhead: float = (
         1.0  # small components: compact once L0 runs cost this share of the scan (the settle folds the rest)
@@ -36,6 +40,9 @@ class Policy:
     # least small_bytes, at most auto_budget_bytes; `plan.commit_budget`); larger merges settle
     commit_rewrite_ratio: float = 4.0
     move_bytes: int = 4 << 20  # runs overlapping nothing, this large together, go to L1 as they are
+    # ... or holding this many rows (a bulk load of compressible data is small in bytes, and folding
+    # its runs would decode and encode every row of the write: `plan.move_task`)
+    move_rows: int = 1 << 18
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
     settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
 
@@ -49,10 +56,12 @@ class Policy:
             or self.max_l1_rows < 1
             or self.commit_rewrite_ratio < 0
             or self.move_bytes < 0
+            or self.move_rows < 0
+            or self.small_rows < 0
             or (self.settle_after is not None and not self.settle_after >= 0)
         ):
             raise InvalidArgumentError(
                 f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
-                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, "
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, "
                 "settle_after None or >= 0"
             )

@@ -37,6 +37,7 @@ from conch.log.txn import Commit
 from conch.log.wal import AddIndexFile, Transaction
 from conch.model.budget import ScanOptions
 from conch.scan import Scan
+from conch.scan.request import ScanRequest
 from conch.search import vectors
 
 MAGIC = b"CONCHIX1"
@@ -79,7 +80,7 @@ class RunView:
     def scan(
         self, *columns: Any, where: Any = None, keys: Any = None, since: Any = None, level: str | None = None
     ) -> Scan:
-        return Scan(self, columns, where=where, keys=keys, since=since, level=level)
+        return Scan(self, ScanRequest.resolve(self._state.schema, columns, where, keys, since, level))
 
 
 def run_fragments(state: TableState, key_space: str, column_id: int) -> tuple[str, ...]:

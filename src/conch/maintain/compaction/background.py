@@ -226,7 +226,8 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: C
         if (interrupted is not None and interrupted()) or (stop is not None and stop()):
             break
         state = log.state()
-        task = next(iter(settle_tasks(state, policy)), None)  # planned on the state it runs on
+        memory = log.warehouse.memory_budget
+        task = next(iter(settle_tasks(state, policy, memory)), None)  # planned on the state it runs on
         if task is None:
             break
         try:
@@ -240,15 +241,15 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: C
     return done
 
 
-def settle_tasks(state: TableState, policy: Policy) -> list[CompactionTask]:
+def settle_tasks(state: TableState, policy: Policy, memory: int | None = None) -> list[CompactionTask]:
     """The majors a settle runs on `state`: the forced ones that fold L0 runs into other runs
     (not a lone L0 run, already one run to read; not components that only hold several L1 runs)
-    and fit the automatic budget."""
+    and fit the automatic budget and the warehouse's `memory` budget."""
     l0 = {i for i, ks in state.key_spaces.items() if ks.lsm == 0}
     return [
         t
         for t in plan(state.key_spaces, state.fragments, policy, force=True).tasks
-        if within_budget(t, policy) and len(t.inputs) >= 2 and l0 & set(t.inputs)
+        if within_budget(t, policy, memory=memory) and len(t.inputs) >= 2 and l0 & set(t.inputs)
     ]
 
 
@@ -283,7 +284,7 @@ def schedule(log: TableLog) -> None:
 
 
 def _needs_settling(log: TableLog) -> bool:
-    return bool(settle_tasks(log.state(), log.warehouse.maintenance))
+    return bool(settle_tasks(log.state(), log.warehouse.maintenance, log.warehouse.memory_budget))
 
 
 def pending(log: TableLog) -> bool:

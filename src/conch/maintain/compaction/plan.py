@@ -26,7 +26,7 @@ Every L0 run beside the rest of its component costs a scan a fixed time whatever
 files are opened and decoded and the scan takes the overlay path (measured: the first run ~1.1
 ms, each further one ~0.25 ms, while a scan reads ~0.5 MB of fragments per ms and costs ~0.6 ms
 fixed). `Policy.l0_read_bytes` (512 KB) is that cost as bytes of scanning. A small component
-(`small_bytes`) is compacted whole (major) once `n` L0 runs would cost more than
+(`small_bytes`, and at most `small_rows` rows) is compacted whole (major) once `n` L0 runs would cost more than
 `read_overhead` (1.0) × its own scan (its bytes plus one run's fixed cost): `read_trigger`. So
 below 0.5 MB every second run is folded in, below 1 MB every third, above that every
 `l0_trigger`-th: reads *during* an ingest stay within ~2-3× of one run, and the background settle
@@ -39,6 +39,14 @@ would not reduce the run count; else merge. The automatic trigger after
 commits runs at most `commit_budget` of input per commit: a small multiple of what the commit
 wrote (a writer never stalls long); larger tasks are listed by `maintenance_plan()` and run by
 the settle, `Table.compact()` or `conch compact`.
+
+**The cost model** (issue 30): each rewrite task carries the bytes it rewrites (write
+amplification spent), the runs a scan of its range merges before and after it (read
+amplification removed: ~`l0_read_bytes` of scanning per run beside the others) and the memory
+it needs (`REWRITE_BYTES_PER_ROW` per input row). Rows count beside bytes (`small_rows`,
+`move_rows`) because a rewrite decodes and encodes every row, and compressible columns make
+millions of rows a few MB. The warehouse's `memory_budget` is a hard limit for the automatic
+triggers (`within_budget`); `compact()` runs what they leave. Measured in `docs/compaction.md`.
 
 A third kind of task rewrites nothing: **move** (`move_task`), L0 runs that overlap no other run
 re-labelled L1 as they are (a bulk load lands as disjoint runs; merging them would rewrite every
@@ -69,12 +77,28 @@ class CompactionTask:
     input_bytes: int  # key spaces + fragments read
     l0_runs: int
     reason: str
+    # the cost model's numbers (module doc, "The cost model"): what a scan of the task's range
+    # merges before and after it (read amplification removed), and the memory it needs
+    scan_runs_before: int = 0
+    scan_runs_after: int = 0
+    memory_bytes: int = 0
+
+    @property
+    def bytes_rewritten(self) -> int:
+        """Write amplification spent: a move writes nothing; a rewrite about its input."""
+        return 0 if self.kind == "move" else self.input_bytes
 
     def describe(self) -> str:
         hi = self.hi.hex() if self.hi is not None else "ff…"
+        cost = (
+            f"; rewrites {self.bytes_rewritten:,} B, a scan of the range merges {self.scan_runs_before} → "
+            f"{self.scan_runs_after} runs, needs ~{self.memory_bytes:,} B"
+            if self.kind != "move"
+            else "; rewrites 0 B"
+        )
         return (
             f"{self.kind} [{self.lo.hex() or '00'}, {hi}): {len(self.inputs)} runs "
-            f"({self.l0_runs} L0), {self.input_bytes:,} B — {self.reason}"
+            f"({self.l0_runs} L0), {self.input_bytes:,} B — {self.reason}{cost}"
         )
 
 
@@ -187,7 +211,8 @@ def plan(
             continue
         l0_bytes = sum(sizes[k.id] for k in l0)
         l1_bytes = sum(sizes[k.id] for k in l1)
-        small = l0_bytes + l1_bytes <= policy.small_bytes
+        rows = sum(k.rows for k in comp.runs if k.kind == "data")
+        small = l0_bytes + l1_bytes <= policy.small_bytes and rows <= policy.small_rows
         trigger = read_trigger(l0_bytes + l1_bytes, policy) if small else policy.l0_trigger
         if not force and len(l0) < trigger:
             continue
@@ -205,7 +230,7 @@ def plan(
                 "forced"
                 if force
                 else f"{len(l0)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
-                f"{policy.small_bytes:,} B; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
+                f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
                 if small
                 else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B >= {policy.l1_ratio:g} × L1 "
                 f"{l1_bytes:,} B"
@@ -218,7 +243,7 @@ def plan(
                 f"{len(l0)} L0 runs >= {policy.l0_trigger}; the newest {len(window)} have similar sizes "
                 f"(L0 {l0_bytes:,} B < {policy.l1_ratio:g} × L1 {l1_bytes:,} B)"
             )
-            tasks.append(_task("merge", lo, hi, window, sizes, len(window), why))
+            tasks.append(_task("merge", lo, hi, window, sizes, len(window), why, comp.runs))
     return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
 
 
@@ -237,9 +262,35 @@ def read_trigger(component_bytes: int, policy: Policy) -> int:
     return min(policy.l0_trigger, int(policy.read_overhead * scan // policy.l0_read_bytes) + 1)
 
 
+# Peak memory of a rewrite per input row, beyond the caches the budget already bounds: the scan's
+# general path merges every input key and locates its fresh cell before streaming the output
+# (keys, positions, liveness; `conch.scan.execute`), and the displacement map holds the output's
+# encoded keys. Measured with `python -m bench.lsm_shapes`-shaped majors of 2M and 8M rows
+# (u64 key + 2 f64): 223 and 165 B per row above the process's baseline.
+REWRITE_BYTES_PER_ROW = 200
+
+
 def _task(
-    kind: str, lo: bytes, hi: bytes | None, runs: list[KeySpace], sizes: Mapping[str, int], n_l0: int, why: str
+    kind: str,
+    lo: bytes,
+    hi: bytes | None,
+    runs: list[KeySpace],
+    sizes: Mapping[str, int],
+    n_l0: int,
+    why: str,
+    component: list[KeySpace] | None = None,
 ) -> CompactionTask:
+    """A rewrite task over `runs`, with the cost model's numbers: a scan of its range merges the
+    data runs of each level of `component` now, and after it one run per level for a major (plus
+    the runs outside a merge's window)."""
+    comp = [k for k in (component or runs) if k.kind == "data"]
+    levels = {k.level for k in comp}
+    before = len(comp)
+    if kind == "major":
+        after = len(levels)
+    else:
+        merged = [k for k in runs if k.kind == "data"]
+        after = before - len(merged) + len({k.level for k in merged})
     return CompactionTask(
         kind,
         lo,
@@ -250,6 +301,9 @@ def _task(
         sum(sizes[k.id] for k in runs),
         n_l0,
         why,
+        before,
+        after,
+        REWRITE_BYTES_PER_ROW * sum(k.rows for k in runs if k.kind == "data"),
     )
 
 
@@ -325,10 +379,15 @@ def interleaved(state: TableState) -> list[tuple[KeySpace, KeySpace]]:
     return found
 
 
-def within_budget(task: CompactionTask, policy: Policy, budget: int | None = None) -> bool:
-    """Whether an automatic trigger may run `task`: a move rewrites nothing, so always."""
+def within_budget(task: CompactionTask, policy: Policy, budget: int | None = None, memory: int | None = None) -> bool:
+    """Whether an automatic trigger may run `task`: a move rewrites nothing, so always; a rewrite
+    when its input fits the byte budget and, given the warehouse's `memory` budget, its memory
+    (`CompactionTask.memory_bytes`) fits that: a hard limit, the task then waits for an explicit
+    `compact()` (or a Spark job, which splits it by key range)."""
     limit = policy.auto_budget_bytes if budget is None else budget
-    return task.kind == "move" or task.input_bytes <= limit
+    if task.kind == "move":
+        return True
+    return task.input_bytes <= limit and (memory is None or task.memory_bytes <= memory)
 
 
 def commit_budget(written: int, policy: Policy) -> int:
@@ -348,7 +407,11 @@ def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: 
     data runs, at most one per level, its root-level run starts it (that run's first key becomes a
     range boundary, `ranges.ranges_of`, and the group lies inside the range it starts: any run
     holding a key between it and the next boundary would overlap it), and it holds at least
-    `move_bytes` (smaller runs are cheaper to fold than to read as runs of their own). Each run
+    `move_bytes` or `move_rows` (smaller runs are cheaper to fold than to read as runs of their
+    own; rows count too because a fold's cost is decoding and encoding every row, and a bulk
+    load of compressible columns is small in bytes: 2M-row runs of a sorted key and two
+    derived floats are ~1 MB each, and were merged inside `write()` at 1.5 GB peak), or was
+    written by the same commit as such a group (the smaller last chunk of a bulk load). Each run
     keeps its files, time and `min_time`: no cell is relabelled, so DESIGN §6's invariant holds
     trivially. One task moves every such group; None when there is none."""
     runs = sorted((k for k in key_spaces if k.rows), key=lambda k: extent(k)[0])
@@ -362,7 +425,12 @@ def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: 
         else:
             groups.append([k])
             hi = end
-    moved = [g for g in groups if _movable(g, sizes, policy)]
+    shaped = [g for g in groups if _movable_shape(g)]
+    large = [g for g in shaped if _large(g, sizes, policy)]
+    # the rest of a commit that wrote a large group moves with it: a bulk load's last chunk is
+    # smaller than the others, and folding it alone would still rewrite it inside `write()`
+    bulk = {k.seq for g in large for k in g}
+    moved = [g for g in shaped if any(g is x for x in large) or all(k.seq in bulk for k in g)]
     if not moved:
         return None
     ins = [k for g in moved for k in g]
@@ -379,10 +447,13 @@ def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: 
     )
 
 
-def _movable(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> bool:
+def _movable_shape(group: list[KeySpace]) -> bool:
+    """L0 data runs only, one per level, started by the root level's run (`move_task`)."""
     if any(k.lsm != 0 or k.kind != "data" for k in group) or not _one_run_per_level(group):
         return False
     root = next((k for k in group if k.level == ""), None)
-    if root is None or root.min_key != group[0].min_key:
-        return False
-    return sum(sizes[k.id] for k in group) >= policy.move_bytes
+    return root is not None and root.min_key == group[0].min_key
+
+
+def _large(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> bool:
+    return sum(sizes[k.id] for k in group) >= policy.move_bytes or sum(k.rows for k in group) >= policy.move_rows

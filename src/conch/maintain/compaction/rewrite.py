@@ -33,6 +33,7 @@ in-process compaction (`run.py`) and Spark tasks over key ranges (`within`) shar
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.files.keycache import KeyCache
+from conch.files.keycache import INDEX_STEP, KeyCache
 from conch.files.layout import TableFiles
 from conch.files.manifest import KeySpace, TableState
 from conch.log.wal import AddFragment, AddKeySpace, Op
@@ -55,6 +56,7 @@ from conch.model.schema import Column, Schema
 from conch.scan.context import ScanContext
 from conch.scan.execute import execute as run_scan
 from conch.scan.plan import narrow, plan_scan
+from conch.scan.request import ScanRequest
 from conch.write.stage import StagedWrite, write_fragments, write_key_space
 
 
@@ -113,8 +115,9 @@ def execute(
     cuts = fixed
     target = _target_rows(view, layout.max_rows, key_cache) if task.kind == "major" else None
     outputs: dict[str, list[tuple[str, pa.BinaryArray]]] = {}
+    slices = _slices(view, layout, key_cache, max(MIN_SLICE_ROWS, scan.cache_bytes // SLICE_BYTES_PER_ROW))
     for level in levels:  # root first: child levels are cut where it was
-        batches = _fresh_batches(view, level, files.format, key_cache, within, scan)
+        batches = _sliced_batches(view, level, files.format, key_cache, within, scan, slices)
         if task.kind == "merge":
             for merged, present in _by_presence(view, level, batches, key_cache):
                 for piece in _pieces(iter([merged]), layout, [], None):  # partition cuts only
@@ -214,10 +217,58 @@ def _distinct_root_keys(runs: list[KeySpace], schema: Schema, key_cache: KeyCach
     return int(pc.count_distinct(keys).as_py())
 
 
+# The scan's general path holds, per input row of what it merges, its key, run, row, liveness and
+# fresh-cell location: ~200 B per row measured (`plan.REWRITE_BYTES_PER_ROW`). A rewrite scans its
+# inputs in key slices of about `scan.cache_bytes // SLICE_BYTES_PER_ROW` rows (a quarter of the
+# memory budget's scan share), so that part is bounded by the budget, not the task.
+SLICE_BYTES_PER_ROW = 200
+MIN_SLICE_ROWS = 1 << 16
+
+
+def _slices(view: TableState, layout: Layout, key_cache: KeyCache, rows: int) -> list[EncodedRange | None]:
+    """Key slices of about `rows` input rows each, cut at root keys (a key and its subtree fall in
+    one slice, `ranges.py`) taken from the largest root-level input run: its sparse index for a
+    numeric key (no key read), else its keys read once. One unbounded slice for a small task."""
+    runs = [k for k in view.key_spaces.values() if k.kind == "data" and k.level == ""]
+    total = sum(k.rows for k in runs)
+    if not runs or layout.root_keys == 0 or total <= rows:
+        return [None]
+    big = max(runs, key=lambda k: k.rows)
+    fields = view.schema.key_fields("")[: layout.root_keys]
+    step = max(1, big.rows // -(-total // rows))
+    if len(fields) == 1 and numeric_key_type(fields[0].type):
+        firsts = key_cache.index(big, fields).firsts
+        every = max(1, step // INDEX_STEP)
+        values = pa.array(firsts[every::every])
+        bounds = encode_keys([values.cast(fields[0].type)]) if len(values) else pa.array([], pa.binary())
+    else:
+        keys = key_cache.keys(big, fields, keep=False)
+        bounds = encode_keys(keys.take(pa.array(np.arange(step, big.rows, step))).columns)
+    edges: list[bytes | None] = [None, *sorted({b for b in bounds.to_pylist() if b}), None]
+    return [EncodedRange(a, b) for a, b in itertools.pairwise(edges)]
+
+
+def _sliced_batches(
+    view: TableState,
+    level: str,
+    fmt: Any,
+    key_cache: KeyCache,
+    within: EncodedRange | None,
+    scan: ScanOptions,
+    slices: list[EncodedRange | None],
+) -> Iterator[pa.Table]:
+    """The fresh records of `level`, slice after slice (`_slices`), in key order."""
+    for piece in slices:
+        r = within if piece is None else piece if within is None else within.intersect(piece)
+        if r is not None and r.empty:
+            continue
+        yield from _fresh_batches(view, level, fmt, key_cache, r, scan)
+
+
 def _fresh_batches(
     view: TableState, level: str, fmt: Any, key_cache: KeyCache, within: EncodedRange | None, scan: ScanOptions
 ) -> Iterator[pa.Table]:
-    plan = plan_scan(view, (), level=level)
+    plan = plan_scan(view, ScanRequest.resolve(view.schema, level=level))
     if within is not None:
         plan = narrow(plan, within)
     for b in run_scan(ScanContext(plan, fmt, key_cache, scan)):

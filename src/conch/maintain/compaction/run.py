@@ -197,7 +197,8 @@ def _tasks(log: TableLog, policy: Policy, force: bool, limit: int | None) -> tup
     tasks = list(plan(state.key_spaces, state.fragments, policy, force, limit).tasks)
     if limit is not None:
         moves = [t for t in tasks if t.kind == "move"]
-        tasks = moves + [t for t in tasks if t.kind != "move" and within_budget(t, policy, limit)][:1]
+        memory = log.warehouse.memory_budget
+        tasks = moves + [t for t in tasks if t.kind != "move" and within_budget(t, policy, limit, memory)][:1]
     return tasks, state.seq
 
 

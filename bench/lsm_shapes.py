@@ -1,0 +1,251 @@
+"""Issue 30's matrix: the LSM tree judged on a family of write shapes, not one
+(`python -m bench.lsm_shapes`, `--small` for a quick run; results in
+`bench/results/lsm_shapes*.json`).
+
+For each family × size, the same history is written three ways, each ingest in a fresh
+subprocess (its own peak RSS, `VmHWM`):
+
+- **default**: `conch.Policy()` with the background settle postponed (the commit-time trigger
+  runs as always; `bench.compaction.unsettled`), so the reads "right after the last commit" are
+  not raced by it; then `wait_for_maintenance()` settles it and the reads are taken again;
+- **auto-off**: `conch.Policy(auto=False)`;
+- **once**: the final fresh rows in one write: the denominator of every read ratio.
+
+Per side: the ingest's wall and CPU seconds, bytes compactions wrote (a move writes none;
+`bench.compaction.bytes_by_kind`), L0/L1 runs left and peak RSS. Reads (full scan, 1 % filter
+`a < 0.01`, 50-key take) are medians alternated rep by rep with the same query on `once`
+(`bench.systems.interleaved`), printed as ratios. `--before PATH` runs the default side a second
+time with `PYTHONPATH=PATH/src` (another checkout: before/after on the same machine, same run).
+
+Families (keys `uint64`; `a`: floats with two decimals, so 1 % of rows hold 0.00; `b`: derived
+from the key, compressible as real measurements are):
+
+- `bulk_reader`: one write of a sorted `RecordBatchReader` (1M-row batches at full scale);
+- `unsorted_table`: one write of a table of shuffled keys;
+- `appends`: many commits of sorted, time-ordered appends;
+- `upserts`: a base load, then commits of full rows on random keys;
+- `partial`: a base load, then commits of column `a` only on random keys;
+- `deletes`: a base load, then upserts and deletes of random keys, interleaved;
+- `two_groups`: spec/001's shape: one commit of `a`/`b`, one of a second column group `m`.
+
+Not built: a reader thread during the ingest, the Spark family and the Lance read shapes of the
+issue (`bench/selective.py` has those reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from bench import systems as S
+from bench.rss import peak_rss
+
+RESULTS = Path(__file__).parent / "results"
+SCHEMA = pa.schema([("id", pa.uint64()), ("a", pa.float64()), ("b", pa.float64())])
+FAMILIES = ("bulk_reader", "unsorted_table", "appends", "upserts", "partial", "deletes", "two_groups")
+SIZES = {"full": (1_000_000, 5_000_000), "small": (50_000, 250_000)}
+COMMITS = {"full": 100, "small": 40}  # commits of the many-commit families
+
+
+def rows(ids: np.ndarray, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    a = np.round(rng.random(len(ids)), 2)
+    return pa.table([pa.array(ids, pa.uint64()), a, ids.astype(np.float64) * 0.25], schema=SCHEMA)
+
+
+Op = tuple[str, Any]  # ("write", table | reader factory) or ("delete", keys)
+
+
+def history(family: str, n: int, commits: int) -> Iterator[Op]:
+    """The commits of one family at `n` keys, generated lazily (the generator's memory is one
+    commit, not the history)."""
+    rng = np.random.default_rng(7)
+    batch = max(1000, n // 10)
+    if family == "bulk_reader":
+
+        def reader() -> pa.RecordBatchReader:
+            parts = (rows(np.arange(s, min(n, s + batch), dtype=np.uint64), s) for s in range(0, n, batch))
+            return pa.RecordBatchReader.from_batches(SCHEMA, (b for p in parts for b in p.to_batches()))
+
+        yield "write", reader
+        return
+    if family == "unsorted_table":
+        yield "write", rows(rng.permutation(n).astype(np.uint64), 1)
+        return
+    if family == "appends":
+        per = n // commits
+        for c in range(commits):
+            yield "write", rows(np.arange(c * per, (c + 1) * per, dtype=np.uint64), c)
+        return
+    if family == "two_groups":
+        yield "write", rows(np.arange(n, dtype=np.uint64), 1)
+        m = pa.StructArray.from_arrays([pa.array(rng.random(n)), pa.array(rng.random(n))], ["x", "y"])
+        yield "write", pa.table({"id": pa.array(np.arange(n, dtype=np.uint64)), "m": m})
+        return
+    yield "write", rows(np.arange(n, dtype=np.uint64), 1)  # the base of the upsert families
+    per = max(1, n // 500)  # 0.2 % of the keys per commit
+    for c in range(commits):
+        keys = np.sort(rng.choice(n, per, replace=False)).astype(np.uint64)
+        if family == "upserts":
+            yield "write", rows(keys, 100 + c)
+        elif family == "partial":
+            t = rows(keys, 100 + c)
+            yield "write", t.select(["id", "a"])
+        elif family == "deletes":
+            yield ("delete", keys[: per // 2]) if c % 2 else ("write", rows(keys, 100 + c))
+
+
+# ----- one ingest per subprocess ---------------------------------------------------------------
+def _ingest_child(side: str, family: str, path: str, n: int, commits: int, source: str) -> dict[str, Any]:
+    import vortex  # noqa: F401  (imported before the clock starts: a write's cost, not an import's)
+
+    import conch
+    from bench.compaction import bytes_by_kind
+
+    policy = conch.Policy(auto=False) if side == "auto-off" else conch.Policy(settle_after=3600.0)
+    t = conch.connect(path, maintenance=policy).create_table("t", [("id", pa.uint64())])
+    ops = list(history(family, n, commits)) if side != "once" else []
+    if side == "once":  # the final fresh rows of the auto-off table (`source`), in one write
+        src = conch.connect(source, maintenance=conch.Policy(auto=False)).table("t")
+        ops = [("write", src.scan().to_arrow())]
+    c0, t0 = S.process_cpu(), time.perf_counter()
+    written = 0
+    for kind, data in ops:
+        if kind == "delete":
+            t.delete(pa.table({"id": pa.array(data, pa.uint64())}))
+        else:
+            d = data() if callable(data) else data
+            written += 0 if isinstance(d, pa.RecordBatchReader) else d.nbytes
+            t.write(d)
+    wall, cpu = time.perf_counter() - t0, S.process_cpu() - c0
+    plan = t.maintenance_plan()
+    kinds = bytes_by_kind(t)
+    return {
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "peak_rss_mb": round(peak_rss() / 2**20),
+        "rewritten": kinds.get("compact", 0),
+        "written": sum(v for k, v in kinds.items() if k != "compact"),
+        "l0": plan.l0_runs,
+        "l1": plan.l1_runs,
+        "commits": len(ops),
+    }
+
+
+# ----- reads, in this process ------------------------------------------------------------------
+def read_ratios(t: Any, once: Any, reps: int) -> dict[str, float]:
+    """Full scan, 1 % filter and 50-key take of `t` as ratios to `once` (alternated medians)."""
+    ids = once.scan().to_arrow().column("id").to_numpy()
+    keys = [int(k) for k in np.random.default_rng(50).choice(ids, size=min(50, len(ids)), replace=False)]
+    queries: dict[str, Callable[[Any], Any]] = {
+        "full": lambda x: x.scan().to_arrow(),
+        "filter": lambda x: x.scan(where=x["a"] < 0.01).to_arrow(),
+        "take": lambda x: x.scan(keys=keys).to_arrow(),
+    }
+    out = {}
+    for case, q in queries.items():
+        mine, base, got, want = S.interleaved(lambda q=q: q(t), lambda q=q: q(once), reps)
+        assert got.num_rows == want.num_rows, (case, got.num_rows, want.num_rows)
+        out[case] = round(mine / base, 2)
+    return out
+
+
+def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path | None) -> list[dict[str, Any]]:
+    import conch
+
+    out: list[dict[str, Any]] = []
+    sides = ["auto-off", "once", "default"] + (["before"] if before else [])
+    got: dict[str, dict[str, Any]] = {}
+    for side in sides:
+        path = S.fresh(work / family / str(n) / side)
+        env = {"PYTHONPATH": str(before / "src")} if side == "before" else None
+        child_side = "default" if side == "before" else side
+        args = [child_side, family, str(path), str(n), str(commits), str(work / family / str(n) / "auto-off")]
+        got[side] = S.child_json("bench.lsm_shapes", args, env)
+    once = conch.connect(work / family / str(n) / "once", maintenance=conch.Policy(auto=False)).table("t")
+    for side in sides:
+        r = {"family": family, "keys": n, "side": side, **got[side]}
+        if side in ("default", "before", "auto-off"):
+            reader = conch.connect(work / family / str(n) / side, maintenance=conch.Policy(auto=False)).table("t")
+            r["after_last_commit"] = read_ratios(reader, once, reps)
+        if side in ("default", "before"):
+            t = conch.connect(work / family / str(n) / side).table("t")
+            t0 = time.perf_counter()
+            t.wait_for_maintenance()
+            r["settle_s"] = round(time.perf_counter() - t0, 2)
+            r["settled"] = read_ratios(t, once, reps)
+        off = got["auto-off"]
+        r["wall_vs_off"] = round(r["wall_s"] / max(off["wall_s"], 1e-9), 2)
+        r["cpu_vs_off"] = round(r["cpu_s"] / max(off["cpu_s"], 1e-9), 2)
+        out.append(r)
+        _print(r)
+    shutil.rmtree(work / family / str(n), ignore_errors=True)
+    return out
+
+
+def _print(r: dict[str, Any]) -> None:
+    def ratios(k: str) -> str:
+        v = r.get(k)
+        return f"{v['full']:.2f}/{v['filter']:.2f}/{v['take']:.2f}" if v else "-"
+
+    print(
+        f"  {r['family']:<15} {r['keys']:>10,} {r['side']:<9} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} "
+        f"{r['wall_vs_off']:6.2f}x {r['rewritten'] / 2**20:9.1f} {r['written'] / 2**20:8.1f} {r['peak_rss_mb']:6} "
+        f"{r['l0']:3}/{r['l1']:<4} {ratios('after_last_commit'):>16} {ratios('settled'):>16}",
+        flush=True,
+    )
+
+
+HEADER = (
+    f"  {'family':<15} {'keys':>10} {'side':<9} {'wall s':>8} {'CPU s':>8} {'÷off':>7} {'rewr MB':>9} "
+    f"{'wrote MB':>8} {'RSS MB':>6} {'L0/L1':>8} {'after: f/1%/take':>16} {'settled':>16}"
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.lsm_shapes", description=__doc__)
+    ap.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
+    ap.add_argument("--small", action="store_true", help="small sizes and fewer commits: a quick run")
+    ap.add_argument("--families", default=",".join(FAMILIES), help="of: " + ", ".join(FAMILIES))
+    ap.add_argument("--sizes", default="", help="comma-separated key counts (default: two per scale)")
+    ap.add_argument("--commits", type=int, default=0, help="commits of the many-commit families")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--before", type=Path, default=None, help="another checkout: its default policy beside this one")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench-lsm-shapes"))
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if args.child:
+        side, family, path, n, commits, source = args.child
+        print(json.dumps(_ingest_child(side, family, path, int(n), int(commits), source)))
+        return
+    scale = "small" if args.small else "full"
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(SIZES[scale])
+    commits = args.commits or COMMITS[scale]
+    print(HEADER, flush=True)
+    out: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for family in args.families.split(","):
+        for n in sizes:
+            out += shape(args.work, family.strip(), n, commits, args.reps, args.before)
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "machine": S.machine(),
+        "args": {k: str(v) for k, v in vars(args).items() if k != "child"},
+        "seconds": round(time.perf_counter() - t0, 1),
+        "rows": out,
+    }
+    name = "lsm_shapes-small.json" if args.small else "lsm_shapes.json"
+    (args.out / name).write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {args.out / name}")
+
+
+if __name__ == "__main__":
+    main()
