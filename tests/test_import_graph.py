@@ -167,7 +167,21 @@ def test_core_layers_point_downward() -> None:
 
 # The layers of `src/conch`, bottom-up (docs/architecture.md, "Layers"): a module imports only its
 # own layer and the ones below. `conch/__init__.py` (the public re-exports) stands above them all.
-LAYERS = ["errors", "model", "expr", "files", "log", "write", "scan", "nested", "maintain", "api", "engines", "apps"]
+LAYERS = [
+    "errors",
+    "model",
+    "expr",
+    "files",
+    "log",
+    "write",
+    "scan",
+    "nested",
+    "search",
+    "maintain",
+    "api",
+    "engines",
+    "apps",
+]
 
 
 def _layer(module: str) -> int | None:

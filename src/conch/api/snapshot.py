@@ -40,6 +40,7 @@ from conch.model.time import format_time
 from conch.nested.api import as_filter
 from conch.scan import Scan, ScanOptions
 from conch.scan.request import ScanRequest
+from conch.search import SearchResult, search, search_text
 
 __all__ = ["Snapshot", "open_snapshot"]
 
@@ -161,6 +162,19 @@ class Snapshot:
         where = as_filter(where, _VersionHandle(self), level)
         request = ScanRequest.resolve(self._state.schema, columns, where, keys, since, level, limit)
         return Scan(self, request)
+
+    def search(
+        self, query: Any, k: int = 10, column: str | None = None, where: Any = None, columns: list[str] | None = None
+    ) -> SearchResult:
+        """The `k` nearest fresh records of this version to `query` (a vector, or a matrix: `k`
+        per query, with a `_query` column), with `_distance` (`conch.search.query`)."""
+        return search(self, query, k, column, where, columns)
+
+    def search_text(
+        self, query: str, column: str | None = None, k: int = 10, where: Any = None, columns: list[str] | None = None
+    ) -> SearchResult:
+        """The `k` fresh records of this version ranked best by BM25 for `query`, with `_score`."""
+        return search_text(self, query, column, k, where, columns)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ _EXTRAS = {
     "fastapi": "server",
     "uvicorn": "server",
     "starlette": "server",
+    "faiss": "search",
+    "tantivy": "search",
     "moto": "dev",  # the local S3 server of `conch demo --s3`
 }
 
