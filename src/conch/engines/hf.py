@@ -47,8 +47,7 @@ from conch.api.snapshot import Snapshot
 from conch.api.table import Table
 from conch.errors import InvalidArgumentError
 from conch.model.deps import optional_import
-from conch.scan import Scan
-from conch.scan.splits import Split
+from conch.scan import Scan, Split
 
 SPLIT = "split"
 INDEX = "idx"

@@ -22,6 +22,8 @@ _EXTRAS = {
     "uvicorn": "server",
     "starlette": "server",
     "datasets": "hf",
+    "faiss": "search",
+    "tantivy": "search",
     "moto": "dev",  # the local S3 server of `conch demo --s3`
 }
 
