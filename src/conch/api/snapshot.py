@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from conch.api.connection import reopen, table_log
 from conch.errors import InvalidArgumentError, TableNotFoundError
+from conch.files.blobfile import BlobFile
 from conch.files.format import FragmentFormat
 from conch.files.keycache import KeyCache
 from conch.files.manifest import TableState
@@ -39,6 +40,7 @@ from conch.model.schema import Schema
 from conch.model.time import format_time
 from conch.nested.api import as_filter
 from conch.scan import Scan, ScanOptions
+from conch.scan.blobfiles import open_one
 from conch.scan.request import ScanRequest
 from conch.search import SearchResult, search, search_text
 
@@ -175,6 +177,18 @@ class Snapshot:
     ) -> SearchResult:
         """The `k` fresh records of this version ranked best by BM25 for `query`, with `_score`."""
         return search_text(self, query, column, k, where, columns)
+
+    def open_blob(self, key: Any, column: str, level: str | None = None) -> BlobFile:
+        """The value of binary `column` at `key` (a tuple: a nested `level`'s full key) as a
+        read-only seekable file (`io.RawIOBase`) reading only the ranges asked for, each verified
+        (`conch.files.blobfile`). Located by a scan of `keys=[key]`; `KeyNotFoundError` if the key
+        has no record or no value there.
+
+        >>> with snap.open_blob(7, "video") as f:  # doctest: +SKIP
+        ...     f.seek(41 << 20)
+        ...     head = f.read(1 << 20)
+        """
+        return open_one(self.scan(column, keys=[key], level=level), column, key)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from conch.api.staging import StagingFace
 from conch.api.update import update_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr.tree import Col, Expr
+from conch.files.blobfile import BlobFile
 from conch.files.manifest import IndexDef, TableState
 from conch.log import branches as branch_ops
 from conch.log.tablelog import TableLog
@@ -42,6 +43,7 @@ from conch.nested.writes import BatchWriter
 from conch.scan import Scan
 from conch.search import SearchResult, build_indexes, create_index, drop_index
 from conch.search import describe as describe_indexes
+from conch.write.blobinputs import swap_sources
 from conch.write.stage import stage_delete, stage_write
 
 
@@ -126,6 +128,11 @@ class Table(StagingFace):
     def key_schema(self) -> pa.Schema:
         return self.state().schema.key_schema
 
+    @property
+    def properties(self) -> dict[str, str]:
+        """Text fixed with the table at creation (`Catalog.create_table(properties=...)`)."""
+        return self.log.properties
+
     def __getattr__(self, name: str) -> Any:
         # The nested API's entry point (spec/002): `t.scenes` is a lazy reference to a level.
         if name.startswith("_"):
@@ -207,6 +214,7 @@ class Table(StagingFace):
         if data is None:
             return BatchWriter(self)
         wh = self.log.warehouse
+        data, sources = swap_sources(data)  # large values given as files: streamed (conch.Blob)
 
         def stage() -> Transaction:
             staged = stage_write(
@@ -223,7 +231,8 @@ class Table(StagingFace):
                 rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
             return staged.transaction("write", rows)
 
-        done = self.log.transact(stage)
+        with sources.active():
+            done = self.log.transact(stage)
         if self.log.cached_state().indexes:  # a run large enough gets its index file now
             build_indexes(self.log)
         return done
@@ -258,6 +267,11 @@ class Table(StagingFace):
         return update_where(self, where, set or {}, level)
 
     # ----- reads ------------------------------------------------------------------------
+    def open_blob(self, key: Any, column: str, level: str | None = None) -> BlobFile:
+        """The value of binary `column` at `key` (a tuple for a nested `level`: its full key) as
+        a read-only seekable file that reads only the ranges asked for (`Snapshot.open_blob`)."""
+        return self.snapshot().open_blob(key, column, level)
+
     def snapshot(self, asof: int | str | datetime | None = None, version: int | str | None = None) -> Snapshot:
         """One version of the table, read from the metastore once: the newest (default), the one
         live at commit time `asof` (datetime, ISO string or µs, `conch.model.time`, or a tag name),

@@ -111,6 +111,12 @@ class TableLog:
         """Scans' default options, sized from the warehouse's memory budget."""
         return self.warehouse.scan_options
 
+    @property
+    def properties(self) -> dict[str, str]:
+        """Text fixed with the table at creation (`Catalog.create_table(properties=...)`)."""
+        props = open_json(self.record.props, f"the metastore record of table {self.name!r}")
+        return dict(props.get("properties", {}))
+
     # ----- state ------------------------------------------------------------------------
     def initial_state(self) -> TableState:
         props = open_json(self.record.props, f"the metastore record of table {self.name!r}")

@@ -17,6 +17,7 @@ from conch.files.manifest import TableState
 from conch.model.budget import ScanOptions
 from conch.model.keys import EncodedRange
 from conch.scan.assemble import output_schema
+from conch.scan.blobfiles import blob_files
 from conch.scan.candidates import NOTHING
 from conch.scan.context import ScanContext
 from conch.scan.execute import execute
@@ -136,6 +137,12 @@ class Scan(ScanResult):
         if self._metrics is None:
             raise ConchError("the scan has not run yet: call to_arrow() or iterate it first")
         return self._metrics
+
+    def blob_files(self, *columns: str) -> Iterator[dict[str, Any]]:
+        """The rows as dicts, the values of binary `columns` (default: every projected binary
+        column) as read-only seekable files that read only the ranges asked for, not as bytes
+        (`conch.scan.blobfiles`): for decoders that seek (video frames, audio windows)."""
+        return blob_files(self, columns)
 
     def explain(self) -> str:
         """The plan: what is read at each step and what was pruned before reading."""
