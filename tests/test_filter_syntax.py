@@ -114,10 +114,12 @@ def test_string_literals_and_like_prefixes(value: str, prefix: str) -> None:
 
 
 def test_spark_where_option_uses_the_same_parser(tmp_path: Path) -> None:
-    from conch.engines.spark.filters import split_where
-
-    pushed = split_where(parse("id between 1 and 3 and name like 'al%'"), [pa.field("id", pa.uint64())])
-    assert pushed.key_range is not None and pushed.where is not None
+    # Spark's `where` option goes to the scan as this tree: a key range and a value filter
+    t = conch.connect(tmp_path).create_table("t", [("id", pa.uint64())])
+    t.write([{"id": 2, "name": "alice"}, {"id": 3, "name": "bob"}, {"id": 7, "name": "al"}])
+    scan = t.snapshot().scan(where=parse("id between 1 and 3 and name like 'al%'"))
+    assert scan.plan.key_predicate is not None and scan.request.value_terms
+    assert scan.to_pylist() == [{"id": 2, "name": "alice"}]
 
 
 _LITERALS = st.one_of(

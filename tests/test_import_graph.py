@@ -1,7 +1,9 @@
 """The import graph of `src/conch` has no cycle: dependencies point downward (STYLE).
 
-Every import counts, including those inside functions (lazy) and under `TYPE_CHECKING`: a cycle
-hidden there is still a cycle in the design. Importing `a.b.c` also runs the packages `a` and
+Every import counts, including those inside functions (lazy), under `TYPE_CHECKING`, and loads
+by name (`importlib.import_module("conch....")`, and any string literal naming a module of the
+package in a call of `import_module`): a cycle or an upward arrow hidden there is still one in
+the design. Importing `a.b.c` also runs the packages `a` and
 `a.b`, except those the importing module is itself inside (they are already initialising).
 """
 
@@ -45,7 +47,9 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, path in mods.items():
         package = m if path.name == "__init__.py" else m.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        graph[m] |= {t for text in loaded_by_name(tree) for t in _targets(text, mods, m)}
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     graph[m] |= _targets(a.name, mods, m)
@@ -58,6 +62,26 @@ def import_graph() -> dict[str, set[str]]:
                     sub = f"{base}.{a.name}"
                     graph[m] |= _targets(sub if sub in mods else base, mods, m)
     return graph
+
+
+def _loads_by_name(call: ast.Call) -> bool:
+    """`importlib.import_module(...)`, `import_module(...)` or `__import__(...)`."""
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in ("import_module", "__import__")
+
+
+def loaded_by_name(tree: ast.AST) -> list[str]:
+    """What a module may load by name: where it calls `import_module`, every string literal in
+    it naming a `conch` module (`"conch.x.y"`, `"conch.x.y:attr"`), wherever the name is kept
+    (a table of engines, a default argument)."""
+    if not any(isinstance(n, ast.Call) and _loads_by_name(n) for n in ast.walk(tree)):
+        return []
+    return [
+        n.value.partition(":")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("conch.")
+    ]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -105,6 +129,13 @@ def test_the_graph_sees_lazy_and_type_checking_imports() -> None:
 KNOWN: list[tuple[str, str]] = []  # edges closing a known cycle (none: add only with a reason)
 
 
+def test_the_graph_sees_loads_by_name() -> None:
+    """What `conch.api.enrich` did before: a table of engine modules loaded with importlib."""
+    tree = ast.parse('ENGINES = {"spark": "conch.apps.x"}\ndef f(e):\n    importlib.import_module(ENGINES[e])')
+    assert loaded_by_name(tree) == ["conch.apps.x"]
+    assert loaded_by_name(ast.parse('NAME = "conch.apps.x"')) == []  # a string, never loaded
+
+
 def test_no_import_cycles() -> None:
     graph = import_graph()
     for a, b in KNOWN:
@@ -136,7 +167,21 @@ def test_core_layers_point_downward() -> None:
 
 # The layers of `src/conch`, bottom-up (docs/architecture.md, "Layers"): a module imports only its
 # own layer and the ones below. `conch/__init__.py` (the public re-exports) stands above them all.
-LAYERS = ["errors", "model", "expr", "files", "log", "write", "scan", "nested", "maintain", "api", "engines", "apps"]
+LAYERS = [
+    "errors",
+    "model",
+    "expr",
+    "files",
+    "log",
+    "write",
+    "scan",
+    "nested",
+    "search",
+    "maintain",
+    "api",
+    "engines",
+    "apps",
+]
 
 
 def _layer(module: str) -> int | None:

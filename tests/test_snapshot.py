@@ -29,7 +29,7 @@ import conch
 from conch import _
 from conch.errors import TableNotFoundError, WarehouseError
 from conch.log.metastore.sqlite import SqliteMetastore
-from conch.scan.splits import Split
+from conch.scan import Split
 from helpers import CountingMetastore, Warehouse
 from services import MotoS3, Postgres, ServerProcess
 

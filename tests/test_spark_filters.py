@@ -1,42 +1,59 @@
-"""The `where` read option's split into value filter, exact key filter and key range (no Spark
-session needed)."""
+"""The `where` read option goes whole to the scan: the one analysis (`conch.scan.filter`) cuts it
+into key terms (a key range, exact keys, a filter on keys) and value terms, mixed terms included
+(no Spark session needed: the reader's scan is the core's)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conch.engines.spark.filters import split_where
-from conch.errors import FilterSyntaxError
+import conch
 from conch.expr.syntax import parse
 from conch.expr.tree import mask
 from conch.model.keys import KeyRange
+from conch.scan.filter import analyse, extract
 
 KEYS = [pa.field("id", pa.uint64()), pa.field("sub", pa.string())]
 
 
-def test_value_and_key_terms_are_split() -> None:
-    pushed = split_where(parse("x < 0.1 and id >= 10 and name in ['a', 'b'] and id <= 20"), KEYS)
-    assert repr(pushed.where) == "((x < 0.1) & name.isin(['a', 'b']))"
-    assert repr(pushed.key_filter) == "((id >= 10) & (id <= 20))"
-    assert pushed.key_range == KeyRange((10,), (21,))
-    assert split_where(None, KEYS).where is None
+@pytest.fixture
+def table(tmp_path: Path) -> conch.Table:
+    t = conch.connect(tmp_path).create_table("t", [("id", pa.uint64()), ("sub", pa.string())])
+    t.write([{"id": i, "sub": "ab"[i % 2], "x": i / 10, "name": "abc"[i % 3]} for i in range(30)])
+    return t
 
 
-def test_ranges_only_from_bounds_that_fit_the_key_type() -> None:
-    assert split_where(parse("id in [5, 3, 9]"), KEYS).key_range == KeyRange((3,), (10,))
-    assert split_where(parse("3 < id"), KEYS).key_range == KeyRange((4,), None)  # literal on the left; 3 excluded
-    pushed = split_where(parse("id > -5"), KEYS)  # outside uint64: no range, still exact
-    assert pushed.key_range is None and pushed.key_filter is not None
-    assert split_where(parse("sub == 'a'"), KEYS).key_range is None  # not the first key column
-    assert split_where(parse("not (id == 3)"), KEYS).key_range is None
+def test_value_and_key_terms_are_split(table: conch.Table) -> None:
+    scan = table.snapshot().scan(where=parse("x < 0.1 and id >= 10 and name in ['a', 'b'] and id <= 20"))
+    req = scan.request
+    assert [repr(t) for t in req.key_terms] == ["(id >= 10)", "(id <= 20)"]
+    assert [repr(t) for t in req.value_terms] == ["(x < 0.1)", "name.isin(['a', 'b'])"]
+    assert scan.plan.key_predicate == KeyRange((10,), (21,))
+    assert analyse(None, table.state().schema, "").where is None
 
 
-def test_terms_mixing_keys_and_values_are_refused() -> None:
-    with pytest.raises(FilterSyntaxError, match=r"mixes key columns \['id'\] with value columns \['x'\]"):
-        split_where(parse("id < 3 or x > 1"), KEYS)
+def test_ranges_only_from_bounds_that_fit_the_key_type(table: conch.Table) -> None:
+    def key_range(text: str) -> object:
+        return table.snapshot().scan(where=parse(text)).plan.key_predicate
+
+    assert extract(parse("id in [5, 3, 9]"), KEYS).range == KeyRange((3,), (10,))
+    assert key_range("3 < id") == KeyRange((4,), None)  # literal on the left; 3 excluded
+    scan = table.snapshot().scan(where=parse("id > -5"))  # outside uint64: no range, still exact
+    assert scan.plan.key_predicate is None and scan.plan.filter is not None
+    assert scan.to_arrow().num_rows == 30
+    assert key_range("sub == 'a'") is None  # not the first key column
+    assert key_range("not (id == 3)") is None
+
+
+def test_terms_mixing_keys_and_values_are_answered(table: conch.Table) -> None:
+    """Spark refused `id < 3 or x > 1`; the core evaluates it on keys beside values."""
+    scan = table.snapshot().scan("x", where=parse("id < 3 or x > 2.5"))
+    assert scan.request.key_terms == () and len(scan.request.value_terms) == 1
+    assert sorted(scan.to_arrow().column("id").to_pylist()) == [0, 1, 2, 26, 27, 28, 29]
 
 
 OPS = ["<", "<=", ">", ">=", "=="]
@@ -49,10 +66,10 @@ OPS = ["<", "<=", ">", ">=", "=="]
 )
 def test_key_range_holds_every_key_the_filter_accepts(terms: list[tuple[str, int]], members: list[int]) -> None:
     text = " and ".join([f"id {op} {v}" for op, v in terms] + ([f"id in {members}"] if members else []))
-    pushed = split_where(parse(text), KEYS[:1])
+    where = parse(text)
+    r = extract(where, KEYS[:1]).range
     ids = pa.array(range(50), pa.uint64())
-    accepted = [i for i, ok in zip(range(50), mask(pushed.key_filter, lambda _: ids), strict=True) if ok]
-    r = pushed.key_range
+    accepted = [i for i, ok in zip(range(50), mask(where, lambda _: ids), strict=True) if ok]
     assert r is not None
     for k in accepted:
         assert (r.start is None or (k,) >= r.start) and (r.end is None or (k,) < r.end), (text, k, r)

@@ -28,6 +28,7 @@ from conch.errors import (
     InexactKeyError,
     InvalidArgumentError,
     InvalidKeyError,
+    KeyNotFoundError,
     KeyTypeError,
     LevelError,
     MissingDependencyError,
@@ -39,6 +40,8 @@ from conch.errors import (
     WarehouseNotFoundError,
 )
 from conch.expr.tree import Col, Expr
+from conch.files.blobfile import BlobFile
+from conch.files.blobsource import Blob
 from conch.log.branches import Branch
 from conch.log.txn import Commit
 from conch.model.budget import WriteOptions
@@ -50,6 +53,8 @@ from conch.scan import Scan, ScanMetrics
 __version__ = "0.1.0"
 
 __all__ = [
+    "Blob",
+    "BlobFile",
     "Branch",
     "BranchNotFoundError",
     "Catalog",
@@ -69,6 +74,7 @@ __all__ = [
     "InexactKeyError",
     "InvalidArgumentError",
     "InvalidKeyError",
+    "KeyNotFoundError",
     "KeyPrefix",
     "KeyRange",
     "KeyTypeError",

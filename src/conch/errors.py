@@ -51,6 +51,10 @@ class LevelError(ConchError, ValueError):
     """Expressions from levels that cannot be combined (siblings, unrelated branches)."""
 
 
+class KeyNotFoundError(ConchError, LookupError):
+    """A key asked for by name (`Table.open_blob`) has no live record, or no value in the column."""
+
+
 class TableNotFoundError(ConchError, LookupError):
     """No table of that name in the catalog."""
 

@@ -137,6 +137,7 @@ class Catalog:
         schema: pa.Schema | None = None,
         exist_ok: bool = False,
         partition_by: list[str] | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> Table:
         """Create a table. `key_schema`: a `pyarrow.Schema`, `[(name, type)]` or `{name: type}`
         (empty for a root that only holds child levels). `schema`: optional Arrow value schema;
@@ -144,6 +145,8 @@ class Catalog:
         `exist_ok`: return the existing table of that name if its key schema is the same (a
         different key schema raises `SchemaError`). `partition_by`: the partitioning key
         (spec/003), a prefix of the key columns: no key space or fragment spans two partitions.
+        `properties`: text fixed with the table (`Table.properties`), e.g. the Hugging Face
+        features `conch.engines.hf.write` keeps.
 
         >>> cat.create_table("events", [("day", pa.date32()), ("id", pa.uint64())], partition_by=["day"])  # doctest: +SKIP
         """
@@ -155,6 +158,8 @@ class Catalog:
             schema = pa.schema(list(schema.items()))
         tree = schema_from_arrow(keys, schema)
         props: dict[str, Any] = {"schema": tree.to_json()}
+        if properties:
+            props["properties"] = {str(k): str(v) for k, v in properties.items()}
         if partition_by:
             if list(partition_by) != keys.names[: len(partition_by)]:
                 raise SchemaError(

@@ -59,7 +59,7 @@ from conch.model.time import to_time
 from conch.scan import Scan
 from conch.scan.assemble import output_schema
 from conch.scan.metrics import ScanMetrics
-from conch.scan.plan import resolve_columns
+from conch.scan.request import resolve_columns
 from conch.scan.result import ScanResult
 
 if TYPE_CHECKING:

@@ -6,7 +6,9 @@ the metastore URI, the bearer token, the storage options, and the warehouse's wr
 maintenance options). A `conch.api.snapshot.Snapshot` carries it, so a split, a data-loader worker,
 a Spark task or an enrichment worker opens the warehouse **exactly as `connect()` did**
 (`reopen`), never from a bare URI. `reopen` keeps one `Warehouse` per process and connection
-(forked children connect afresh), so a worker that opens many splits connects once.
+(forked children connect afresh), so a worker that opens many splits connects once; and
+`table_log` keeps one table log per process, warehouse and table (the one reopen cache of
+snapshots, Spark tasks and engine sources), so its replayed state and key-space cache stay warm.
 
 A warehouse opened by `reopen` never starts the background settle
 (`conch.maintain.compaction.background`; `Policy.settle_after` is turned off there): workers are pooled
@@ -20,13 +22,16 @@ import dataclasses
 import os
 import threading
 
+from conch.errors import TableNotFoundError
+from conch.log.branching import metastore_name
 from conch.log.metastore.base import Metastore
 from conch.log.metastore.registry import open_warehouse
+from conch.log.tablelog import TableLog
 from conch.log.warehouse import Connection, Warehouse
 from conch.maintain.compaction import background
 from conch.model.policy import Policy
 
-__all__ = ["Connection", "forget", "local_uri", "open_connection", "reopen"]
+__all__ = ["Connection", "forget", "forget_logs", "local_uri", "open_connection", "reopen", "table_log"]
 
 
 def local_uri(uri: str | os.PathLike[str]) -> str:
@@ -87,3 +92,40 @@ def forget(conn: Connection) -> None:
         wh = _opened.pop((os.getpid(), conn.key), None)
     if wh is not None:
         wh.close()
+
+
+_logs: dict[tuple[int, str, str], TableLog] = {}
+
+
+def table_log(wh: Warehouse, name: str, table_id: str | None = None) -> TableLog:
+    """The log of table `name` (`t@x`: branch x of t) of a `reopen`ed warehouse, opened once
+    per process, connection and table. With `table_id` (a snapshot's table), a cached log is
+    returned without a metastore read, and a table of that name with another id (dropped and
+    created again) is a `TableNotFoundError`; without it, the name is looked up on every call
+    (one metastore read), so a dropped table is never read through a stale log."""
+    conn = wh.connection.key
+    if table_id is not None:
+        with _lock:
+            log = _logs.get((os.getpid(), conn, table_id))
+        if log is not None:
+            return log
+    record = wh.metastore.get_table(metastore_name(name))
+    if table_id is not None and record.id != table_id:
+        raise TableNotFoundError(
+            f"table {name!r} of the snapshot (id {table_id}) was dropped; {name!r} is now another table "
+            f"(id {record.id}): take a new snapshot"
+        )
+    key = (os.getpid(), conn, record.id)
+    with _lock:
+        log = _logs.get(key)
+        if log is None:
+            log = _logs[key] = TableLog(wh, record)
+        return log
+
+
+def forget_logs(conn: Connection, name: str | None = None) -> None:
+    """Drop this process's cached logs of `conn`'s warehouse (only table `name`'s, if given): the
+    next `table_log` replays the log afresh."""
+    with _lock:
+        for key in [k for k, log in _logs.items() if k[1] == conn.key and (name is None or log.name == name)]:
+            del _logs[key]

@@ -15,16 +15,16 @@ a blind `Table.delete(keys)`, which never conflicts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
 
+from conch.api.handle import TableLike
 from conch.api.snapshot import Snapshot
-from conch.errors import CommitConflictError, ExpressionError, InvalidArgumentError
-from conch.expr.tree import Expr, columns, mask
+from conch.errors import ExpressionError, InvalidArgumentError
+from conch.expr.tree import Expr
 from conch.log.txn import Commit
+from conch.log.wal import Transaction
 from conch.model.progress import Progress
 from conch.scan import Scan
 from conch.write.stage import stage_delete
@@ -32,25 +32,13 @@ from conch.write.stage import stage_delete
 MAX_ATTEMPTS = 20
 
 
-def matching_scan(snapshot: Snapshot, where: Expr, level: str) -> tuple[Scan, Expr | None, list[str]]:
-    """What finds the matches of `level` in `snapshot`: the scan of candidate records, the part
-    of the filter left to evaluate on each of its batches (None: the scan applies all of it), and
-    the key column names. A filter on value columns only is the scan's (pushed down, pruned by
-    statistics); one that names key columns too is evaluated on each batch of fresh records (keys
-    are exact). The Spark delete (`conch.engines.spark.delete`) runs this scan's key-range splits as tasks."""
+def matching_scan(snapshot: Snapshot, where: Expr, level: str) -> Scan:
+    """The scan of the keys of `level` in `snapshot` matching `where`: keys only, the filter the
+    scan's (its analysis evaluates key terms on keys, value terms on fresh records, pushed down
+    and pruned by statistics, mixed terms on both). The Spark delete
+    (`conch.engines.spark.delete`) runs its key-range splits as tasks."""
     key_names = snapshot.state.schema.key_names(level)
-    value_cols = [c for c in dict.fromkeys(columns(where)) if c not in key_names]
-    on_keys = len(value_cols) < len(set(columns(where)))
-    scan = snapshot.scan(*value_cols, where=None if on_keys else where, level=level or None)
-    return scan, where if on_keys else None, key_names
-
-
-def batch_keys(batch: pa.RecordBatch, rest: Expr | None, key_names: list[str]) -> pa.Table:
-    """The key columns of the records of a `matching_scan` batch that match `rest` (all: None)."""
-    part = pa.Table.from_batches([batch])
-    if rest is not None:
-        part = part.filter(pa.array(mask(rest, partial(_column, part))))
-    return part.select(key_names)
+    return snapshot.scan(*key_names, where=where, level=level or None)
 
 
 def no_keys(snapshot: Snapshot, level: str) -> pa.Table:
@@ -60,11 +48,11 @@ def no_keys(snapshot: Snapshot, level: str) -> pa.Table:
 
 def matching_keys(snapshot: Snapshot, where: Expr, level: str, progress: bool | None = None) -> pa.Table:
     """The key columns of every fresh record of `level` in `snapshot` that matches `where`."""
-    scan, rest, key_names = matching_scan(snapshot, where, level)
+    scan = matching_scan(snapshot, where, level)
     parts: list[pa.Table] = []
     with Progress("matching", progress=progress) as bar:
         for batch in scan:
-            parts.append(batch_keys(batch, rest, key_names))
+            parts.append(pa.Table.from_batches([batch]))
             bar.advance(batch.num_rows, batch.nbytes)
     return pa.concat_tables(parts) if parts else no_keys(snapshot, level)
 
@@ -92,29 +80,23 @@ def check_where(keys: Any, where: Any) -> Expr:
     return where
 
 
-def delete_where(table: Any, keys: Any, where: Expr | None, level: str | None, progress: bool | None = None) -> Commit:
+def delete_where(
+    table: TableLike, keys: Any, where: Expr | None, level: str | None, progress: bool | None = None
+) -> Commit:
     """Tombstone the keys of `level` whose fresh records match `where`, in one commit."""
     expr, lvl = check_where(keys, where), level or ""
     return commit_matching(table, expr, lvl, lambda snap: matching_keys(snap, expr, lvl, progress))
 
 
-def commit_matching(table: Any, where: Expr, level: str, match: Callable[[Snapshot], pa.Table]) -> Commit:
+def commit_matching(table: TableLike, where: Expr, level: str, match: Callable[[Snapshot], pa.Table]) -> Commit:
     """Commit the tombstones of `match(snapshot)` (the keys matching `where` in a snapshot of
     the table) directly after its version, re-matching on a new snapshot when another commit
     landed first (module doc)."""
-    for _ in range(MAX_ATTEMPTS):
+
+    def stage() -> Transaction:
         snap = table.snapshot()
-        state = snap.state
         matched = match(snap)
-        with table.log.staging():
-            staged = stage_delete(table.log.files, state, matched, level)
-        summary = f"{matched.num_rows} keys at {level or 'root'} where {where!r}"
-        txn = replace(staged.transaction("delete", summary), serial=True)
-        try:
-            return table.log.commit(txn)
-        except CommitConflictError:
-            continue  # another commit landed after the state the filter saw: evaluate again
-    raise CommitConflictError(
-        f"table {table.name!r}: delete where {where!r} lost {MAX_ATTEMPTS} races with concurrent commits; "
-        "nothing was deleted, try again when writers are quieter"
-    )
+        staged = stage_delete(table.log.files, snap.state, matched, level)
+        return staged.transaction("delete", f"{matched.num_rows} keys at {level or 'root'} where {where!r}")
+
+    return table.log.transact(stage, serial=True, attempts=MAX_ATTEMPTS, what=f"delete where {where!r}")

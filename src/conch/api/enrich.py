@@ -27,14 +27,13 @@ and computes only the ranges that have no commit yet.
 first range runs in this process so that concurrent commits never race to add the same new
 columns) or in this process (`workers=0`, or when `fn` cannot be pickled).
 `engine="spark"` (needs `spark=`) runs the pipeline's `mapInArrow` job
-(`conch.apps.pipelines.enrich`) over the same keys in one Spark commit. A rich progress bar counts
+(`conch.engines.spark.enrich`) over the same keys in one Spark commit. A rich progress bar counts
 ranges when stderr is a terminal.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import pickle
@@ -48,20 +47,24 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from conch.api.handle import TableLike
 from conch.api.snapshot import Snapshot
 from conch.errors import EnrichError
 from conch.expr.tree import Expr
 from conch.log.tablelog import TableLog
+from conch.log.wal import Transaction
 from conch.log.warehouse import Connection
-from conch.model.keys import KeySet, encode_keys
+from conch.model.keys import KeySet, encode_keys, to_key_predicate
+from conch.scan import Scan
 from conch.scan.columns import narrowest_column
+from conch.scan.request import ScanRequest
 from conch.write.stage import StagedWrite, stage_write
 
 Fn = Callable[[pa.RecordBatch], Any]
 SUMMARY = "enrich "
 RANGE_ROWS = 65_536
-# Engines other than "local" live above the core and register themselves when imported.
-ENGINE_MODULES = {"spark": "conch.apps.pipelines.enrich"}
+# Engines other than "local" live above the core and register themselves when imported
+# (`register_engine`): "spark" when `conch.engines.spark` is (`conch.engines.spark.enrich`).
 ENGINES: dict[str, Callable[..., tuple[list[int], int]]] = {}
 
 
@@ -87,15 +90,25 @@ class RangeJob:
     """One key range of a run: everything a worker process needs (picklable)."""
 
     snapshot: Snapshot  # the version the run reads (its pin); reopened in a worker as `connect()` did
+    request: ScanRequest  # the inputs of the range's keys (`keys=`) the filter admits, at the level
     fn: Fn
-    inputs: tuple[str, ...]
     into: str
-    level: str
-    where: Expr | None
-    keys: pa.Table
     batch_rows: int
     summary: str
     complete: bool  # the run computes every key of the level (a first run without `where`)
+
+    @property
+    def level(self) -> str:
+        return self.request.level
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The input columns (full paths)."""
+        return self.request.columns
+
+    @property
+    def key_names(self) -> list[str]:
+        return self.snapshot.state.schema.key_names(self.level)
 
     @property
     def table(self) -> str:
@@ -108,7 +121,7 @@ class RangeJob:
 
 
 def enrich(
-    table: Any,
+    table: TableLike,
     fn: Fn,
     inputs: Sequence[str],
     into: str,
@@ -148,15 +161,13 @@ def enrich(
     ranges = [keys.slice(i, range_rows) for i in range(0, keys.num_rows, range_rows)]
     finished = runs.get(run, {}).get("ranges", set())
     head = {"sig": sig, "run": run, "pin": pin, "prev": prev, "n": len(ranges)}
+    fields = probe.plan.key_fields
     jobs = [
         RangeJob(
             pinned,
+            probe.request.replace(keys=to_key_predicate(r, fields)),
             fn,
-            tuple(c.path for c in probe.plan.columns),
             into,
-            lvl,
-            where,
-            r,
             batch_rows,
             SUMMARY + json.dumps({**head, "i": i}),
             prev is None and where is None,
@@ -167,16 +178,20 @@ def enrich(
     if engine == "local":
         commits, rows = _run_local(jobs, workers, progress, table.log)
     else:
-        if engine not in ENGINES and engine in ENGINE_MODULES:
-            importlib.import_module(ENGINE_MODULES[engine])
         if engine not in ENGINES:
-            raise EnrichError(f"engine={engine!r}: use 'local' or one of {sorted(ENGINE_MODULES)}")
+            raise EnrichError(
+                f"engine={engine!r}: use 'local' or one of {sorted(ENGINES) or ['spark']} "
+                "(import conch.engines.spark to register 'spark')"
+            )
         commits, rows = ENGINES[engine](table, jobs, spark=spark)
     if ranges:  # the marker: this run is done, the next one starts from its pin
         marker = SUMMARY + json.dumps({**head, "done": True, "seqs": commits})
-        state = table.state()
-        staged = StagedWrite(state.schema, state.schema, [], base_seq=state.seq)
-        commits.append(table.log.commit(staged.transaction("enrich", marker)).seq)
+
+        def stage_marker() -> Transaction:
+            state = table.state()
+            return StagedWrite(state.schema, state.schema, [], base_seq=state.seq).transaction("enrich", marker)
+
+        commits.append(table.log.transact(stage_marker).seq)
     return EnrichResult(run, pin, keys.num_rows, len(ranges), len(ranges) - len(jobs), rows, commits)
 
 
@@ -205,7 +220,7 @@ def _runs(history: Sequence[Any], sig: str) -> dict[str, dict[str, Any]]:
 
 
 def _work_keys(
-    table: Any,
+    table: TableLike,
     pinned: Snapshot,
     probe: Any,
     level: str,
@@ -253,18 +268,20 @@ def compute_range(job: RangeJob) -> tuple[int, int]:
     """Compute and commit one key range (in any process: the job's snapshot reopens the
     warehouse as `connect()` reached it); returns (commit seq, rows written)."""
     log = job.snapshot.log
-    enc = encode_keys(job.keys.columns)
-    scan = job.snapshot.scan(*job.inputs, where=job.where, keys=KeySet(enc), level=job.level or None)
+    scan = Scan(job.snapshot, job.request)
     outputs = [out for batch in _batches(scan.to_record_batches(), job.batch_rows) for out in [apply_fn(job, batch)]]
     rows = sum(o.num_rows for o in outputs)
-    with log.staging():
+
+    def stage() -> Transaction:
         state = log.state()
         if rows:
             data = pa.concat_tables(outputs)
             staged = stage_write(log.files, state, data, job.level, log.warehouse.write_options, evolve=True)
         else:  # nothing to write (keys deleted meanwhile): the commit still marks the range done
             staged = StagedWrite(state.schema, state.schema, [], base_seq=state.seq)
-    return log.commit(staged.transaction("enrich", job.summary)).seq, rows
+        return staged.transaction("enrich", job.summary)
+
+    return log.transact(stage).seq, rows
 
 
 def require_reopenable(connection: Connection, what: str) -> None:
@@ -303,7 +320,7 @@ def apply_fn(job: RangeJob, batch: pa.RecordBatch) -> pa.Table:
     value: pa.Array = group
     for name in reversed(parts[1:]):
         value = pa.StructArray.from_arrays([value], names=[name])
-    names = job.keys.column_names
+    names = job.key_names
     return pa.Table.from_arrays([*(batch.column(n) for n in names), value], names=[*names, parts[0]])
 
 

@@ -22,21 +22,27 @@ True
 
 from __future__ import annotations
 
-import os
-import threading
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from conch.api.connection import reopen
-from conch.errors import TableNotFoundError
+import pyarrow as pa
+
+from conch.api.connection import reopen, table_log
+from conch.errors import InvalidArgumentError, TableNotFoundError
+from conch.files.blobfile import BlobFile
 from conch.files.format import FragmentFormat
 from conch.files.keycache import KeyCache
 from conch.files.manifest import TableState
-from conch.log.branching import metastore_name
 from conch.log.tablelog import TableLog
 from conch.log.warehouse import Connection
+from conch.model.schema import Schema
 from conch.model.time import format_time
+from conch.nested.api import as_filter
 from conch.scan import Scan, ScanOptions
+from conch.scan.blobfiles import open_one
+from conch.scan.request import ScanRequest
+from conch.search import SearchResult, search, search_text
 
 __all__ = ["Snapshot", "open_snapshot"]
 
@@ -147,13 +153,75 @@ class Snapshot:
         level: str | None = None,
         limit: int | None = None,
     ) -> Scan:
-        """A lazy scan of this version's fresh records: the arguments of `Table.scan` without
-        `asof`/`version` (the snapshot fixed them). No metastore read."""
-        return Scan(self, columns, where=where, keys=keys, since=since, level=level, limit=limit)
+        """A lazy scan of this version's fresh records: the one door every scan goes through
+        (`Table.scan` is `self.snapshot(asof, version).scan(...)`), taking the arguments of
+        `Table.scan` without `asof`/`version` (the snapshot fixed them). `where` may be built
+        with `t["x"]`, `t.x` or `_.x` (lowered here, `_` against the scanned level); `since` may
+        be a tag name. The arguments are resolved once into a `conch.scan.request.ScanRequest`.
+        No metastore read but one for a tag's commit time."""
+        if isinstance(since, str) and since in self._log.cached_state().tags:  # a tag name
+            since = self._log.time_of(self._log.cached_state().tags[since])
+        where = as_filter(where, _VersionHandle(self), level)
+        request = ScanRequest.resolve(self._state.schema, columns, where, keys, since, level, limit)
+        return Scan(self, request)
+
+    def search(
+        self, query: Any, k: int = 10, column: str | None = None, where: Any = None, columns: list[str] | None = None
+    ) -> SearchResult:
+        """The `k` nearest fresh records of this version to `query` (a vector, or a matrix: `k`
+        per query, with a `_query` column), with `_distance` (`conch.search.query`)."""
+        return search(self, query, k, column, where, columns)
+
+    def search_text(
+        self, query: str, column: str | None = None, k: int = 10, where: Any = None, columns: list[str] | None = None
+    ) -> SearchResult:
+        """The `k` fresh records of this version ranked best by BM25 for `query`, with `_score`."""
+        return search_text(self, query, column, k, where, columns)
+
+    def open_blob(self, key: Any, column: str, level: str | None = None) -> BlobFile:
+        """The value of binary `column` at `key` (a tuple: a nested `level`'s full key) as a
+        read-only seekable file (`io.RawIOBase`) reading only the ranges asked for, each verified
+        (`conch.files.blobfile`). Located by a scan of `keys=[key]`; `KeyNotFoundError` if the key
+        has no record or no value there.
+
+        >>> with snap.open_blob(7, "video") as f:  # doctest: +SKIP
+        ...     f.seek(41 << 20)
+        ...     head = f.read(1 << 20)
+        """
+        return open_one(self.scan(column, keys=[key], level=level), column, key)
 
 
-_lock = threading.Lock()
-_logs: dict[tuple[int, str, str], TableLog] = {}
+@dataclass(frozen=True)
+class _SchemaOf:
+    tree: Schema
+
+
+class _VersionHandle:
+    """The table as the nested API resolves `_.x` against it (`conch.nested.nodes.TableHandle`):
+    this snapshot's schema; it neither reads the latest version nor writes."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.name = snap.name
+
+    @property
+    def schema(self) -> _SchemaOf:
+        return _SchemaOf(self.snap.state.schema)
+
+    @property
+    def key_schema(self) -> pa.Schema:
+        return self.snap.state.schema.key_schema
+
+    def state(self) -> TableState:
+        return self.snap.state
+
+    def snapshot(self, asof: Any = None, version: Any = None) -> Snapshot:
+        return self.snap
+
+    def write(
+        self, data: Any = None, level: str | None = None, evolve: bool | None = None, progress: Any = None
+    ) -> Any:
+        raise InvalidArgumentError(f"a filter of a scan of {self.snap!r} cannot write")
 
 
 def open_snapshot(
@@ -161,22 +229,10 @@ def open_snapshot(
 ) -> Snapshot:
     """A snapshot in this process (what unpickling one calls): the warehouse reopened with
     exactly `connect()`'s options (`conch.api.connection.reopen`), the table opened once per
-    process, and its state at `seq` (cached). `TableNotFoundError` if the table was dropped
-    (a table created again under its name is another table)."""
-    wh = reopen(connection)
-    key = (os.getpid(), connection.key, table_id)
-    with _lock:
-        log = _logs.get(key)
-    if log is None:
-        record = wh.metastore.get_table(metastore_name(name))  # a branch's handle is named `t@x`
-        if record.id != table_id:
-            raise TableNotFoundError(
-                f"table {name!r} of the snapshot (id {table_id}) was dropped; {name!r} is now another table "
-                f"(id {record.id}): take a new snapshot"
-            )
-        log = TableLog(wh, record)
-        with _lock:
-            log = _logs.setdefault(key, log)
+    process (`conch.api.connection.table_log`), and its state at `seq` (cached).
+    `TableNotFoundError` if the table was dropped (a table created again under its name is
+    another table)."""
+    log = table_log(reopen(connection), name, table_id)
     state = log.known_state(seq) if seq else log.initial_state()
     if state is None:
         state, _ = log.pinned(version=seq)

@@ -19,10 +19,12 @@ import pyarrow as pa
 from conch.api.changes import Changes
 from conch.api.delete_where import delete_where
 from conch.api.snapshot import Snapshot
+from conch.api.staging import StagingFace
 from conch.api.update import update_where
 from conch.errors import ColumnNotFoundError, InvalidArgumentError
 from conch.expr.tree import Col, Expr
-from conch.files.manifest import TableState
+from conch.files.blobfile import BlobFile
+from conch.files.manifest import IndexDef, TableState
 from conch.log import branches as branch_ops
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
@@ -39,6 +41,9 @@ from conch.model.schema import Schema, type_name
 from conch.nested.api import as_filter, as_value, root_member, root_path
 from conch.nested.writes import BatchWriter
 from conch.scan import Scan
+from conch.search import SearchResult, build_indexes, create_index, drop_index
+from conch.search import describe as describe_indexes
+from conch.write.blobinputs import swap_sources
 from conch.write.stage import stage_delete, stage_write
 
 
@@ -86,7 +91,7 @@ class TableSchema:
         return [c.full_path for c in self.tree.columns]
 
 
-class Table:
+class Table(StagingFace):
     """A Conch table. Get one from `Catalog.create_table` or `Catalog.table`.
 
     >>> t = conch.connect(path).create_table("audio", [("id", pa.uint64())])  # doctest: +SKIP
@@ -122,6 +127,11 @@ class Table:
     @property
     def key_schema(self) -> pa.Schema:
         return self.state().schema.key_schema
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """Text fixed with the table at creation (`Catalog.create_table(properties=...)`)."""
+        return self.log.properties
 
     def __getattr__(self, name: str) -> Any:
         # The nested API's entry point (spec/002): `t.scenes` is a lazy reference to a level.
@@ -204,7 +214,9 @@ class Table:
         if data is None:
             return BatchWriter(self)
         wh = self.log.warehouse
-        with self.log.staging():
+        data, sources = swap_sources(data)  # large values given as files: streamed (conch.Blob)
+
+        def stage() -> Transaction:
             staged = stage_write(
                 self.log.files,
                 self.state(),
@@ -214,10 +226,16 @@ class Table:
                 wh.evolve if evolve is None else evolve,
                 progress,
             )
-        rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
-        if staged.added_columns:
-            rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
-        return self.log.commit(staged.transaction("write", rows))
+            rows = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in staged.rows.items()) or "no rows"
+            if staged.added_columns:
+                rows += f"; added {', '.join(c.full_path for c in staged.added_columns)}"
+            return staged.transaction("write", rows)
+
+        with sources.active():
+            done = self.log.transact(stage)
+        if self.log.cached_state().indexes:  # a run large enough gets its index file now
+            build_indexes(self.log)
+        return done
 
     def delete(self, keys: Any = None, level: str | None = None, *, where: Expr | None = None) -> Commit:
         """Delete keys (a list of values or tuples, or an Arrow table of key columns), or with
@@ -227,10 +245,13 @@ class Table:
         """
         if where is not None or keys is None:
             return delete_where(self, keys, as_filter(where, self, level), level)
-        with self.log.staging():
+
+        def stage() -> Transaction:
             staged = stage_delete(self.log.files, self.state(), keys, level or "")
-        n = staged.rows.get(level or "", 0)
-        return self.log.commit(staged.transaction("delete", f"{n} keys at {level or 'root'}"))
+            n = staged.rows.get(level or "", 0)
+            return staged.transaction("delete", f"{n} keys at {level or 'root'}")
+
+        return self.log.transact(stage)
 
     def update(
         self, where: Expr | None = None, set: Mapping[str, Any] | None = None, level: str | None = None
@@ -247,6 +268,11 @@ class Table:
         return update_where(self, as_filter(where, self, level), values, level)
 
     # ----- reads ------------------------------------------------------------------------
+    def open_blob(self, key: Any, column: str, level: str | None = None) -> BlobFile:
+        """The value of binary `column` at `key` (a tuple for a nested `level`: its full key) as
+        a read-only seekable file that reads only the ranges asked for (`Snapshot.open_blob`)."""
+        return self.snapshot().open_blob(key, column, level)
+
     def snapshot(self, asof: int | str | datetime | None = None, version: int | str | None = None) -> Snapshot:
         """One version of the table, read from the metastore once: the newest (default), the one
         live at commit time `asof` (datetime, ISO string or µs, `conch.model.time`, or a tag name),
@@ -289,15 +315,8 @@ class Table:
         `TimeTravelError`. The same as `self.snapshot(asof, version).scan(...)`: one metastore
         read, then the scan reads that one version.
         """
-        if version is not None and asof is not None:
-            raise InvalidArgumentError("give asof= or version=, not both")
-        snap = self.snapshot(asof, version)
-        if isinstance(since, str):  # a tag name (the tags of the state the snapshot just read)
-            tags = self.log.cached_state().tags
-            if since in tags:
-                since = self.log.time_of(tags[since])
-        return snap.scan(
-            *columns, where=as_filter(where, self, level), keys=keys, since=since, level=level, limit=limit
+        return self.snapshot(asof, version).scan(
+            *columns, where=where, keys=keys, since=since, level=level, limit=limit
         )
 
     def enrich(self, fn: Any, inputs: Any, into: str, **options: Any) -> Any:
@@ -491,7 +510,84 @@ class Table:
         return check_table(self.name, self.id, self.log.record.props, wh.metastore, wh.storage, wh.format)
 
     def describe(self) -> str:
-        """A one-line summary: key, key spaces, fragments, log sequence."""
+        """A summary: key, key spaces, fragments, log sequence; then one line per index."""
         state = self.state()
         keys = ", ".join(f"{f.name}: {type_name(f.type)}" for f in state.schema.key_schema)
-        return f"{self.name} ({keys}) — {len(state.key_spaces)} key spaces, {len(state.fragments)} fragments, seq {state.seq}"
+        line = f"{self.name} ({keys}) — {len(state.key_spaces)} key spaces, {len(state.fragments)} fragments, seq {state.seq}"
+        return "\n".join([line, *(f"  index {i}" for i in describe_indexes(state))])
+
+    # ----- search (`conch.search`, docs/search.md) ---------------------------------------------
+    def create_index(
+        self,
+        column: str,
+        kind: str = "vector",
+        metric: str = "cosine",
+        name: str | None = None,
+        index: str = "flat",
+        **options: Any,
+    ) -> Commit:
+        """Declare a search index on `column`: `kind="vector"` (a fixed-size list of floats;
+        `metric` "cosine", "l2" or "dot"; `index` "flat" (exact), "hnsw" (`m`, `ef_construction`,
+        `ef_search`) or "ivf" (`nlist`, `nprobe`)) or `kind="text"` (BM25). Committed through the
+        WAL; files are built per run by `build_indexes()` and compaction.
+
+        >>> t.create_index("emb", metric="l2", index="hnsw")  # doctest: +SKIP
+        """
+        return create_index(self.log, column, kind, metric, name, index, **options)
+
+    def drop_index(self, name: str) -> Commit:
+        """Forget an index (its files go with a later `vacuum`)."""
+        return drop_index(self.log, name)
+
+    def indexes(
+        self, asof: int | str | datetime | None = None, version: int | str | None = None
+    ) -> dict[str, IndexDef]:
+        """Index name → definition, as of now or `asof`/`version`."""
+        return dict(self.log.state_at(asof, version).indexes.items())
+
+    def build_indexes(self, names: list[str] | None = None, min_rows: int | None = None) -> Commit | None:
+        """Build the index files runs lack (runs of at least `min_rows` rows; smaller ones are
+        searched exactly), in one commit; None if none was missing."""
+        return build_indexes(self.log, None, names, min_rows)
+
+    def search(
+        self,
+        query: Any,
+        k: int = 10,
+        column: str | None = None,
+        where: Col | Any = None,
+        columns: list[str] | None = None,
+        asof: int | str | datetime | None = None,
+        version: int | str | None = None,
+    ) -> SearchResult:
+        """The `k` nearest fresh records to `query` (a vector; a matrix gives `k` per query with
+        `_query`), nearest first with `_distance`; `where` filters fresh records exactly.
+
+        >>> t.search(vec, k=10, where=t["label"] == "cat", columns=["label"]).to_pandas()  # doctest: +SKIP
+        """
+        snap = self.snapshot(asof, version)
+        level = self._index_level(snap, column, "vector")
+        return snap.search(query, k, column, as_filter(where, self, level), columns)
+
+    def search_text(
+        self,
+        query: str,
+        column: str | None = None,
+        k: int = 10,
+        where: Col | Any = None,
+        columns: list[str] | None = None,
+        asof: int | str | datetime | None = None,
+        version: int | str | None = None,
+    ) -> SearchResult:
+        """The `k` fresh records ranked best by BM25 for `query` (tantivy's query syntax), with `_score`.
+
+        >>> t.search_text("red car", column="caption", k=10).to_pylist()  # doctest: +SKIP
+        """
+        snap = self.snapshot(asof, version)
+        level = self._index_level(snap, column, "text")
+        return snap.search_text(query, column, k, as_filter(where, self, level), columns)
+
+    @staticmethod
+    def _index_level(snap: Snapshot, column: str | None, kind: str) -> str | None:
+        found = [i.level for i in snap.state.indexes.values() if i.kind == kind and column in (None, i.column, i.name)]
+        return found[0] if found else None

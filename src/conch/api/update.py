@@ -14,23 +14,24 @@ transaction), so what it wrote matches the state it commits onto.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 
 from conch.api.delete_where import _column
-from conch.errors import CommitConflictError, ExpressionError, InvalidArgumentError
+from conch.api.handle import TableLike
+from conch.errors import ExpressionError, InvalidArgumentError
 from conch.expr.tree import Expr, columns, evaluate
 from conch.files.manifest import TableState
 from conch.log.txn import Commit
+from conch.log.wal import Transaction
 from conch.model.schema import Column
 from conch.write.stage import stage_write
 
 MAX_ATTEMPTS = 20
 
 
-def update_where(table: Any, where: Expr | None, values: Mapping[str, Any], level: str | None = None) -> Commit:
+def update_where(table: TableLike, where: Expr | None, values: Mapping[str, Any], level: str | None = None) -> Commit:
     """Set `values` (column path → value, expression or callable) on the records of `level`
     matching `where` (None: every record), in one serial commit (module doc)."""
 
@@ -49,7 +50,7 @@ def check_update(where: Any, values: Mapping[str, Any]) -> None:
         raise ExpressionError(f"where= takes a Conch expression such as t['x'] < 1, got {type(where).__name__}")
 
 
-def matching_scan(table: Any, where: Expr | None, values: Mapping[str, Any], level: str | None, time: int) -> Any:
+def matching_scan(table: TableLike, where: Expr | None, values: Mapping[str, Any], level: str | None, time: int) -> Any:
     """The scan of the matching records, with the columns the new values need, as of `time`."""
     schema = table.state().schema
     keys = schema.key_names(level or "")
@@ -62,11 +63,11 @@ def matching_scan(table: Any, where: Expr | None, values: Mapping[str, Any], lev
     reads = [p for p in dict.fromkeys(reads) if p not in keys]
     if any(callable(v) and not isinstance(v, Expr) for v in values.values()):
         reads = []  # a callable may read any column of the record: all of the level's
-    return table.scan(*reads, where=where, asof=time or None, level=level)
+    return table.snapshot(time or None).scan(*reads, where=where, level=level)
 
 
 def commit_update(
-    table: Any,
+    table: TableLike,
     where: Expr | None,
     values: Mapping[str, Any],
     level: str | None,
@@ -76,25 +77,17 @@ def commit_update(
     the new state when another commit landed first (module doc)."""
     check_update(where, values)
     lvl = level or ""
-    for _ in range(MAX_ATTEMPTS):
+
+    def stage() -> Transaction:
         state = table.state()
         for p in values:
             target(state.schema, lvl, p)  # typed errors before any work
         data = compute(state)
-        wh = table.log.warehouse
-        with table.log.staging():
-            staged = stage_write(table.log.files, state, data, lvl, wh.write_options, False, False)
+        staged = stage_write(table.log.files, state, data, lvl, table.log.warehouse.write_options, False, False)
         what = ", ".join(values)
-        txn = staged.transaction("update", f"set {what} on {data.num_rows} keys at {lvl or 'root'} where {where!r}")
-        try:
-            commit: Commit = table.log.commit(replace(txn, serial=True))
-            return commit
-        except CommitConflictError:
-            continue
-    raise CommitConflictError(
-        f"table {table.name!r}: update where {where!r} lost {MAX_ATTEMPTS} races with concurrent commits; "
-        "nothing was written, try again when writers are quieter"
-    )
+        return staged.transaction("update", f"set {what} on {data.num_rows} keys at {lvl or 'root'} where {where!r}")
+
+    return table.log.transact(stage, serial=True, attempts=MAX_ATTEMPTS, what=f"update where {where!r}")
 
 
 def target(schema: Any, level: str, path: str) -> Column:

@@ -1,1 +1,1 @@
-"""Engines over Conch: Spark, PyTorch, Polars, DuckDB (each needs its extra)."""
+"""Engines over Conch: Spark, PyTorch, Polars, DuckDB, Hugging Face `datasets` (each needs its extra)."""

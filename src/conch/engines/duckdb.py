@@ -13,7 +13,7 @@ column indexes and the accepted predicates as a small tree (`Col`, `Lit`, compar
 - on value columns, the predicate becomes the scan's `where` (fresh records, three-valued logic,
   pushed into the fragments where legal). DuckDB orders NaN above every number, so float `x > c`
   becomes `~(x <= c)` (and `>=` likewise);
-- on the first key column, comparisons the one key rule (`scan/keyfilter`) states exactly become a key range and
+- on the first key column, comparisons the one key rule (`scan/filter`) states exactly become a key range and
   `IN` (single-column keys) exact keys: the scan skips key spaces and fragments outside them.
 
 `rows()` gives DuckDB's optimizer the table's record count (the protocol's only statistic: it
@@ -63,7 +63,7 @@ from conch.expr.tree import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
 from conch.model.deps import optional_import
 from conch.scan import Scan
 from conch.scan.columns import narrowest_column
-from conch.scan.keyfilter import extract
+from conch.scan.filter import and_all, extract
 
 duckdb = optional_import("duckdb")
 try:
@@ -181,24 +181,16 @@ class ConchSource(_Base):
     # ----- building the scan ------------------------------------------------------------------
     def _reader(self, names: list[str] | None, filters: list[Any]) -> pa.RecordBatchReader:
         out_schema = self.schema if names is None else pa.schema([self.schema.field(n) for n in names])
-        where: Expr | None = None
         keys = _KeyBounds()
+        values: list[Expr] = []
         for f in filters:
             e = self._translate(f, keys)  # accepted before, so it translates
             if e is not None:
-                where = e if where is None else And(where, e)
+                values.append(e)
         wanted = [n for n in (names or self.schema.names) if n not in self._keys]
-        key_pred = keys.predicate(self._first_key)
-        if key_pred is _EMPTY:
-            return pa.RecordBatchReader.from_batches(out_schema, iter(()))
-        spec = self.spec
-        scan = spec.snapshot.scan(
-            *(wanted or [self._narrowest]),
-            where=where,
-            keys=key_pred if key_pred is not None else spec.keys,
-            since=spec.since,
-            level=spec.level or None,
-        )
+        # key terms and value terms as one filter: the scan's analysis (`conch.scan.filter`) turns
+        # the key terms into a key range or exact keys, as for any other filter
+        scan = self.spec.rescan(*(wanted or [self._narrowest]), where=and_all(keys.terms + values))
         if not any(n in self._keys for n in out_schema.names):  # DuckDB reads no key column
             # the streamed path then reads no keys, and hands compact types over (same values):
             # dictionary-encoded strings as dictionaries (no string materialisation; DuckDB groups
@@ -300,16 +292,9 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-class _Empty:
-    pass
-
-
-_EMPTY: Any = _Empty()
-
-
 class _KeyBounds:
     """Accepted predicates on the first key column, as Conch terms; the one rule
-    (`scan/keyfilter.extract`) turns them into a key range or exact keys."""
+    (`scan/filter.extract`) turns them into a key range or exact keys."""
 
     def __init__(self) -> None:
         self.terms: list[Expr] = []
@@ -325,17 +310,6 @@ class _KeyBounds:
         if extract(term, [field]).residual is not None:
             raise _Unpushable  # not exact (a literal that is not a key of this type, `!=`, ...)
         self.terms.append(term)
-
-    def predicate(self, field: pa.Field | None) -> Any:
-        if field is None or not self.terms:
-            return None
-        where: Expr = self.terms[0]
-        for e in self.terms[1:]:
-            where = And(where, e)
-        f = extract(where, [field])
-        if f.empty:
-            return _EMPTY
-        return list(f.keys) if f.keys is not None else f.range
 
 
 def _key_literal(node: Any) -> Any:

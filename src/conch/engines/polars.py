@@ -59,23 +59,16 @@ def scan(
     key_fields = base.plan.key_fields
     key_names = [f.name for f in key_fields]
     top = {f.name for f in out_schema} - set(key_names)
-    translator = PolarsTranslator({c.path: c.type for c in base.plan.columns}, key_fields if spec.keys is None else [])
+    translator = PolarsTranslator({c.path: c.type for c in base.plan.columns}, key_fields)
     polars_schema = pl.from_arrow(out_schema.empty_table()).schema
 
     def source_fn(
         with_columns: list[str] | None, predicate: Any, n_rows: int | None, batch_size: int | None
     ) -> Iterator[Any]:
-        pushed = translator.translate(predicate) if predicate is not None else Pushdown(None, None, True)
+        pushed = translator.translate(predicate) if predicate is not None else Pushdown(None, True)
         needed = set(with_columns or top) | (set(predicate.meta.root_names()) if predicate is not None else set())
         groups = tuple(sorted(n for n in needed if n in top)) or (narrowest_column(base.plan.columns),)
-        conch_scan = spec.snapshot.scan(
-            *groups,
-            where=pushed.where,
-            keys=pushed.keys if pushed.keys is not None else spec.keys,
-            since=spec.since,
-            level=spec.level or None,
-            limit=n_rows if pushed.exact else None,
-        )
+        conch_scan = spec.rescan(*groups, where=pushed.where, limit=n_rows if pushed.exact else None)
         remaining = n_rows
         for batch in conch_scan.to_record_batches():
             df = pl.from_arrow(batch)

@@ -24,8 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from conch.expr.tree import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
-from conch.model.keys import KeyPredicate
-from conch.scan.keyfilter import extract, literal_fits
+from conch.scan.filter import and_all, literal_fits
 
 _OPS = {"Lt": "<", "LtEq": "<=", "Gt": ">", "GtEq": ">=", "Eq": "==", "NotEq": "!="}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
@@ -35,8 +34,7 @@ _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 class Pushdown:
     """What of a Polars predicate the Conch scan evaluates itself."""
 
-    where: Expr | None  # a value filter implied by the predicate
-    keys: KeyPredicate | None  # keys implied by the predicate (`scan/keyfilter.extract`)
+    where: Expr | None  # a filter implied by the predicate (key terms and value terms)
     exact: bool  # the translation is the whole predicate (no term was left to Polars)
 
 
@@ -65,10 +63,8 @@ class PolarsTranslator:
                 exact = False
             else:
                 where.append(e)
-        out: Expr | None = None
-        for e in where:
-            out = e if out is None else And(out, e)
-        return Pushdown(out, self._key_range(key_terms), exact)
+        # key terms become a key range in the scan's analysis (`conch.scan.filter`)
+        return Pushdown(and_all(key_terms + where), exact)
 
     # ----- values ---------------------------------------------------------------------------
     def _exact(self, node: Any) -> Expr | None:
@@ -164,14 +160,6 @@ class PolarsTranslator:
         if value is _NOT_LITERAL:
             return None
         return Cmp(op, Col(first.name), Lit(value))
-
-    def _key_range(self, terms: list[Expr]) -> KeyPredicate | None:
-        """The key range the first-key terms imply (the one rule: `scan/keyfilter`); a superset
-        is fine, Polars filters exactly afterwards."""
-        out: Expr | None = None
-        for e in terms:
-            out = e if out is None else And(out, e)
-        return extract(out, self.key_fields).predicate(self.key_fields)
 
 
 _NOT_LITERAL = object()

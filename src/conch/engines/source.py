@@ -4,7 +4,7 @@ Polars, DuckDB and PyTorch run Conch scans in places a `Table` cannot go: a Pola
 thread, a DataLoader worker started by `spawn`, another rank of a distributed job. A `ScanSpec`
 is the scan as plain data: its `conch.api.snapshot.Snapshot` (the table version, and how to reach
 the warehouse: URIs, token, storage options) and its arguments (column paths, filter, key
-predicate, lower time bound, level). Every process reads the same table version even while
+predicate, lower time bound, level: a `conch.scan.request.ScanRequest`). Every process reads the same table version even while
 writers commit, and opens the warehouse exactly as `connect()` did (`conch.api.connection.reopen`,
 once per process; after a `fork` the child connects afresh).
 
@@ -18,22 +18,22 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from conch.api.catalog import Catalog
-from conch.api.connection import local_uri, reopen
+from conch.api.connection import local_uri, reopen, table_log
 from conch.api.snapshot import Snapshot
 from conch.api.table import Table
 from conch.errors import ConchError, InvalidArgumentError
 from conch.expr.tree import Expr
 from conch.log.warehouse import Connection
 from conch.model.keys import KeyPredicate
-from conch.scan import Scan
-from conch.scan.splits import Split
+from conch.scan import Scan, Split
+from conch.scan.filter import and_all
+from conch.scan.request import ScanRequest
 
 
 def open_table(warehouse: str, name: str) -> Table:
     """The table `name` of the warehouse at path or URI `warehouse` (default metastore), through
     one opened warehouse per process (`conch.api.connection.reopen`)."""
-    return Catalog(reopen(Connection(local_uri(warehouse)))).table(name)
+    return Table(table_log(reopen(Connection(local_uri(warehouse))), name))
 
 
 def open_split(split: Split) -> Scan:
@@ -68,29 +68,18 @@ def resolve_table(source: Table | str | os.PathLike[str]) -> Table:
 
 @dataclass(frozen=True)
 class ScanSpec:
-    """A scan as picklable data: its table version (`snapshot`) and arguments."""
+    """A scan as picklable data: its table version (`snapshot`) and its resolved arguments
+    (`request`, a `conch.scan.request.ScanRequest`), nothing else."""
 
     snapshot: Snapshot
-    columns: tuple[str, ...]  # full column paths
-    level: str
-    where: Expr | None = None  # over full column paths
-    keys: KeyPredicate | None = None
-    since: int | None = None
+    request: ScanRequest
 
     @classmethod
     def from_scan(cls, scan: Scan) -> ScanSpec:
         """The spec of a built scan (of the version it planned)."""
-        p = scan.plan
         snapshot = scan.source
         assert isinstance(snapshot, Snapshot)
-        return cls(
-            snapshot=snapshot,
-            columns=tuple(c.full_path for c in p.columns),
-            level=p.level,
-            where=p.filter,
-            keys=p.key_predicate,
-            since=p.since,
-        )
+        return cls(snapshot, scan.request)
 
     @property
     def table_name(self) -> str:
@@ -101,20 +90,39 @@ class ScanSpec:
         return self.snapshot.uri
 
     @property
+    def level(self) -> str:
+        return self.request.level
+
+    @property
+    def keys(self) -> KeyPredicate | None:
+        """The scan's own `keys=`."""
+        return self.request.keys
+
+    @property
     def asof(self) -> int:
         """The pinned time (µs): the scan's `asof`, else its version's commit time."""
         return self.snapshot.asof if self.snapshot.asof is not None else self.snapshot.time
 
     def scan(self, keys: KeyPredicate | None = None, limit: int | None = None) -> Scan:
         """The scan (optionally narrowed to `keys`, which replace the spec's key predicate)."""
+        return Scan(self.snapshot, self.request.replace(keys=keys if keys is not None else self.keys, limit=limit))
+
+    def rescan(self, *columns: str, where: Expr | None = None, limit: int | None = None) -> Scan:
+        """The scan of other `columns` (relative to the level) with `where` added to its filter,
+        through the one door (`Snapshot.scan`): what an engine's pushdown asks for."""
         return self.snapshot.scan(
-            *self.columns,
-            where=self.where,
-            keys=keys if keys is not None else self.keys,
-            since=self.since,
+            *columns,
+            where=and_all([*self.request.filter.terms, *([where] if where is not None else [])]),
+            keys=self.keys,
+            since=self.request.since,
             level=self.level or None,
             limit=limit,
         )
 
     def with_columns(self, columns: tuple[str, ...]) -> ScanSpec:
-        return replace(self, columns=columns)
+        """The spec projecting other `columns` (full paths)."""
+        return replace(self, request=self.request.replace(columns=columns))
+
+    def without_filter(self) -> ScanSpec:
+        """The spec of every record of the version (no filter, no `keys=`)."""
+        return replace(self, request=self.request.replace(key_terms=(), value_terms=(), keys=None))

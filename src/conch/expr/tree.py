@@ -11,9 +11,11 @@ for Vortex and evaluates it on fragment statistics.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -214,31 +216,81 @@ def _cmp(op: str, left: Expr, right: Any) -> Cmp:
     return e
 
 
+# ----- the passes: one `functools.singledispatch` visitor per pass, a case per node class ----------
+@functools.singledispatch
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The sub-expressions of a node (none for columns and literals)."""
+    return ()
+
+
+@children.register
+def _(e: Cmp | Arith | And | Or) -> tuple[Expr, ...]:
+    return (e.left, e.right)
+
+
+@children.register
+def _(e: Not | IsNull | IsIn) -> tuple[Expr, ...]:
+    return (e.operand,)
+
+
+@functools.singledispatch
+def column_path(e: Expr) -> str | None:
+    """The path of a column node, else None."""
+    return None
+
+
+@column_path.register
+def _(e: Col) -> str | None:
+    return e.path
+
+
+@functools.singledispatch
+def null_test_path(e: Expr) -> str | None:
+    """The column `e` tests for null (`col.is_null()`), else None."""
+    return None
+
+
+@null_test_path.register
+def _(e: IsNull) -> str | None:
+    return column_path(e.operand)
+
+
+def with_children(e: Expr, kids: Sequence[Expr]) -> Expr:
+    """`e` with its sub-expressions replaced by `kids` (in `children` order)."""
+    names = ("left", "right") if len(kids) == 2 else ("operand",)
+    return dataclasses.replace(e, **dict(zip(names, kids, strict=True))) if kids else e  # type: ignore[type-var]
+
+
+@functools.singledispatch
 def check_types(e: Expr, type_of: Callable[[Col], pa.DataType | None]) -> None:
     """Raise `ExpressionError` where a comparison or `isin` pits a column against a literal (or
     column) of another kind: `t["x"] > "abc"` on a number, `t["s"] > 1` on a string.
 
     `type_of(col)` gives the column's Arrow type, or None when unknown (that term is not checked).
     """
-    if isinstance(e, Cmp):
-        if isinstance(e.left, Col) and isinstance(e.right, Col):
-            lt, rt = type_of(e.left), type_of(e.right)
-            if lt is not None and rt is not None and _kind(lt) != _kind(rt) and "other" not in (_kind(lt), _kind(rt)):
-                raise ExpressionError(f"cannot compare {e.left.path!r} ({lt}) with {e.right.path!r} ({rt}): {e!r}")
-            return
-        norm = col_op_lit(e)
-        if norm is not None:
-            col = e.left if isinstance(e.left, Col) else e.right
-            _check_literal(col, type_of(col), norm[2], e)  # type: ignore[arg-type]
-    elif isinstance(e, IsIn) and isinstance(e.operand, Col):
+    for k in children(e):
+        check_types(k, type_of)
+
+
+@check_types.register
+def _(e: Cmp, type_of: Callable[[Col], pa.DataType | None]) -> None:
+    if isinstance(e.left, Col) and isinstance(e.right, Col):
+        lt, rt = type_of(e.left), type_of(e.right)
+        if lt is not None and rt is not None and _kind(lt) != _kind(rt) and "other" not in (_kind(lt), _kind(rt)):
+            raise ExpressionError(f"cannot compare {e.left.path!r} ({lt}) with {e.right.path!r} ({rt}): {e!r}")
+        return
+    norm = col_op_lit(e)
+    if norm is not None:
+        col = e.left if isinstance(e.left, Col) else e.right
+        _check_literal(col, type_of(col), norm[2], e)  # type: ignore[arg-type]
+
+
+@check_types.register
+def _(e: IsIn, type_of: Callable[[Col], pa.DataType | None]) -> None:
+    if isinstance(e.operand, Col):
         t = type_of(e.operand)
         for v in e.values:
             _check_literal(e.operand, t, v, e)
-    elif isinstance(e, And | Or):
-        check_types(e.left, type_of)
-        check_types(e.right, type_of)
-    elif isinstance(e, Not | IsNull):
-        check_types(e.operand, type_of)
 
 
 _NUMBERS = (int, float, np.integer, np.floating, Decimal)
@@ -321,68 +373,93 @@ _ARROW = {
 
 def columns(e: Expr) -> list[str]:
     """The column paths an expression reads, in first-use order."""
-    out: list[str] = []
-
-    def walk(n: Expr) -> None:
-        if isinstance(n, Col):
-            if n.path not in out:
-                out.append(n.path)
-        elif isinstance(n, Cmp | And | Or | Arith):
-            walk(n.left)
-            walk(n.right)
-        elif isinstance(n, Not | IsNull | IsIn):
-            walk(n.operand)
-
-    walk(e)
-    return out
+    return list(dict.fromkeys(_paths(e)))
 
 
+@functools.singledispatch
+def _paths(e: Expr) -> list[str]:
+    return [p for k in children(e) for p in _paths(k)]
+
+
+@_paths.register
+def _(e: Col) -> list[str]:
+    return [e.path]
+
+
+@functools.singledispatch
 def conjuncts(e: Expr) -> list[Expr]:
     """Split a filter into its top-level AND terms."""
-    if isinstance(e, And):
-        return conjuncts(e.left) + conjuncts(e.right)
     return [e]
 
 
+@conjuncts.register
+def _(e: And) -> list[Expr]:
+    return conjuncts(e.left) + conjuncts(e.right)
+
+
+@functools.singledispatch
 def evaluate(e: Expr, get: Callable[[str], pa.Array]) -> pa.Array:
     """Evaluate on Arrow columns (`get(path)`), with SQL three-valued logic."""
-    if isinstance(e, Col):
-        return get(e.path)
-    if isinstance(e, Lit):
-        try:
-            return pa.scalar(e.value)
-        except OverflowError as err:
-            raise ExpressionError(f"literal {e.value!r} is outside every Arrow integer type") from err
-    if isinstance(e, Cmp):
-        left, right = evaluate(e.left, get), evaluate(e.right, get)
-        left, right = align(left, right)
-        return _ARROW[e.op](left, right)
-    if isinstance(e, Arith):
-        return _arith(e, evaluate(e.left, get), evaluate(e.right, get))
-    if isinstance(e, And):
-        return pc.and_kleene(evaluate(e.left, get), evaluate(e.right, get))
-    if isinstance(e, Or):
-        return pc.or_kleene(evaluate(e.left, get), evaluate(e.right, get))
-    if isinstance(e, Not):
-        return pc.invert(evaluate(e.operand, get))
-    if isinstance(e, IsNull):
-        return pc.is_null(evaluate(e.operand, get))
-    if isinstance(e, IsIn):
-        arr = evaluate(e.operand, get)
-        # a value that is not exactly of the column's type equals no value (2.5 is not 2)
-        numeric = pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)
-        vals = [v for v in e.values if not numeric or literal_fits(v, arr.type)]
-        values = pa.array(vals, type=arr.type)
-        res = pc.is_in(computable(arr), value_set=computable(values))
-        # SQL: `null IN (...)` is null, not false.
-        return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), res)
     raise ExpressionError(f"cannot evaluate {e!r}")
+
+
+@evaluate.register
+def _(e: Col, get: Callable[[str], pa.Array]) -> pa.Array:
+    return get(e.path)
+
+
+@evaluate.register
+def _(e: Lit, get: Callable[[str], pa.Array]) -> pa.Array:
+    try:
+        return pa.scalar(e.value)
+    except OverflowError as err:
+        raise ExpressionError(f"literal {e.value!r} is outside every Arrow integer type") from err
+
+
+@evaluate.register
+def _(e: Cmp, get: Callable[[str], pa.Array]) -> pa.Array:
+    left, right = align(evaluate(e.left, get), evaluate(e.right, get))
+    return _ARROW[e.op](left, right)
+
+
+@evaluate.register
+def _(e: And, get: Callable[[str], pa.Array]) -> pa.Array:
+    return pc.and_kleene(evaluate(e.left, get), evaluate(e.right, get))
+
+
+@evaluate.register
+def _(e: Or, get: Callable[[str], pa.Array]) -> pa.Array:
+    return pc.or_kleene(evaluate(e.left, get), evaluate(e.right, get))
+
+
+@evaluate.register
+def _(e: Not, get: Callable[[str], pa.Array]) -> pa.Array:
+    return pc.invert(evaluate(e.operand, get))
+
+
+@evaluate.register
+def _(e: IsNull, get: Callable[[str], pa.Array]) -> pa.Array:
+    return pc.is_null(evaluate(e.operand, get))
+
+
+@evaluate.register
+def _(e: IsIn, get: Callable[[str], pa.Array]) -> pa.Array:
+    arr = evaluate(e.operand, get)
+    # a value that is not exactly of the column's type equals no value (2.5 is not 2)
+    numeric = pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)
+    vals = [v for v in e.values if not numeric or literal_fits(v, arr.type)]
+    values = pa.array(vals, type=arr.type)
+    res = pc.is_in(computable(arr), value_set=computable(values))
+    # SQL: `null IN (...)` is null, not false.
+    return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), res)
 
 
 _ARITH = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked}
 
 
-def _arith(e: Arith, left: Any, right: Any) -> Any:
+@evaluate.register
+def _(e: Arith, get: Callable[[str], pa.Array]) -> pa.Array:
+    left, right = evaluate(e.left, get), evaluate(e.right, get)
     try:
         if e.op == "/":
             return pc.divide(pc.cast(left, pa.float64()), pc.cast(right, pa.float64()))
@@ -447,22 +524,12 @@ def col_op_lit(e: Cmp) -> tuple[str, str, Any] | None:
     return None
 
 
+@functools.singledispatch
 def rename(e: Expr, f: Callable[[str], str]) -> Expr:
     """The same tree with every column path mapped through `f`."""
-    if isinstance(e, Col):
-        return Col(f(e.path))
-    if isinstance(e, Cmp):
-        return Cmp(e.op, rename(e.left, f), rename(e.right, f))
-    if isinstance(e, Arith):
-        return Arith(e.op, rename(e.left, f), rename(e.right, f))
-    if isinstance(e, And):
-        return And(rename(e.left, f), rename(e.right, f))
-    if isinstance(e, Or):
-        return Or(rename(e.left, f), rename(e.right, f))
-    if isinstance(e, Not):
-        return Not(rename(e.operand, f))
-    if isinstance(e, IsNull):
-        return IsNull(rename(e.operand, f))
-    if isinstance(e, IsIn):
-        return IsIn(rename(e.operand, f), e.values)
-    return e
+    return with_children(e, [rename(k, f) for k in children(e)])
+
+
+@rename.register
+def _(e: Col, f: Callable[[str], str]) -> Expr:
+    return Col(f(e.path))

@@ -11,8 +11,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
-from conch.files.format import FileRef
+from conch.errors import InvalidArgumentError
+from conch.files.blobsource import MAX_VALUE_BYTES, has_sources, source, token_rows
+from conch.files.format import FileRef, column_stats
 from conch.files.integrity import value_hashes
 
 BLOB_SUFFIX = ".blobs"
@@ -50,25 +53,70 @@ def _value_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
 
 def write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) -> tuple[pa.Table, int]:
     """Write the blob columns' values to the local scratch file `local_path` (made durable by the
-    storage's `staged`); returns the table with `.off`/`.len` index columns in their place."""
+    storage's `staged`); returns the table with `.off`/`.len` index columns in their place.
+    Values given as streams (`conch.files.blobsource`) are copied in parts, never held whole."""
     written = 0
     with open(local_path, "wb") as bf:
         for name in blob_columns:
             arr = table.column(name).combine_chunks()
             starts, lengths, data = _value_bytes(arr)
             valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            lo = int(starts[0]) if len(starts) else 0
-            hi = int(starts[-1] + lengths[-1]) if len(starts) else 0
-            bf.write(data[lo:hi])
-            offsets = (starts - lo + written).astype(np.uint64)
-            sums = value_hashes(data, starts, lengths)
-            written += hi - lo
+            streamed = token_rows(arr)
+            if len(streamed):
+                offsets, lengths, sums, n = _write_streamed(bf, arr, starts, lengths, data, streamed, written)
+                written += n
+            else:
+                lo = int(starts[0]) if len(starts) else 0
+                hi = int(starts[-1] + lengths[-1]) if len(starts) else 0
+                bf.write(data[lo:hi])
+                offsets = (starts - lo + written).astype(np.uint64)
+                sums = value_hashes(data, starts, lengths)
+                written += hi - lo
             idx = table.column_names.index(name)
             table = table.remove_column(idx)
             table = table.append_column(f"{name}.off", pa.array(offsets, pa.uint64(), mask=~valid))
             table = table.append_column(f"{name}.len", pa.array(lengths.astype(np.uint32), pa.uint32(), mask=~valid))
             table = table.append_column(f"{name}.sum", pa.array(sums, pa.uint32(), mask=~valid))
     return table, written
+
+
+def _write_streamed(
+    bf: Any, arr: pa.Array, starts: np.ndarray, lengths: np.ndarray, data: Any, streamed: np.ndarray, base: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Write a column's values, the rows `streamed` copied from their sources part by part;
+    returns (offsets, lengths, hashes, bytes written) of every row."""
+    n = len(arr)
+    offsets = np.zeros(n, dtype=np.uint64)
+    lengths = lengths.astype(np.int64)
+    sums = value_hashes(data, starts, lengths)
+    pos, prev = base, 0
+    for r in [*streamed.tolist(), n]:
+        if r > prev:  # the run of in-memory values before row r, in one write
+            lo, hi = int(starts[prev]), int(starts[r - 1] + lengths[r - 1])
+            bf.write(data[lo:hi])
+            offsets[prev:r] = starts[prev:r] - lo + pos
+            pos += hi - lo
+        if r == n:
+            break
+        blob = source(arr[r].as_py())
+        assert blob is not None  # token_rows found it live
+        h, size = xxhash.xxh3_64(), 0
+        for part in blob.parts():
+            bf.write(part)
+            h.update(part)
+            size += len(part)
+            if size > MAX_VALUE_BYTES:
+                raise InvalidArgumentError(f"{blob!r}: a value holds at most {MAX_VALUE_BYTES} bytes (4 GiB - 1)")
+        offsets[r], lengths[r], sums[r] = pos, size, h.intdigest() & 0xFFFFFFFF
+        pos += size
+        prev = r + 1
+    return offsets, lengths, sums, pos - base
+
+
+def value_stats(col: pa.ChunkedArray | pa.Array) -> tuple[Any, Any, int]:
+    """A written column's (min, max, null count): a column of values given as streams has only
+    its null count (its Arrow values are tokens, `conch.files.blobsource`)."""
+    return (None, None, col.null_count) if has_sources(col) else column_stats(col)
 
 
 def index_fields(c: str, ref: FileRef) -> list[pa.Field]:

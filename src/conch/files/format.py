@@ -175,6 +175,7 @@ class FragmentFormat(Protocol):
         schema: pa.Schema,
         indices: np.ndarray | None = None,
         blob_columns: Sequence[str] = (),
+        refs: Sequence[str] = (),
     ) -> pa.Table: ...
 
     def read_many(
@@ -183,6 +184,7 @@ class FragmentFormat(Protocol):
         columns: Sequence[str],
         schema: pa.Schema,
         blob_columns: Sequence[str] = (),
+        refs: Sequence[str] = (),
     ) -> pa.Table: ...
 
     def stream(
@@ -194,6 +196,7 @@ class FragmentFormat(Protocol):
         blob_columns: Sequence[str] = (),
         expr: Any = None,
         ordinal: bool = False,
+        refs: Sequence[str] = (),
     ) -> Iterator[pa.RecordBatch]: ...
 
     def dictionary_columns(self, ref: FileRef, columns: Sequence[str]) -> frozenset[str]:

@@ -21,44 +21,38 @@ recorded) have neither and are read unverified.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from conch.errors import CorruptFileError
-from conch.files.blobs import BLOB_SUFFIX, BlobIndex, blob_array, blob_index, coalesce, index_fields, write_blobs
+from conch.files.blobfile import ref_array, tag_inline
+from conch.files.blobs import (
+    BLOB_SUFFIX,
+    BlobIndex,
+    blob_array,
+    blob_index,
+    coalesce,
+    index_fields,
+    value_stats,
+    write_blobs,
+)
 from conch.files.dictprobe import dictionary_columns
-from conch.files.format import ORDINAL, FileJob, FileRef, WrittenFile, column_stats
+from conch.files.format import ORDINAL, FileJob, FileRef, WrittenFile
 from conch.files.hotcache import ColumnCache
 from conch.files.integrity import VerifiedReader, check_values, seal_file
 from conch.files.storage import RangeReader, Storage
+from conch.files.writequeue import WriteQueue
 from conch.model.budget import DEFAULT_SPLIT
 from conch.model.deps import LazyModule
 
 vx: Any = LazyModule("vortex")
-
-_Done = Callable[[WrittenFile, Any], None]  # a `WriteQueue` job's callback: (written, extra)
-_pools: dict[int, tuple[int, ThreadPoolExecutor]] = {}  # threads -> (pid that made it, pool)
-_pools_lock = threading.Lock()
-
-
-def _encode_pool(threads: int) -> ThreadPoolExecutor:
-    """A process-wide pool of `threads` encoder threads (made again in a forked child)."""
-    with _pools_lock:
-        made = _pools.get(threads)
-        if made is None or made[0] != os.getpid():
-            made = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix="conch-encode"))
-            _pools[threads] = made
-        return made[1]
 
 
 class VortexFormat:
@@ -166,9 +160,10 @@ class VortexFormat:
         self, job: FileJob, local: str, blob_local: str, after: Callable[[FileJob], Any] | None
     ) -> tuple[int, str, Any]:
         """Encode one file into its scratch path(s); returns (blob bytes, checksum, after(job))."""
-        table, total = job.table, 0
+        table, total, blob_checksum = job.table, 0, ""
         if job.blob_columns:
             table, total = write_blobs(table, blob_local, job.blob_columns)
+            blob_checksum = seal_file(blob_local)  # ranged reads verify its blocks (conch.files.blobfile)
         if job.ordinal:
             table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
         # Through Vortex's object-store writer, not its local-file one: that one issues ~50
@@ -183,9 +178,9 @@ class VortexFormat:
             # its scratch file vanished (a vacuum with grace 0 ran meanwhile): the same
             # error as any other staged file that vanished (`TableLog.staging`)
             raise FileNotFoundError(errno.ENOENT, f"the scratch file vanished while written ({e})", local) from e
-        checksum = seal_file(local, total)
+        checksum = seal_file(local, total, blob_checksum)
         if job.stats:
-            stats = {int(name[1:]): column_stats(job.table.column(name)) for name in job.table.column_names}
+            stats = {int(name[1:]): value_stats(job.table.column(name)) for name in job.table.column_names}
             return total, checksum, stats
         return total, checksum, after(job) if after is not None else None
 
@@ -247,9 +242,10 @@ class VortexFormat:
         schema: pa.Schema,
         indices: np.ndarray | None = None,
         blob_columns: Sequence[str] = (),
+        refs: Sequence[str] = (),
     ) -> pa.Table:
         """Read `columns` (all rows, or the sorted row `indices`) cast to `schema`."""
-        return self.read_many([(ref, indices)], columns, schema, blob_columns)
+        return self.read_many([(ref, indices)], columns, schema, blob_columns, refs)
 
     def read_many(
         self,
@@ -257,11 +253,13 @@ class VortexFormat:
         columns: Sequence[str],
         schema: pa.Schema,
         blob_columns: Sequence[str] = (),
+        refs: Sequence[str] = (),
     ) -> pa.Table:
         """Read `columns` cast to `schema` from several files with the same blob columns (all
         rows, or the sorted row indices, of each), concatenated in order. A take over many
         fragments costs one Arrow array per column, not one per fragment: the blob values of
-        every file are read straight into one buffer and checked in one pass."""
+        every file are read straight into one buffer and checked in one pass. Binary columns
+        named in `refs` come back as tagged references instead (`conch.files.blobfile`)."""
         parts = [(ref, idx) for ref, idx in parts if idx is None or len(idx)]
         if not parts:
             return schema.empty_table()
@@ -275,10 +273,11 @@ class VortexFormat:
         got: dict[str, Any] = {}
         if inline:
             t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            got = {c: t.column(c) for c in inline}
+            got = {c: tag_inline(t.column(c)) if c in refs else t.column(c) for c in inline}
         for c in blobs:
-            got[c] = self._read_values(
-                [(ref, idx[c]) for (ref, _), idx in zip(parts, indexes, strict=True)], schema.field(c).type
+            where = [(ref, idx[c]) for (ref, _), idx in zip(parts, indexes, strict=True)]
+            got[c] = (
+                ref_array(where, self.blob_checksum) if c in refs else self._read_values(where, schema.field(c).type)
             )
         return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
 
@@ -386,6 +385,7 @@ class VortexFormat:
         blob_columns: Sequence[str] = (),
         expr: Any = None,
         ordinal: bool = False,
+        refs: Sequence[str] = (),
     ) -> Iterator[pa.RecordBatch]:
         """Stream `columns` (all rows, or the sorted row `indices`, rows where the Vortex `expr`
         holds) as record batches cast to `schema`, one Vortex chunk at a time. With `ordinal`,
@@ -416,15 +416,17 @@ class VortexFormat:
                 return
             if batch.num_rows == 0:
                 continue
-            if not blobs:
+            if not blobs and not refs:
                 yield batch
                 continue
             arrays = []
             for c in out_schema.names:
                 if c in blobs:
-                    arrays.append(self._read_values([(ref, blob_index(batch, c))], schema.field(c).type))
+                    where = [(ref, blob_index(batch, c))]
+                    values = ref_array(where, self.blob_checksum) if c in refs else None
+                    arrays.append(values if values is not None else self._read_values(where, schema.field(c).type))
                 else:
-                    arrays.append(batch.column(c))
+                    arrays.append(tag_inline(batch.column(c)) if c in refs else batch.column(c))
             yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
     def _index(self, ref: FileRef, c: str) -> BlobIndex:
@@ -445,6 +447,12 @@ class VortexFormat:
         else:
             self._blob_idx.move_to_end(key)
         return e
+
+    def blob_checksum(self, ref: FileRef) -> str:
+        """The checksum of `ref`'s blob file's block table its footer records ("": none)."""
+        self._file(ref)
+        verified = self._open[ref.path][1]
+        return verified.blob_checksum if verified is not None else ""
 
     def verify_file(self, ref: FileRef, blob_columns: Sequence[str] = ()) -> int:
         """Read and verify every byte of a file and every value of its blob file (for
@@ -480,6 +488,14 @@ class VortexFormat:
             size = self.storage.size(name)
         except FileNotFoundError as e:
             raise CorruptFileError(f"{name} is missing: the table references it") from e
+        if verified.blob_checksum:  # sealed: the block table, then every block (below) is checked
+            blocks = VerifiedReader(self.storage.open(name), name, verified.blob_checksum)
+            try:
+                size = blocks.size()
+                for pos in range(0, size, 64 * blocks.block):
+                    blocks.read_at(pos, 64 * blocks.block)
+            finally:
+                blocks.close()
         if size != verified.blob_bytes:
             raise CorruptFileError(f"{name} is damaged: it is {size} bytes, its fragment says {verified.blob_bytes}")
         for c in blob_columns:
@@ -541,89 +557,6 @@ def _damage(verified: VerifiedReader | None, what: str, e: Exception) -> Corrupt
     if verified is not None and verified.failure is not None:
         return verified.failure
     return CorruptFileError(f"{what}: {e}")
-
-
-class WriteQueue:
-    """Files encoded `threads` at a time while the caller goes on (Vortex's writer releases the
-    GIL: docs/performance.md), each published and handed to its `done` callback from the calling
-    thread in submission order, so what the callbacks record does not depend on the threads'
-    timing. Storage is only touched from the calling thread (scratch paths handed out at submit,
-    published at finish, inside the caller's `Storage.batch`), and at most `threads` files are in
-    flight, so memory is bounded by `threads` jobs' tables. Use it as a context manager: leaving
-    the block waits for every file; on an error every file not yet published is discarded."""
-
-    def __init__(self, fmt: VortexFormat, threads: int = 1) -> None:
-        self._fmt = fmt
-        self._threads = max(1, threads)
-        self._inflight: collections.deque[tuple[FileJob, contextlib.ExitStack, Future[Any], _Done]] = (
-            collections.deque()
-        )
-
-    def __enter__(self) -> WriteQueue:
-        return self
-
-    def __exit__(self, et: Any, e: Any, tb: Any) -> None:
-        if e is None:
-            self.drain()
-        else:
-            self._discard(e)
-
-    def submit(self, job: FileJob, done: _Done, after: Callable[[FileJob], Any] | None = None) -> None:
-        """Encode `job` (waiting first for the oldest file while `threads` are in flight); `done`
-        gets `(written, extra)` once it is published: `extra` is the columns' statistics for a
-        job with `stats`, else `after(job)`, computed in the worker beside the encoding."""
-        try:
-            while len(self._inflight) >= self._threads:
-                self._finish()
-            stack = contextlib.ExitStack()
-            storage = self._fmt.storage
-            try:
-                blob_local = stack.enter_context(storage.staged(job.path + BLOB_SUFFIX)) if job.blob_columns else ""
-                local = stack.enter_context(storage.staged(job.path))
-            except BaseException as e:
-                stack.__exit__(type(e), e, e.__traceback__)
-                raise
-            fut: Future[Any]
-            if self._threads == 1:  # on this thread, nothing to overlap with
-                fut = Future()
-                try:
-                    fut.set_result(self._fmt._encode(job, local, blob_local, after))
-                except BaseException as e:
-                    fut.set_exception(e)
-            else:
-                fut = _encode_pool(self._threads).submit(self._fmt._encode, job, local, blob_local, after)
-            self._inflight.append((job, stack, fut, done))
-            if self._threads == 1:
-                self._finish()
-        except BaseException as e:
-            self._discard(e)
-            raise
-
-    def drain(self) -> None:
-        """Wait for every file in flight and publish it."""
-        try:
-            while self._inflight:
-                self._finish()
-        except BaseException as e:
-            self._discard(e)
-            raise
-
-    def _finish(self) -> None:
-        job, stack, fut, done = self._inflight.popleft()
-        try:
-            total, checksum, extra = fut.result()
-        except BaseException as e:
-            stack.__exit__(type(e), e, e.__traceback__)
-            raise
-        stack.close()  # publishes the files (in the batch, from this thread)
-        done(WrittenFile(total + self._fmt.storage.size(job.path), checksum), extra)
-
-    def _discard(self, e: BaseException) -> None:
-        while self._inflight:  # wait for the others, then discard their scratch files
-            _, stack, fut, _ = self._inflight.popleft()
-            with contextlib.suppress(BaseException):
-                fut.result()
-            stack.__exit__(type(e), e, e.__traceback__)
 
 
 class _CountingReader:

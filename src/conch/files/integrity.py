@@ -13,7 +13,11 @@ little next to decoding. Four uses:
   extra partial block at each end, never the whole file.
 - **Blob files**: every value's xxh3 (low 32 bits) sits in the fragment's blob index beside its
   offset and length, inside the verified Vortex file; a take verifies exactly the values it
-  reads (`check_values`).
+  reads (`check_values`). A blob file also ends with its own block table (`seal_file` again),
+  whose digest the fragment's footer records (footer v2, `blob_checksum`): a ranged read of part
+  of a large value (`conch.files.blobfile`) verifies the 64 KiB blocks it touches, never the
+  whole value. Blob files written before that have no table (`blob_checksum` ""): a ranged read
+  verifies the value whole once, streamed, on open.
 - **Snapshots** (whole small files): `digest(data)` is part of the file's name
   (`with_digest`), which the metastore row registering the snapshot holds; `read_snapshot`
   verifies it. Snapshots are zstd-compressed JSON (`*.zst`, `pack_snapshot`): the per-fragment
@@ -48,6 +52,9 @@ PREFIX = "xxh3-"
 # payload bytes, blob file bytes, block size, block count, magic
 _FOOTER = struct.Struct("<QQII8s")
 _MAGIC = b"CONCHXX3"
+# v2 (files with a sealed blob file): ..., block count, the blob file's block-table hash, magic
+_FOOTER2 = struct.Struct("<QQIIQ8s")
+_MAGIC2 = b"CONCHXX4"
 _DIGEST = re.compile(r"^xxh3-[0-9a-f]{16}$")
 _hash = xxhash.xxh3_64_intdigest
 
@@ -101,19 +108,25 @@ def check_values(
 
 
 # ----- block-checked files ------------------------------------------------------------------
-def seal_file(local_path: str, blob_bytes: int = 0) -> str:
+def seal_file(local_path: str, blob_bytes: int = 0, blob_checksum: str = "") -> str:
     """Append the block table to a freshly written local file (a `Storage.staged` scratch file)
-    and return the checksum to record for it. `blob_bytes` is the exact size of the fragment's
-    blob file, checked by `Table.check()`."""
+    and return the checksum to record for it. `blob_bytes` is the exact size of the values in
+    the fragment's blob file, checked by `Table.check()`; `blob_checksum` the checksum
+    `seal_file` returned for that blob file (sealed first), which the footer then binds."""
     hashes = []
     payload = 0
     with open(local_path, "r+b") as f:
         while block := f.read(BLOCK):
             hashes.append(_hash(block))
             payload += len(block)
-        trailer = np.asarray(hashes, dtype="<u8").tobytes() + _FOOTER.pack(
-            payload, blob_bytes, BLOCK, len(hashes), _MAGIC
-        )
+        table = np.asarray(hashes, dtype="<u8").tobytes()
+        if blob_checksum:
+            footer = _FOOTER2.pack(
+                payload, blob_bytes, BLOCK, len(hashes), int(blob_checksum[len(PREFIX) :], 16), _MAGIC2
+            )
+        else:
+            footer = _FOOTER.pack(payload, blob_bytes, BLOCK, len(hashes), _MAGIC)
+        trailer = table + footer
         f.write(trailer)
     return digest(trailer)
 
@@ -130,12 +143,15 @@ class VerifiedReader:
         self._inner = inner
         self.name = name
         size = inner.size()
-        table_max = _FOOTER.size + 8 * -(-size // BLOCK)
+        table_max = _FOOTER2.size + 8 * -(-size // BLOCK)
         tail = inner.read_at(max(0, size - table_max), min(size, table_max))
-        if len(tail) < _FOOTER.size or tail[-8:] != _MAGIC:
+        footer = _FOOTER2 if tail[-8:] == _MAGIC2 else _FOOTER
+        if len(tail) < footer.size or tail[-8:] not in (_MAGIC, _MAGIC2):
             raise CorruptFileError(f"{name} is damaged: its block checksums are missing (truncated or overwritten)")
-        payload, self.blob_bytes, self.block, n, _ = _FOOTER.unpack(tail[-_FOOTER.size :])
-        trailer_len = _FOOTER.size + 8 * n
+        payload, self.blob_bytes, self.block, n, *blob_sum, _ = footer.unpack(tail[-footer.size :])
+        # the checksum of the fragment's blob file's own block table ("": not sealed, see module doc)
+        self.blob_checksum = f"{PREFIX}{blob_sum[0]:016x}" if blob_sum else ""
+        trailer_len = footer.size + 8 * n
         if self.block <= 0 or payload + trailer_len != size or n != -(-payload // self.block):
             raise CorruptFileError(f"{name} is damaged: it is {size} bytes, its block table describes {payload}")
         trailer = tail[-trailer_len:]

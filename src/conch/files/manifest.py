@@ -94,8 +94,44 @@ class Fragment:
     mask_checksum: str = ""  # digest of the mask file's bytes (`conch.files.integrity.digest`)
 
 
-R = TypeVar("R", KeySpace, Fragment)
-_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (KeySpace, Fragment)}
+@dataclass(frozen=True, slots=True)
+class IndexDef:
+    """A search index declared on a column (`Table.create_index`, `conch.search`): table metadata
+    committed through the WAL, so time travel knows which indexes existed. `options` is JSON (the
+    index structure and its parameters, `conch.search.definitions`)."""
+
+    name: str
+    level: str
+    column: str  # the column's path when the index was created (display; `column_id` is the truth)
+    column_id: int
+    kind: str  # "vector" or "text"
+    metric: str = ""  # vector: "cosine", "l2" or "dot"
+    dim: int = 0
+    options: str = "{}"
+    time: int = 0
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFile:
+    """An immutable index over the cells of one run (key space) for one index: built from the
+    run's `fragments` (a search treats it as stale when the run's fragments of the column change),
+    checksummed like fragments, dropped with its run or its index and then removed by vacuum."""
+
+    id: str
+    index: str  # the `IndexDef.name`
+    key_space: str
+    path: str
+    rows: int
+    fragments: tuple[str, ...]
+    bytes: int = 0
+    checksum: str = ""
+    time: int = 0
+    seq: int = 0
+
+
+R = TypeVar("R", KeySpace, Fragment, IndexDef, IndexFile)
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (KeySpace, Fragment, IndexDef, IndexFile)}
 
 
 def record_from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
@@ -103,13 +139,13 @@ def record_from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
     fields that older versions wrote and this one dropped (`meta_bytes`) are ignored."""
     names = {f.name for f in dataclasses.fields(cls)}
     kw = {k: v for k, v in d.items() if k in names}
-    for k in ("column_ids", "blob_columns"):
+    for k in ("column_ids", "blob_columns", "fragments"):
         if k in kw:
             kw[k] = tuple(kw[k])
     return cls(**kw)
 
 
-def record_to_dict(record: KeySpace | Fragment) -> dict[str, Any]:
+def record_to_dict(record: KeySpace | Fragment | IndexDef | IndexFile) -> dict[str, Any]:
     """A record's fields by name. Records are flat (numbers, strings, tuples of ints), so this is
     a shallow read: `dataclasses.asdict` deep-copies every value, which cost a commit ~0.3 ms."""
     return {name: getattr(record, name) for name in _FIELDS[type(record)]}
@@ -171,6 +207,9 @@ class TableState:
     horizon: int = 0
     # Tags (`Table.tag`): name → version; tagged versions outlive `expire` and `vacuum`.
     tags: Mapping[str, int] = field(default_factory=FrozenMap)
+    # Search indexes (`conch.search`): name → definition, and index file id → the file of one run.
+    indexes: Mapping[str, IndexDef] = field(default_factory=FrozenMap)
+    index_files: Mapping[str, IndexFile] = field(default_factory=FrozenMap)
 
     # ----- snapshots --------------------------------------------------------------------
     def to_json(self) -> str:
@@ -183,6 +222,8 @@ class TableState:
                 "fragments": [record_to_dict(f) for f in self.fragments.values()],
                 "horizon": self.horizon,
                 "tags": dict(self.tags.items()),
+                "indexes": [record_to_dict(i) for i in self.indexes.values()],
+                "index_files": [record_to_dict(i) for i in self.index_files.values()],
             },
             separators=(",", ":"),
         )
@@ -200,6 +241,8 @@ class TableState:
                 fragments=FrozenMap({f["id"]: record_from_dict(Fragment, f) for f in d["fragments"]}),
                 horizon=int(d.get("horizon", 0)),
                 tags=FrozenMap({str(k): int(v) for k, v in d.get("tags", {}).items()}),
+                indexes=FrozenMap({i["name"]: record_from_dict(IndexDef, i) for i in d.get("indexes", [])}),
+                index_files=FrozenMap({i["id"]: record_from_dict(IndexFile, i) for i in d.get("index_files", [])}),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptFileError(f"snapshot {path} is damaged ({type(e).__name__}: {e})") from e

@@ -57,7 +57,18 @@ from conch.errors import InvalidArgumentError, InvalidNameError
 from conch.files.integrity import open_json, seal_json
 from conch.files.manifest import TableState
 from conch.log.metastore.base import TableRecord
-from conch.log.wal import AddFragment, AddKeySpace, Op, RemoveFragment, RemoveKeySpace, SetSchema
+from conch.log.wal import (
+    AddFragment,
+    AddIndex,
+    AddIndexFile,
+    AddKeySpace,
+    DropIndex,
+    Op,
+    RemoveFragment,
+    RemoveIndexFile,
+    RemoveKeySpace,
+    SetSchema,
+)
 
 PREFIX = "_branch."
 SEP = "@"
@@ -152,6 +163,8 @@ def seed_ops(state: TableState) -> tuple[Op, ...]:
     ops: list[Op] = [SetSchema(state.schema)]
     ops += [AddKeySpace(k) for k in state.key_spaces.values()]
     ops += [AddFragment(f) for f in state.fragments.values()]
+    ops += [AddIndex(i) for i in state.indexes.values()]  # search indexes and their files are shared
+    ops += [AddIndexFile(f) for f in state.index_files.values()]
     return tuple(ops)
 
 
@@ -166,6 +179,14 @@ def fast_forward_ops(main: TableState, head: TableState) -> tuple[Op, ...]:
     # version that added it on each line) and stays as it is
     ops += [AddKeySpace(k) for i, k in head.key_spaces.items() if i not in main.key_spaces]
     ops += [AddFragment(f) for i, f in head.fragments.items() if i not in main.fragments]
+    ops += [
+        DropIndex(n) for n, i in main.indexes.items() if n not in head.indexes or head.indexes[n].options != i.options
+    ]
+    ops += [
+        AddIndex(i) for n, i in head.indexes.items() if n not in main.indexes or main.indexes[n].options != i.options
+    ]
+    ops += [RemoveIndexFile(i) for i in main.index_files if i not in head.index_files]
+    ops += [AddIndexFile(f) for i, f in head.index_files.items() if i not in main.index_files]
     return tuple(ops)
 
 

@@ -16,12 +16,20 @@ log only and keeps it while it may become the base of readable states (`TableLog
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 
-from conch.errors import CommitConflictError, ConchError, CorruptFileError, TableNotFoundError, TimeTravelError
+from conch.errors import (
+    CommitConflictError,
+    ConchError,
+    CorruptFileError,
+    InvalidArgumentError,
+    TableNotFoundError,
+    TimeTravelError,
+)
 from conch.files.format import FragmentFormat
 from conch.files.integrity import SNAPSHOT_SUFFIX, open_json, pack_snapshot, read_snapshot, with_digest
 from conch.files.keycache import KeyCache
@@ -102,6 +110,12 @@ class TableLog:
     def scan_options(self) -> ScanOptions:
         """Scans' default options, sized from the warehouse's memory budget."""
         return self.warehouse.scan_options
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """Text fixed with the table at creation (`Catalog.create_table(properties=...)`)."""
+        props = open_json(self.record.props, f"the metastore record of table {self.name!r}")
+        return dict(props.get("properties", {}))
 
     # ----- state ------------------------------------------------------------------------
     def initial_state(self) -> TableState:
@@ -248,7 +262,7 @@ class TableLog:
         version the handle has seen, one more for a time it has not. A tagged version outlives
         the horizon (`Table.tag`)."""
         if asof is not None and version is not None:
-            raise TimeTravelError("give asof= or version=, not both")
+            raise InvalidArgumentError("give asof= or version=, not both")
         latest = self.state()
         tagged = latest.tags.get(asof) if isinstance(asof, str) else None
         if tagged is not None:  # a tag name given as asof=
@@ -337,6 +351,33 @@ class TableLog:
 
     def _check_exists(self) -> None:
         self.warehouse.metastore.last_seq(self.id)  # raises TableNotFoundError
+
+    def transact(
+        self, stage: Callable[[], Transaction], serial: bool = False, attempts: int = 1, what: str = ""
+    ) -> Commit:
+        """Stage a transaction, then commit it: the one sequence of every write, delete, update,
+        delete-where and enrichment. `stage()` writes the files (inside `staging`: durable
+        together when it returns) and returns the transaction. `serial`: the commit must follow
+        the state `stage` read directly (`Transaction.serial`); on a lost race it is staged again
+        on the new state, `attempts` times in all, then `CommitConflictError` naming `what`
+        (nothing committed; retrying is safe)."""
+        for attempt in range(attempts):
+            with self.staging():
+                txn = stage()
+            if serial and not txn.serial:
+                txn = dataclasses.replace(txn, serial=True)
+            try:
+                return self.commit(txn)
+            except CommitConflictError as e:
+                if attempt + 1 < attempts:
+                    continue  # another commit landed after the state `stage` read: stage again
+                if not serial:
+                    raise
+                raise CommitConflictError(
+                    f"table {self.name!r}: {what or txn.kind} lost {attempts} races with concurrent commits; "
+                    "nothing was committed, try again when writers are quieter"
+                ) from e
+        raise CommitConflictError(f"table {self.name!r}: {what}: no attempt")  # attempts < 1
 
     def commit(self, txn: Transaction, flush: bool = True) -> Commit:
         """Append `txn` as one log entry: compare-and-swap on the sequence number, and on a lost

@@ -28,6 +28,8 @@ from conch.files.integrity import open_entry, open_json, seal_json
 from conch.files.manifest import (
     Fragment,
     FrozenMap,
+    IndexDef,
+    IndexFile,
     KeySpace,
     TableState,
     extent,
@@ -148,6 +150,32 @@ class RemoveTag:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class AddIndex:
+    """Declare a search index (`Table.create_index`, `conch.search`); replay gives it its time."""
+
+    index: IndexDef
+
+
+@dataclass(frozen=True, slots=True)
+class DropIndex:
+    """Forget an index and its files (a later `vacuum` removes them)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddIndexFile:
+    """An index file of one run (`conch.search.build`); replay drops it with its run."""
+
+    file: IndexFile
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveIndexFile:
+    id: str
+
+
 Op = (
     AddKeySpace
     | RemoveKeySpace
@@ -163,6 +191,10 @@ Op = (
     | SetHorizon
     | SetTag
     | RemoveTag
+    | AddIndex
+    | DropIndex
+    | AddIndexFile
+    | RemoveIndexFile
 )
 
 _NAMES: dict[type, str] = {
@@ -180,6 +212,10 @@ _NAMES: dict[type, str] = {
     SetHorizon: "set_horizon",
     SetTag: "set_tag",
     RemoveTag: "remove_tag",
+    AddIndex: "add_index",
+    DropIndex: "drop_index",
+    AddIndexFile: "add_index_file",
+    RemoveIndexFile: "remove_index_file",
 }
 _TYPES = {name: t for t, name in _NAMES.items()}
 
@@ -208,6 +244,10 @@ def encode_op(op: Op) -> dict[str, Any]:
         if not rec["time"]:
             del rec["time"]  # cells take the commit's time
         return {"op": name, **rec}
+    if isinstance(op, AddIndex | AddIndexFile):
+        rec = record_to_dict(op.index if isinstance(op, AddIndex) else op.file)
+        del rec["seq"], rec["time"]  # set by replay
+        return {"op": name, **rec}
     if isinstance(op, SetSchema):
         return {"op": name, "schema": op.schema.to_json()}
     if isinstance(op, DropColumns):
@@ -224,6 +264,10 @@ def decode_op(d: Mapping[str, Any]) -> Op:
         return AddKeySpace(record_from_dict(KeySpace, body))
     if t is AddFragment:
         return AddFragment(record_from_dict(Fragment, body))
+    if t is AddIndex:
+        return AddIndex(record_from_dict(IndexDef, body))
+    if t is AddIndexFile:
+        return AddIndexFile(record_from_dict(IndexFile, body))
     if t is SetSchema:
         return SetSchema(Schema.from_json(body["schema"]))
     if t is DropColumns:
@@ -291,8 +335,11 @@ class _Replay:
         self.fragments = dict(state.fragments.items())
         self.horizon = state.horizon
         self.tags = dict(state.tags.items())
+        self.indexes = dict(state.indexes.items())
+        self.index_files = dict(state.index_files.items())
 
     def apply(self, entry: Entry, seq: int, time: int) -> _Replay:
+        removed = False
         for op in entry.ops:
             if isinstance(op, AddKeySpace):
                 ks = op.key_space
@@ -302,11 +349,13 @@ class _Replay:
                 self.fragments[fr.id] = dataclasses.replace(fr, time=fr.time or time, seq=seq)
             elif isinstance(op, RemoveKeySpace):
                 self.key_spaces.pop(op.id, None)
+                removed = True
             elif isinstance(op, RemoveFragment):
                 self.fragments.pop(op.id, None)
             elif isinstance(op, Truncate):
                 self.key_spaces.clear()
                 self.fragments.clear()
+                self.index_files.clear()
             elif isinstance(op, SetSchema | RenameColumn | DropColumns):
                 self.schema = apply_schema_op(self.schema, op)
             elif isinstance(op, SetHorizon):
@@ -315,6 +364,20 @@ class _Replay:
                 self.tags[op.name] = op.seq
             elif isinstance(op, RemoveTag):
                 self.tags.pop(op.name, None)
+            elif isinstance(op, AddIndex):
+                self.indexes[op.index.name] = dataclasses.replace(op.index, time=time, seq=seq)
+            elif isinstance(op, DropIndex):
+                self.indexes.pop(op.name, None)
+                self.index_files = {i: f for i, f in self.index_files.items() if f.index != op.name}
+            elif isinstance(op, AddIndexFile):
+                if op.file.key_space in self.key_spaces and op.file.index in self.indexes:
+                    self.index_files[op.file.id] = dataclasses.replace(op.file, time=time, seq=seq)
+            elif isinstance(op, RemoveIndexFile):
+                self.index_files.pop(op.id, None)
+        if removed and self.index_files:
+            # an index file lives as long as its run (a move re-adds the run under its id and
+            # keeps it); a compaction's output gets its own from `conch.search.runs.build_indexes`
+            self.index_files = {i: f for i, f in self.index_files.items() if f.key_space in self.key_spaces}
         self.seq, self.time = seq, time
         return self
 
@@ -327,6 +390,8 @@ class _Replay:
             FrozenMap(self.fragments),
             self.horizon,
             FrozenMap(self.tags),
+            FrozenMap(self.indexes),
+            FrozenMap(self.index_files),
         )
 
 
@@ -381,7 +446,7 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
       or levels) rebase; a real clash (the same path with another type or id, a column against
       a group or level, a renamed or dropped column) conflicts.
     """
-    changed = [e for e in newer if e.kind not in ("flush", "vacuum", "expire", "tag")]
+    changed = [e for e in newer if e.kind not in ("flush", "vacuum", "expire", "tag", "index")]
     if txn.serial and changed:
         return f"it was derived from the table as of version {txn.base_seq}, and a {changed[0].kind} committed since"
     if txn.files:
@@ -406,11 +471,25 @@ def conflicts(txn: Transaction, newer: Sequence[Entry], current: TableState) -> 
     mark = txn.extra.get("stream")  # a streaming sink's micro-batch commits once (`conch.engines.spark.streaming`)
     if mark is not None and any(e.extra.get("stream") == mark for e in newer):
         return f"micro-batch {mark} was committed concurrently"
+    own_indexes = {op.index.name for op in txn.ops if isinstance(op, AddIndex)}  # a branch's seed adds both
+    own_runs = {op.key_space.id for op in txn.ops if isinstance(op, AddKeySpace)}
     for op in txn.ops:
         if isinstance(op, SetTag) and op.name in current.tags:
             return f"tag {op.name!r} was created concurrently (version {current.tags[op.name]})"
         if isinstance(op, RemoveTag) and op.name not in current.tags:
             return f"tag {op.name!r} was removed concurrently"
+        if isinstance(op, AddIndex) and op.index.name in current.indexes:
+            return f"index {op.index.name!r} was created concurrently"
+        if isinstance(op, DropIndex) and op.name not in current.indexes:
+            return f"index {op.name!r} was dropped concurrently"
+        if isinstance(op, AddIndexFile) and op.file.index not in current.indexes and op.file.index not in own_indexes:
+            return f"index {op.file.index!r} was dropped concurrently"
+        if (
+            isinstance(op, AddIndexFile)
+            and op.file.key_space not in current.key_spaces
+            and op.file.key_space not in own_runs
+        ):
+            return f"run {op.file.key_space} of its index file was compacted away concurrently"
     try:
         _rebased_schema(txn, current.schema)
     except _Clash as e:
@@ -547,3 +626,5 @@ def referenced_paths(entry: Entry, blob_suffix: str) -> Iterable[str]:
                 yield op.fragment.mask
         elif isinstance(op, RegisterSnapshot | AddDisplacementMap):
             yield op.path
+        elif isinstance(op, AddIndexFile):
+            yield op.file.path

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from conch.errors import ConchError, CorruptFileError
 from conch.files.blobs import BLOB_SUFFIX
 from conch.files.format import FileRef, FragmentFormat, column_name
-from conch.files.integrity import open_entry, open_json, read_snapshot
+from conch.files.integrity import open_entry, open_json, read_snapshot, verify
 from conch.files.manifest import TableState
 from conch.files.masks import verify_mask
 from conch.files.storage import Storage
@@ -130,6 +130,16 @@ def check_table(
                 report.bytes_checked += verify_mask(storage, fr.mask, fr.mask_checksum, fr.rows, fr.start)
             except CorruptFileError as err:
                 report.problems.append(Problem(fr.mask, str(err)))
+    for ix in state.index_files.values():  # search index files (`conch.search.runs`): one digest each
+        report.files_checked += 1
+        try:
+            data = storage.read(ix.path)
+            verify(data, ix.checksum, ix.path)
+            report.bytes_checked += len(data)
+        except FileNotFoundError:
+            report.problems.append(Problem(ix.path, f"index file {ix.path} is missing"))
+        except CorruptFileError as err:
+            report.problems.append(Problem(ix.path, str(err)))
     for ref, blobs in refs:
         report.files_checked += 1 + (1 if blobs else 0)
         report.unverified += 0 if ref.checksum else 1 + (1 if blobs else 0)

@@ -37,6 +37,7 @@ from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import (
     AddFragment,
+    AddIndexFile,
     AddKeySpace,
     Entry,
     Op,
@@ -135,6 +136,7 @@ def state_paths(state: TableState) -> Iterable[str]:
     """Every file a state's live records reference (the same rule as the log's entries)."""
     ops: list[Op] = [AddKeySpace(k) for k in state.key_spaces.values()]
     ops += [AddFragment(f) for f in state.fragments.values()]
+    ops += [AddIndexFile(f) for f in state.index_files.values()]
     return referenced_paths(Entry("state", tuple(ops)), BLOB_SUFFIX)
 
 

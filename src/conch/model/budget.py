@@ -72,6 +72,9 @@ class ScanOptions:
     # keep the schema's types. For an engine adapter that normalises batch types
     # (conch.engines.duckdb: DuckDB groups and hashes dictionaries by code), not general consumers.
     compact_types: bool = False
+    # file columns (`c<id>`, binary) whose values come back as tagged references to where they are
+    # stored instead of their bytes: what `Scan.blob_files` and `open_blob` read (conch.files.blobfile)
+    blob_refs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.batch_rows is not None and self.batch_rows < 1:

@@ -21,6 +21,9 @@ _EXTRAS = {
     "fastapi": "server",
     "uvicorn": "server",
     "starlette": "server",
+    "datasets": "hf",
+    "faiss": "search",
+    "tantivy": "search",
     "moto": "dev",  # the local S3 server of `conch demo --s3`
 }
 

@@ -5,7 +5,7 @@ the level it lives on, which broadcasting and reductions need). A nested express
 compares one level's own columns and keys is a row filter, and lowers to exactly the nodes
 `t["x"]` builds: `t.x > 1` and `t["x"] > 1` become the same `Cmp(">", Col("x"), Lit(1))`. That is
 how `Table.scan(where=t.x > 1)` and `delete(where=_.x > 1)` work, and how nested `where()`s are
-pushed into the core scan (where key terms become key ranges, `conch.scan.keyfilter`).
+pushed into the core scan (where key terms become key ranges, `conch.scan.filter`).
 
 >>> lower(t.x > 1).__repr__()  # doctest: +SKIP
 '(x > 1)'

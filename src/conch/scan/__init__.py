@@ -2,9 +2,8 @@
 protocol (`result`) and the user-facing `Scan`; key-range splits (`splits`)."""
 
 from conch.model.budget import ScanOptions
-from conch.scan.api import Scan
+from conch.scan.api import Scan, Split
 from conch.scan.metrics import GroupMetrics, ScanMetrics
 from conch.scan.result import ScanResult
-from conch.scan.splits import Split
 
 __all__ = ["GroupMetrics", "Scan", "ScanMetrics", "ScanOptions", "ScanResult", "Split"]

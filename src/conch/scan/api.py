@@ -5,25 +5,28 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterator
-from datetime import datetime
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from conch.errors import ConchError, CorruptFileError, InvalidArgumentError
+from conch.errors import ConchError, CorruptFileError
 from conch.files.format import FragmentFormat
 from conch.files.keycache import KeyCache
 from conch.files.manifest import TableState
 from conch.model.budget import ScanOptions
 from conch.model.keys import EncodedRange
 from conch.scan.assemble import output_schema
+from conch.scan.blobfiles import blob_files
+from conch.scan.candidates import NOTHING
 from conch.scan.context import ScanContext
 from conch.scan.execute import execute
 from conch.scan.explain import render
 from conch.scan.metrics import ScanMetrics
-from conch.scan.plan import ScanPlan, narrow, plan_scan, to_time
+from conch.scan.plan import ScanPlan, narrow, plan_scan
+from conch.scan.request import ScanRequest
 from conch.scan.result import ScanResult
-from conch.scan.splits import Split, plan_splits
+from conch.scan.splits import plan_splits
 
 
 class ScanSource(Protocol):
@@ -56,10 +59,6 @@ class ScanSource(Protocol):
 
     def view(self, since: int | None = None) -> TableState: ...
 
-    def scan(
-        self, *columns: Any, where: Any = None, keys: Any = None, since: Any = None, level: str | None = None
-    ) -> Any: ...
-
 
 class Scan(ScanResult):
     """A scan of fresh records of one table version (`source`, a `conch.api.snapshot.Snapshot`).
@@ -67,25 +66,13 @@ class Scan(ScanResult):
     (`to_arrow()`, `to_record_batches()`, iteration, `pa.table(scan)`, `pl.DataFrame(scan)`,
     DuckDB, ...: see `ScanResult`)."""
 
-    def __init__(
-        self,
-        source: ScanSource,
-        columns: tuple[Any, ...],
-        where: Any = None,
-        keys: Any = None,
-        since: int | str | datetime | None = None,
-        level: str | None = None,
-        limit: int | None = None,
-    ) -> None:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise InvalidArgumentError(f"limit must be a non-negative number of rows, got {limit!r}")
+    def __init__(self, source: ScanSource, request: ScanRequest) -> None:
+        """The scan `request` (`ScanRequest.resolve`d by `Snapshot.scan`, the one door) of `source`."""
         self.source = source
+        self.request = request
         # a since inside a compaction's window reads its retained originals (`conch.log.sinceview`)
-        since_us = to_time(since, "since")
-        self._state = source.view(since_us)
-        self._plan = plan_scan(
-            self._state, columns, where=where, keys=keys, asof=source.asof, since=since_us, level=level, limit=limit
-        )
+        self._state = source.view(request.since)
+        self._plan = plan_scan(self._state, request, asof=source.asof)
         self._options = source.scan_options
         self._metrics: ScanMetrics | None = None
 
@@ -111,6 +98,7 @@ class Scan(ScanResult):
         """This scan restricted to keys whose order-preserving encoding (`conch.model.keys.encode_key`)
         is in `r`; bounds are full-key encodings. `Split.open` uses it."""
         out = copy.copy(self)
+        out.request = self.request.narrowed(r)
         out._plan = narrow(self._plan, r)
         out._metrics = None
         return out
@@ -150,6 +138,12 @@ class Scan(ScanResult):
             raise ConchError("the scan has not run yet: call to_arrow() or iterate it first")
         return self._metrics
 
+    def blob_files(self, *columns: str) -> Iterator[dict[str, Any]]:
+        """The rows as dicts, the values of binary `columns` (default: every projected binary
+        column) as read-only seekable files that read only the ranges asked for, not as bytes
+        (`conch.scan.blobfiles`): for decoders that seek (video frames, audio windows)."""
+        return blob_files(self, columns)
+
     def explain(self) -> str:
         """The plan: what is read at each step and what was pruned before reading."""
         return render(self.source.name, self._plan, self._metrics)
@@ -157,7 +151,76 @@ class Scan(ScanResult):
     def splits(self, n: int | None = None) -> list[Split]:
         """This scan cut into at most `n` disjoint key-range splits of similar size (default: sized
         by rows and bytes), each picklable and readable in another process (`conch.scan.splits`)."""
-        return plan_splits(self.plan, self.source, self.options, n)
+        ranges = plan_splits(self.plan, self.source.key_cache, n)
+        return [Split(self.source, self.request.narrowed(r), self.options) for r in ranges]
 
     def __repr__(self) -> str:
         return self.explain()
+
+
+@dataclass(frozen=True)
+class Split:
+    """One key range of a scan, as plain picklable data: the scan's snapshot and its request
+    narrowed to the range (`ScanRequest.within`), and the execution options; `open()` scans it
+    in any process (`conch.scan.splits`)."""
+
+    snapshot: ScanSource  # the scan's table version (`conch.api.snapshot.Snapshot`), reopened by pickling
+    request: ScanRequest
+    options: ScanOptions = field(default_factory=ScanOptions)
+
+    @property
+    def uri(self) -> str:
+        """The warehouse's URI."""
+        return self.snapshot.uri
+
+    @property
+    def table(self) -> str:
+        return self.snapshot.name
+
+    @property
+    def seq(self) -> int:
+        """The pinned commit (0: the table had none; the split reads nothing)."""
+        return self.snapshot.seq
+
+    @property
+    def time(self) -> int:
+        """The pinned commit's time (µs; 0 with seq 0)."""
+        return self.snapshot.time
+
+    @property
+    def lo(self) -> bytes | None:
+        """The split's first key (full-key encoding, inclusive; None: unbounded)."""
+        return self.request.within.lo if self.request.within is not None else None
+
+    @property
+    def hi(self) -> bytes | None:
+        """The end of the split's keys (full-key encoding, exclusive; None: unbounded)."""
+        return self.request.within.hi if self.request.within is not None else None
+
+    def open(self) -> Scan:
+        """The `Scan` of this split: its snapshot's table version (reopened in this process when
+        the split was unpickled), restricted to the split's key range."""
+        if not self.seq:
+            return Scan(self.snapshot, self.request).within(NOTHING).with_options(self.options)
+        return Scan(self.snapshot, self.request).with_options(self.options)
+
+    def restrict(self, scan: Scan) -> Scan:
+        """`scan` (of this split's table version) restricted to the split's key range; raises if
+        it reads another version. A split pinned before the table's first commit reads nothing."""
+        if not self.seq:
+            return scan.within(NOTHING).with_options(self.options)
+        if scan.plan.state.seq != self.seq:
+            raise ConchError(
+                f"split of table {self.table!r} is pinned to commit {self.seq}, but the scan it restricts reads "
+                f"commit {scan.plan.state.seq}: scan the split's snapshot (`split.open()`)"
+            )
+        within = self.request.within
+        return (scan.within(within) if within is not None else scan).with_options(self.options)
+
+    def to_record_batches(self) -> pa.RecordBatchReader:
+        """The split's records, streamed (`open().to_record_batches()`)."""
+        return self.open().to_record_batches()
+
+    def to_arrow(self) -> pa.Table:
+        """The split's records as one Arrow table."""
+        return self.open().to_arrow()

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from conch.expr.tree import Cmp, Expr, col_op_lit, columns, conjuncts
+from conch.expr.tree import Cmp, Expr, col_op_lit, columns
 from conch.expr.tree import mask as filter_mask
 from conch.files.keycache import KeyCache
 from conch.files.manifest import KeySpace
@@ -62,7 +62,7 @@ def candidate_spans(plan: ScanPlan, stats: StatsCache | None = None, keys: KeyCa
     schema = plan.schema
     runs = {ks.id: ks for ks in plan.key_spaces}
     out: list[Span] | None = None
-    for term in conjuncts(plan.filter):
+    for term in plan.terms:
         group = _single_group(plan, term)
         if group is None or _holds_on_nulls(plan, term):
             continue
@@ -98,7 +98,7 @@ def estimated_rows(plan: ScanPlan, runs: list[KeySpace], stats: StatsCache | Non
     stats = stats or StatsCache()
     live = {ks.id for ks in runs}
     best = total
-    for term in conjuncts(plan.filter):
+    for term in plan.terms:
         norm = col_op_lit(term) if isinstance(term, Cmp) else None
         if norm is None or norm[1] not in ("<", "<=", ">", ">=") or not plan.schema.has_column(norm[0]):
             continue

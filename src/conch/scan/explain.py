@@ -6,7 +6,7 @@ The text is stable for a given table state (tests compare it with golden files i
 
 from __future__ import annotations
 
-from conch.expr.tree import columns, conjuncts
+from conch.expr.tree import columns
 from conch.model.schema import join_path
 from conch.scan.metrics import ScanMetrics
 from conch.scan.plan import ScanPlan
@@ -69,7 +69,7 @@ def where_terms_run(p: ScanPlan) -> str:
     exactly). The streamed path takes a filter only when every term is in-file, in one group."""
     in_file: list[str] = []
     in_arrow: list[str] = []
-    for term in conjuncts(p.filter) if p.filter is not None else []:
+    for term in p.terms:
         groups = {p.schema.column(c).group for c in columns(term) if p.schema.has_column(c)}
         frs = p.fragments.get(next(iter(groups)), []) if len(groups) == 1 else []
         pushed = len(groups) == 1 and schema_vortex_expr(p.schema, term, frs) is not None

@@ -13,6 +13,7 @@ below -inf, -0.0 below 0.0) where Arrow follows IEEE: float comparisons are rewr
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,7 +22,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.expr.tree import And, Cmp, Col, Expr, IsIn, IsNull, Not, Or, col_op_lit, computable, literal_fits
+from conch.expr.tree import (
+    And,
+    Cmp,
+    Expr,
+    IsIn,
+    IsNull,
+    Not,
+    Or,
+    col_op_lit,
+    column_path,
+    computable,
+    literal_fits,
+    null_test_path,
+)
 from conch.files.format import column_name, decode_stats
 from conch.files.manifest import Fragment
 from conch.model.deps import LazyModule
@@ -122,7 +136,12 @@ def _cmp(name: str, op: str, value: Any, t: pa.DataType) -> Any | None:
     return None if lit is None else getattr(ve, _VX_CMP[op])(column, lit)
 
 
-def to_vortex(e: Expr, column_name: Callable[[str], str | None], types: Callable[[str], pa.DataType]) -> Any | None:
+Names = Callable[[str], str | None]
+Types = Callable[[str], pa.DataType]
+
+
+@functools.singledispatch
+def to_vortex(e: Expr, column_name: Names, types: Types) -> Any | None:
     """`e` as a Vortex expression over file column names, or None if any part cannot be pushed
     (the caller then evaluates it on the assembled fresh records, in Arrow).
 
@@ -131,48 +150,68 @@ def to_vortex(e: Expr, column_name: Callable[[str], str | None], types: Callable
     zone, decimal128), `IS [NOT] NULL`, `IN` (as `==` terms), and `AND`/`OR`/`NOT` of those:
     Vortex's are three-valued like Arrow's (Kleene), so a pushed term keeps exactly the rows
     Arrow would. `column_name(path)` gives the file's column for a path (None if it is not
-    stored inline).
+    stored inline). One case per node class (`functools.singledispatch`); anything else: None.
     """
-    if isinstance(e, And | Or):
-        left = to_vortex(e.left, column_name, types)
-        right = to_vortex(e.right, column_name, types)
-        if left is None or right is None:
-            return None
-        return ve.and_(left, right) if isinstance(e, And) else ve.or_(left, right)
-    if isinstance(e, IsNull) and isinstance(e.operand, Col):
-        name = column_name(e.operand.path)
-        return ve.is_null(ve.column(name)) if name else None
-    if isinstance(e, Not) and isinstance(e.operand, IsNull) and isinstance(e.operand.operand, Col):
-        name = column_name(e.operand.operand.path)
-        return ve.is_not_null(ve.column(name)) if name else None
-    if isinstance(e, Not):
-        inner = to_vortex(e.operand, column_name, types)
-        return None if inner is None else ve.not_(inner)
-    if isinstance(e, Cmp):
-        norm = col_op_lit(e)
-        if norm is None:
-            return None
-        path, op, value = norm
-        name = column_name(path)
-        return None if name is None else _cmp(name, op, value, types(path))
-    if isinstance(e, IsIn) and isinstance(e.operand, Col):
-        # Arrow's `is_in` (nulled for a null operand): a null in the list matches nothing else
-        name, t = column_name(e.operand.path), types(e.operand.path)
-        if name is None or pa.types.is_floating(t):
-            return None  # Arrow's `is_in` matches floats by hash: -0.0 is not 0.0 there, unlike `==`
-        # a number not exactly of the column's type equals no value (`conch.expr.tree.evaluate`)
-        numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
-        values = [v for v in e.values if v is not None and (not numeric or literal_fits(v, t))]
-        if not values or len(values) > MAX_IN:
-            return None
-        out = None
-        for v in values:
-            term = _cmp(name, "==", v, t)
-            if term is None:
-                return None
-            out = term if out is None else ve.or_(out, term)
-        return out
     return None
+
+
+@to_vortex.register
+def _(e: And | Or, column_name: Names, types: Types) -> Any | None:
+    left = to_vortex(e.left, column_name, types)
+    right = to_vortex(e.right, column_name, types)
+    if left is None or right is None:
+        return None
+    return (ve.and_ if type(e) is And else ve.or_)(left, right)
+
+
+@to_vortex.register
+def _(e: IsNull, column_name: Names, types: Types) -> Any | None:
+    path = column_path(e.operand)
+    name = column_name(path) if path is not None else None
+    return ve.is_null(ve.column(name)) if name else None
+
+
+@to_vortex.register
+def _(e: Not, column_name: Names, types: Types) -> Any | None:
+    path = null_test_path(e.operand)
+    if path is not None:
+        name = column_name(path)
+        return ve.is_not_null(ve.column(name)) if name else None
+    inner = to_vortex(e.operand, column_name, types)
+    return None if inner is None else ve.not_(inner)
+
+
+@to_vortex.register
+def _(e: Cmp, column_name: Names, types: Types) -> Any | None:
+    norm = col_op_lit(e)
+    if norm is None:
+        return None
+    path, op, value = norm
+    name = column_name(path)
+    return None if name is None else _cmp(name, op, value, types(path))
+
+
+@to_vortex.register
+def _(e: IsIn, column_name: Names, types: Types) -> Any | None:
+    path = column_path(e.operand)
+    if path is None:
+        return None
+    # Arrow's `is_in` (nulled for a null operand): a null in the list matches nothing else
+    name, t = column_name(path), types(path)
+    if name is None or pa.types.is_floating(t):
+        return None  # Arrow's `is_in` matches floats by hash: -0.0 is not 0.0 there, unlike `==`
+    # a number not exactly of the column's type equals no value (`conch.expr.tree.evaluate`)
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+    values = [v for v in e.values if v is not None and (not numeric or literal_fits(v, t))]
+    if not values or len(values) > MAX_IN:
+        return None
+    out = None
+    for v in values:
+        term = _cmp(name, "==", v, t)
+        if term is None:
+            return None
+        out = term if out is None else ve.or_(out, term)
+    return out
 
 
 def schema_vortex_expr(schema: Schema, e: Expr, fragments: Sequence[Fragment]) -> Any | None:
@@ -230,67 +269,96 @@ class StatsCache:
             return pa.nulls(n, t), pa.nulls(n, t), nulls
 
 
-def may_match_many(
-    e: Expr, frs: Sequence[Fragment], stats: StatsCache, column: Callable[[str], tuple[int, pa.DataType]]
-) -> np.ndarray:
+Columns = Callable[[str], tuple[int, pa.DataType]]
+
+
+@functools.singledispatch
+def may_match_many(e: Expr, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
     """Per fragment: False only where its statistics prove no row satisfies `e` (vectorised
-    `column(path)` gives (column id, type)."""
-    n = len(frs)
+    `column(path)` gives (column id, type). One case per node class; anything else may match."""
+    return np.ones(len(frs), dtype=bool)
+
+
+def _rows(frs: Sequence[Fragment]) -> np.ndarray:
     # A masked fragment's statistics may be those of its whole data file (minor compaction does
     # not re-read data): bounds still hold for its rows, null counts do not; an unreachable row
     # count makes "all null" and "no non-null" unprovable for it.
-    rows = np.array([f.rows if not f.mask else np.iinfo(np.int64).max for f in frs], dtype=np.int64)
-    if isinstance(e, And):
-        return may_match_many(e.left, frs, stats, column) & may_match_many(e.right, frs, stats, column)
-    if isinstance(e, Or):
-        return may_match_many(e.left, frs, stats, column) | may_match_many(e.right, frs, stats, column)
-    if isinstance(e, IsNull) and isinstance(e.operand, Col):
-        _, _, nulls = stats.column(frs, *column(e.operand.path))
-        return (nulls != 0) | (nulls < 0)
-    if isinstance(e, Not) and isinstance(e.operand, IsNull) and isinstance(e.operand.operand, Col):
-        _, _, nulls = stats.column(frs, *column(e.operand.operand.path))
-        return (nulls < 0) | (nulls < rows)
-    if isinstance(e, Cmp):
-        norm = col_op_lit(e)
-        if norm is None:
-            return np.ones(n, dtype=bool)
-        path, op, value = norm
-        cid, t = column(path)
-        lo, hi, nulls = stats.column(frs, cid, t)
-        all_null = (nulls >= 0) & (nulls == rows)
-        if value is None:
-            return np.zeros(n, dtype=bool)  # every comparison with null is null
+    return np.array([f.rows if not f.mask else np.iinfo(np.int64).max for f in frs], dtype=np.int64)
+
+
+@may_match_many.register
+def _(e: And | Or, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
+    both = np.logical_and if type(e) is And else np.logical_or
+    return both(may_match_many(e.left, frs, stats, column), may_match_many(e.right, frs, stats, column))
+
+
+@may_match_many.register
+def _(e: IsNull, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
+    path = column_path(e.operand)
+    if path is None:
+        return np.ones(len(frs), dtype=bool)
+    _, _, nulls = stats.column(frs, *column(path))
+    return (nulls != 0) | (nulls < 0)
+
+
+@may_match_many.register
+def _(e: Not, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
+    path = null_test_path(e.operand)
+    if path is None:
+        return np.ones(len(frs), dtype=bool)
+    _, _, nulls = stats.column(frs, *column(path))
+    return (nulls < 0) | (nulls < _rows(frs))
+
+
+@may_match_many.register
+def _(e: Cmp, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
+    n = len(frs)
+    norm = col_op_lit(e)
+    if norm is None:
+        return np.ones(n, dtype=bool)
+    path, op, value = norm
+    cid, t = column(path)
+    lo, hi, nulls = stats.column(frs, cid, t)
+    all_null = (nulls >= 0) & (nulls == _rows(frs))
+    if value is None:
+        return np.zeros(n, dtype=bool)  # every comparison with null is null
+    try:
+        lit = computable(pa.scalar(value).cast(t))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return np.ones(n, dtype=bool)
+    if op == "<":
+        res = pc.less(lo, lit)
+    elif op == "<=":
+        res = pc.less_equal(lo, lit)
+    elif op == ">":
+        res = pc.greater(hi, lit)
+    elif op == ">=":
+        res = pc.greater_equal(hi, lit)
+    elif op == "==":
+        res = pc.and_kleene(pc.less_equal(lo, lit), pc.greater_equal(hi, lit))
+    else:  # "!=": false only if every value equals the literal
+        res = pc.invert(pc.and_kleene(pc.equal(lo, lit), pc.equal(hi, lit)))
+    # unknown bounds (null) may match
+    ok = np.asarray(pc.fill_null(res, True).to_numpy(zero_copy_only=False), dtype=bool)
+    return ok & ~all_null
+
+
+@may_match_many.register
+def _(e: IsIn, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> np.ndarray:
+    n = len(frs)
+    path = column_path(e.operand)
+    if path is None:
+        return np.ones(n, dtype=bool)
+    cid, t = column(path)
+    lo, hi, nulls = stats.column(frs, cid, t)
+    out = np.zeros(n, dtype=bool)
+    for v in e.values:
+        if v is None:
+            continue
         try:
-            lit = computable(pa.scalar(value).cast(t))
+            lit = computable(pa.scalar(v).cast(t))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return np.ones(n, dtype=bool)
-        if op == "<":
-            res = pc.less(lo, lit)
-        elif op == "<=":
-            res = pc.less_equal(lo, lit)
-        elif op == ">":
-            res = pc.greater(hi, lit)
-        elif op == ">=":
-            res = pc.greater_equal(hi, lit)
-        elif op == "==":
-            res = pc.and_kleene(pc.less_equal(lo, lit), pc.greater_equal(hi, lit))
-        else:  # "!=": false only if every value equals the literal
-            res = pc.invert(pc.and_kleene(pc.equal(lo, lit), pc.equal(hi, lit)))
-        # unknown bounds (null) may match
-        ok = np.asarray(pc.fill_null(res, True).to_numpy(zero_copy_only=False), dtype=bool)
-        return ok & ~all_null
-    if isinstance(e, IsIn) and isinstance(e.operand, Col):
-        cid, t = column(e.operand.path)
-        lo, hi, nulls = stats.column(frs, cid, t)
-        out = np.zeros(n, dtype=bool)
-        for v in e.values:
-            if v is None:
-                continue
-            try:
-                lit = computable(pa.scalar(v).cast(t))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                return np.ones(n, dtype=bool)
-            res = pc.and_kleene(pc.less_equal(lo, lit), pc.greater_equal(hi, lit))
-            out |= np.asarray(pc.fill_null(res, True).to_numpy(zero_copy_only=False), dtype=bool)
-        return out & ~((nulls >= 0) & (nulls == rows))
-    return np.ones(n, dtype=bool)
+        res = pc.and_kleene(pc.less_equal(lo, lit), pc.greater_equal(hi, lit))
+        out |= np.asarray(pc.fill_null(res, True).to_numpy(zero_copy_only=False), dtype=bool)
+    return out & ~((nulls >= 0) & (nulls == _rows(frs)))

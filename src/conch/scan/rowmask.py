@@ -1,6 +1,6 @@
 """Step 3 of the general path: the row mask, i.e. which live keys' fresh records pass the filter.
 
-The filter is cut into conjuncts:
+The filter's AND terms (`ScanPlan.terms`, cut once by `conch.scan.filter`):
 
 - terms over **key columns only** are evaluated on the live keys themselves (no value read);
 - terms over the value columns of **one read unit**: fragments whose statistics (vectorised over
@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.expr.tree import And, Expr, columns, conjuncts
+from conch.expr.tree import Expr, columns
 from conch.expr.tree import mask as filter_mask
 from conch.files.format import ORDINAL
 from conch.files.manifest import Fragment
 from conch.scan.context import ScanContext
+from conch.scan.filter import and_all as all_of
 from conch.scan.locate import ReadUnit
 from conch.scan.pushdown import may_match_many, schema_vortex_expr
 from conch.scan.take import batch_rows, gather, split_by
@@ -46,7 +47,7 @@ def row_mask(ctx: ScanContext, units: list[ReadUnit], keys: pa.Table) -> np.ndar
     key_terms: list[Expr] = []
     residual: list[Expr] = []
     pushed: dict[int, tuple[ReadUnit, list[Expr]]] = {}
-    for term in conjuncts(plan.filter):
+    for term in plan.terms:
         cols = columns(term)
         if all(c in key_names for c in cols):
             key_terms.append(term)
@@ -131,7 +132,7 @@ def evaluate(ctx: ScanContext, e: Expr, units: list[ReadUnit], positions: np.nda
 
 
 def and_all(terms: list[Expr]) -> Expr:
-    out = terms[0]
-    for t in terms[1:]:
-        out = And(out, t)
+    """The AND of (at least one of) `terms`."""
+    out = all_of(terms)
+    assert out is not None
     return out

@@ -2,9 +2,9 @@
 
 `scan.splits(n)` (`plan_splits` here) cuts a scan into about `n` splits of similar size,
 each a key range of the scan's level. Together they return exactly the scan's records, each
-once, in key order split after split. A `Split` is plain data: the scan's snapshot (a
-`conch.api.snapshot.Snapshot`: the warehouse connection, the table, the pinned commit), the scan's
-arguments and its key range. It is picklable and `split.open()` reads it in any process (a Spark
+once, in key order split after split. A `Split` (`conch.scan.api`) is plain data: the scan's
+snapshot (a `conch.api.snapshot.Snapshot`: the warehouse connection, the table, the pinned commit)
+and its `ScanRequest` narrowed to the key range. It is picklable and `split.open()` reads it in any process (a Spark
 task, a data-loader worker, a distributed maintenance job): the snapshot reopens the warehouse
 exactly as `connect()` reached it (metastore, token, storage options) and the split scans that
 range of the pinned version.
@@ -19,47 +19,18 @@ whose terms fragment statistics can refute limits the splits to the key spans wh
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.errors import ConchError
-from conch.expr.tree import Expr
 from conch.files.keycache import KeyCache
 from conch.files.manifest import KeySpace
-from conch.model.budget import ScanOptions
-from conch.model.keys import EncodedRange, KeyPredicate, encode_keys, predicate_bounds
+from conch.model.keys import EncodedRange, encode_keys, predicate_bounds
 from conch.scan.candidates import NOTHING, candidate_ranges, estimated_rows, pieces, runs_meeting
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache
-
-
-class SplitSource(Protocol):
-    """What splitting needs of a scan's source (a `conch.api.snapshot.Snapshot`, picklable): its
-    table, version and key-space cache, and how to scan it again."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def uri(self) -> str: ...
-
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def time(self) -> int: ...
-
-    @property
-    def key_cache(self) -> KeyCache: ...
-
-    def scan(
-        self, *columns: Any, where: Any = None, keys: Any = None, since: Any = None, level: str | None = None
-    ) -> Any: ...
-
 
 SAMPLES_PER_SPLIT = 64
 ROWS_PER_SPLIT = 500_000  # the size of a split when `n` is not given: rows, or ...
@@ -67,75 +38,13 @@ BYTES_PER_SPLIT = 128 << 20  # ... bytes of the considered fragments, whichever 
 MAX_SPLITS = 4096
 
 
-@dataclass(frozen=True)
-class Split:
-    """One key range of a scan, as plain picklable data; `open()` scans it in any process."""
-
-    snapshot: SplitSource  # the scan's table version (`conch.api.snapshot.Snapshot`), reopened by pickling
-    level: str
-    columns: tuple[str, ...]  # full column paths
-    where: Expr | None
-    keys: KeyPredicate | None  # the scan's own `keys=`
-    since: int | None
-    lo: bytes | None  # the split's key range: full-key encodings, lo inclusive, hi exclusive
-    hi: bytes | None
-    options: ScanOptions = field(default_factory=ScanOptions)
-
-    @property
-    def uri(self) -> str:
-        """The warehouse's URI."""
-        return self.snapshot.uri
-
-    @property
-    def table(self) -> str:
-        return self.snapshot.name
-
-    @property
-    def seq(self) -> int:
-        """The pinned commit (0: the table had none; the split reads nothing)."""
-        return self.snapshot.seq
-
-    @property
-    def time(self) -> int:
-        """The pinned commit's time (µs; 0 with seq 0)."""
-        return self.snapshot.time
-
-    def open(self) -> Any:
-        """The `Scan` of this split: its snapshot's table version (reopened in this process when
-        the split was unpickled), restricted to the split's key range."""
-        scan = self.snapshot.scan(
-            *self.columns, where=self.where, keys=self.keys, since=self.since, level=self.level or None
-        )
-        return self.restrict(scan)
-
-    def restrict(self, scan: Any) -> Any:
-        """`scan` (of this split's table version) restricted to the split's key range; raises if
-        it reads another version. A split pinned before the table's first commit reads nothing."""
-        if not self.seq:
-            return scan.within(NOTHING).with_options(self.options)
-        if scan.plan.state.seq != self.seq:
-            raise ConchError(
-                f"split of table {self.table!r} is pinned to commit {self.seq}, but the scan it restricts reads "
-                f"commit {scan.plan.state.seq}: scan the split's snapshot (`split.open()`)"
-            )
-        return scan.within(EncodedRange(self.lo, self.hi)).with_options(self.options)
-
-    def to_record_batches(self) -> pa.RecordBatchReader:
-        """The split's records, streamed (`open().to_record_batches()`)."""
-        return self.open().to_record_batches()
-
-    def to_arrow(self) -> pa.Table:
-        """The split's records as one Arrow table."""
-        return self.open().to_arrow()
-
-
-def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: int | None = None) -> list[Split]:
-    """The scan of `plan` cut into at most `n` disjoint key-range splits of about equal rows (fewer when the
+def plan_splits(plan: ScanPlan, key_cache: KeyCache, n: int | None = None) -> list[EncodedRange]:
+    """The key ranges cutting the scan of `plan` into at most `n` disjoint splits of about equal rows (fewer when the
     scan has fewer keys; `n=None`: sized by `ROWS_PER_SPLIT` and `BYTES_PER_SPLIT`); their union
     is the scan, in key order. A scan with a `limit` cannot be split."""
     # only where the filter may hold by fragment statistics is cut into (and sizes) splits
     stats = StatsCache()  # each fragment's statistics decoded once for both
-    spans = candidate_ranges(plan, stats, keys=source.key_cache)
+    spans = candidate_ranges(plan, stats, keys=key_cache)
     runs = list(plan.key_spaces) if spans is None else runs_meeting(plan.key_spaces, spans)
     if n is None:
         # a filter that statistics bound: sized by the records it may return, not all it reads
@@ -154,7 +63,7 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     n = min(n, max(sum(ks.rows for ks in runs), 1))
     cuts: list[bytes] = []
     if n > 1 and runs and fields:
-        cuts = boundaries(runs, n, fields, source.key_cache)
+        cuts = boundaries(runs, n, fields, key_cache)
     edges: list[bytes | None] = [None, *cuts, None]
     ranges = [
         EncodedRange(lo, hi) if plan.within is None else EncodedRange(lo, hi).intersect(plan.within)
@@ -163,22 +72,7 @@ def plan_splits(plan: ScanPlan, source: SplitSource, options: ScanOptions, n: in
     if spans is not None:
         ranges = pieces(ranges, spans, n)
     kept = [r for r in ranges if not r.empty and (bound is None or not r.intersect(bound).empty)]
-    out = []
-    for r in kept or ranges[:1] or [NOTHING]:  # no key at all: one split that returns nothing
-        out.append(
-            Split(
-                snapshot=source,
-                level=plan.level,
-                columns=tuple(c.full_path for c in plan.columns),
-                where=plan.filter,
-                keys=plan.key_predicate,
-                since=plan.since,
-                lo=r.lo,
-                hi=r.hi,
-                options=options,
-            )
-        )
-    return out
+    return kept or ranges[:1] or [NOTHING]  # no key at all: one split that returns nothing
 
 
 def boundaries(runs: list[KeySpace], n: int, fields: list[pa.Field], cache: KeyCache) -> list[bytes]:

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from conch.errors import SchemaError
 from conch.files.blobs import BLOB_SUFFIX, blob_storable
+from conch.files.blobsource import has_sources, source_bytes
 from conch.files.format import FileJob, FileQueue, WrittenFile, column_name, encode_stats
 from conch.files.layout import TableFiles
 from conch.files.manifest import Fragment, KeySpace, TableState
@@ -326,11 +327,15 @@ def write_groups(
     for group, cols in groups.items():
         table = pa.table({column_name(c.id): data for c, data in cols})
         n = table.num_rows
-        bytes_per_row = max(1, table.nbytes // max(n, 1))
+        streamed = {c.id: source_bytes(data) for c, data in cols}  # values given as files (conch.Blob)
+        bytes_per_row = max(1, (table.nbytes + sum(streamed.values())) // max(n, 1))
         rows_per_fragment = max(1, opts.fragment_bytes // bytes_per_row)
         # Large values go out of line so a take reads only the bytes of the rows it takes.
         blob_ids = tuple(
-            c.id for c, data in cols if blob_storable(c.type) and data.nbytes / max(n, 1) >= opts.large_value_bytes
+            c.id
+            for c, data in cols
+            if blob_storable(c.type)
+            and ((data.nbytes + streamed[c.id]) / max(n, 1) >= opts.large_value_bytes or has_sources(data))
         )
         for start in range(0, n, rows_per_fragment):
             piece = _Piece(group, new_id(), start, cols, blob_ids)

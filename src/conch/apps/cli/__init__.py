@@ -2,6 +2,7 @@
 
 conch --warehouse W tables | schema T | history T | manifests T | scan T ... | get T KEY | check T
 conch --warehouse W create T --key id:uint64 | write T FILES | ingest FILES -t T --key id
+conch --warehouse W ingest-media FOLDER -t T [--pattern "*.jpg"]   (one row per media file)
 conch --warehouse W delete T KEYS | delete T --where EXPR | drop T --yes | vacuum T | flush T
 conch --warehouse W expire T --older-than 7d | --retain-last N
 conch --warehouse W tag T NAME | untag T NAME | tags T | changes T --since V
@@ -10,6 +11,7 @@ conch --warehouse W branch T NAME | branches T | drop-branch T NAME | fast-forwa
 
 One module per kind of command: `look` (reading), `edit` (changing), `maintain`, `serve`;
 `common` holds the app, the global options and how values are shown.
+conch --warehouse W create-index T COL | indexes T | build-indexes T | search T --vector .. | search-text T Q
 conch --warehouse W ui            (the web inspector: the `server` extra)
 conch --warehouse W enrich T      (Spark pipelines: the `spark` extra; `ingest --spark` too)
 
@@ -24,7 +26,7 @@ import sys
 import typer
 from rich.text import Text
 
-from conch.apps.cli import edit, look, maintain, serve, tags  # noqa: F401  (importing them registers their commands)
+from conch.apps.cli import edit, look, maintain, media, search, serve, tags  # noqa: F401  (importing them registers their commands)
 from conch.apps.cli.common import app, err_console
 from conch.errors import ConchError
 

@@ -13,6 +13,7 @@ Importing this package imports PySpark (install with `pip install 'conch[spark]'
 
 from conch.engines.spark.compaction import compact
 from conch.engines.spark.delete import delete_where
+from conch.engines.spark.enrich import run_spark as _registered_enrich_engine  # noqa: F401 - registers it
 from conch.engines.spark.prune import sql
 from conch.engines.spark.session import register, session
 from conch.engines.spark.update import update_where

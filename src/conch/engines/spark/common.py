@@ -1,6 +1,6 @@
 """What the Spark reader (`conch.engines.spark.source`) and writer (`conch.engines.spark.writer`) share: where a
 table is (`Location`, opened through `conch.api.connection.reopen`, the one way any process reopens
-a warehouse), a per-worker cache of open tables, and the parsing of option values.
+a warehouse), a per-worker check that the warehouse at a path is still the one opened (tables are cached once per process by `conch.api.connection.table_log`), and the parsing of option values.
 
 Both modules import this one and never each other, so the Spark package has no import cycle.
 """
@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import conch
-from conch.api.connection import forget, reopen
+from conch.api.connection import forget, forget_logs, reopen, table_log
 from conch.errors import ConchError, TableNotFoundError
-from conch.log.branching import metastore_name
 from conch.log.warehouse import Connection
 from conch.model.time import to_time
 
@@ -25,7 +24,6 @@ METASTORE_FILE = "_catalog.sqlite"  # the embedded metastore: a warehouse exists
 _lock = threading.Lock()
 _CatalogKey = tuple[str, str | None, str | None, tuple[tuple[str, Any], ...]]
 _identities: dict[_CatalogKey, tuple[int, int]] = {}  # of the metastore file each warehouse was opened on
-_tables: dict[tuple[_CatalogKey, str], conch.Table] = {}
 
 
 @dataclass(frozen=True)
@@ -122,27 +120,20 @@ def open_table(loc: Location) -> conch.Table:
             )
         if _identities.get(key, ident) != ident:  # another warehouse at the path now: connect afresh
             forget(loc.connection)
-            for k in [k for k in _tables if k[0] == key]:
-                del _tables[k]
+            forget_logs(loc.connection)
         _identities[key] = ident
-        cat = loc.connect()
-        try:
-            table_id = cat.warehouse.metastore.get_table(metastore_name(loc.table)).id  # `t@b`: branch b of t
-        except TableNotFoundError:
-            raise TableNotFoundError(
-                f"no Conch table {loc.table!r} at {loc.path!r}; tables in {loc.warehouse!r}: {cat.list_tables()}"
-            ) from None
-        table = _tables.get((key, table_id))
-        if table is None:
-            table = _tables[(key, table_id)] = cat.table(loc.table)
-        return table
+    cat = loc.connect()
+    try:
+        return conch.Table(table_log(cat.warehouse, loc.table))  # `t@b`: branch b of t
+    except TableNotFoundError:
+        raise TableNotFoundError(
+            f"no Conch table {loc.table!r} at {loc.path!r}; tables in {loc.warehouse!r}: {cat.list_tables()}"
+        ) from None
 
 
 def forget_table(loc: Location) -> None:
     """Drop cached state so the next `open_table` replays the log afresh."""
-    with _lock:
-        for key in [k for k, t in _tables.items() if k[0][0] == loc.warehouse and t.name == loc.table]:
-            del _tables[key]
+    forget_logs(loc.connection, loc.table)
 
 
 def parse_time(text: str | None, what: str) -> int | None:

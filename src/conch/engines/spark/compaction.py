@@ -40,7 +40,7 @@ from conch.engines.spark.common import Location, open_table
 from conch.errors import CommitConflictError
 from conch.files.manifest import TableState
 from conch.log.wal import AddKeySpace
-from conch.maintain.compaction import CompactionResult, CompactionTask, Policy, Staged, commit, execute, plan_tasks
+from conch.maintain.compaction import CompactionResult, CompactionTask, Policy, Staged
 from conch.maintain.compaction.plan import table_ranges
 from conch.model.keys import EncodedRange
 
@@ -58,13 +58,13 @@ def compact(
     the warehouse's. `path` is `<warehouse>/<table>`, or pass `warehouse=` and `table=`;
     `options` are the data source's connection options (`metastore`, `token`, `storageOptions`)."""
     loc = Location.from_options({**options, **({"path": path} if path else {})})
-    log = loc.connect().table(loc.table).log
-    policy = policy or log.warehouse.maintenance
+    table = loc.connect().table(loc.table)
+    policy = policy or table.maintenance_policy
     total = CompactionResult()
-    tasks = plan_tasks(log, policy, force)
+    tasks = table.compaction_tasks(policy, force)
     replans = 0
     while tasks:
-        state = log.state()
+        state = table.state()
         live = [t for t in tasks if all(i in state.key_spaces for i in t.inputs)]
         lost = len(live) < len(tasks)  # another compactor removed an input since planning
         tasks = live
@@ -75,7 +75,7 @@ def compact(
                 staged.setdefault(i, []).append(s)
         for i, task in enumerate(tasks):
             try:
-                commit(log, task, staged[i], state.seq)
+                table.commit_compaction(task, staged[i], state.seq)
             except CommitConflictError:  # an input was removed meanwhile: its files are deleted
                 total, lost = total + CompactionResult(conflicts=1), True
                 continue
@@ -88,7 +88,7 @@ def compact(
         tasks = []
         if lost and replans < policy.max_replans:  # plan again after losing to another compactor
             replans += 1
-            tasks = plan_tasks(log, policy, force)
+            tasks = table.compaction_tasks(policy, force)
     return total
 
 
@@ -121,7 +121,5 @@ class Part:
 
 def run_part(part: Part) -> tuple[int, Staged]:
     """Write the part's outputs on the executor; returns them (uncommitted) to the driver."""
-    log = open_table(part.loc).log
-    state = log.state_at(version=part.seq)
     within = None if part.lo is None and part.hi is None else EncodedRange(part.lo, part.hi)
-    return part.index, execute(log, state, part.task, within, policy=part.policy)
+    return part.index, open_table(part.loc).stage_compaction(part.task, part.seq, within, part.policy)

@@ -22,19 +22,18 @@ Commit(seq=7, ...)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from conch.api.delete_where import batch_keys, check_where, commit_matching, matching_scan, no_keys
+from conch.api.delete_where import check_where, commit_matching, matching_scan, no_keys
 from conch.api.snapshot import Snapshot
 from conch.engines.spark.common import Location
 from conch.errors import InvalidArgumentError
 from conch.expr.syntax import parse
 from conch.expr.tree import Expr
 from conch.log.txn import Commit
-from conch.scan.splits import Split
+from conch.scan import Split
 
 
 def delete_where(
@@ -60,33 +59,24 @@ def delete_where(
     lvl = level or ""
 
     def match(snap: Snapshot) -> pa.Table:
-        scan, _, _ = matching_scan(snap, expr, lvl)  # validates columns and level here
+        scan = matching_scan(snap, expr, lvl)  # validates columns and level here
         splits = scan.splits(partitions)
         if not splits:
             return no_keys(snap, lvl)
-        task = MatchTask(expr, lvl)
-        blobs = spark.sparkContext.parallelize(splits, len(splits)).map(task).collect()
+        blobs = spark.sparkContext.parallelize(splits, len(splits)).map(match_keys).collect()
         parts = [pa.ipc.open_stream(b).read_all() for b in blobs]
         return pa.concat_tables(parts) if parts else no_keys(snap, lvl)
 
     return commit_matching(table, expr, lvl, match)
 
 
-@dataclass(frozen=True)
-class MatchTask:
-    """One Spark task: the keys of a split's fresh records that match, as Arrow IPC bytes.
-    Pickled to the executors (plain data: filter, level; the split carries its snapshot)."""
-
-    where: Expr
-    level: str
-
-    def __call__(self, split: Split) -> bytes:
-        scan, rest, key_names = matching_scan(split.snapshot, self.where, self.level)  # type: ignore[arg-type]
-        scan = split.restrict(scan)  # its key range of the pinned commit
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, pa.schema([scan.schema.field(n) for n in key_names])) as out:
-            for batch in scan:
-                keys = batch_keys(batch, rest, key_names)
-                if keys.num_rows:
-                    out.write_table(keys)
-        return bytes(sink.getvalue())
+def match_keys(split: Split) -> bytes:
+    """One Spark task: the matching keys of a split of the matching scan (its snapshot and
+    request, filter included, travel pickled as plain data), as Arrow IPC bytes."""
+    scan = split.open()  # the matching keys in its key range of the pinned commit
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, scan.schema) as out:
+        for batch in scan:
+            if batch.num_rows:
+                out.write_batch(batch)
+    return bytes(sink.getvalue())

@@ -33,10 +33,10 @@ import pyarrow as pa
 
 from conch.engines.spark.catalyst import Translator, scan_filters
 from conch.engines.spark.common import Location, open_table, option
-from conch.engines.spark.filters import and_all
 from conch.expr.syntax import to_text
 from conch.expr.tree import Expr, Or, columns
 from conch.scan.columns import narrowest_column
+from conch.scan.filter import and_all
 
 _SCAN = "DataSourceV2ScanRelation"
 _ATTR = "org.apache.spark.sql.catalyst.expressions.AttributeReference"

@@ -40,13 +40,11 @@ import uuid
 from dataclasses import asdict
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from conch.api.snapshot import Snapshot
 from conch.engines.spark.common import Location, open_table, option, parse_time, split_list
-from conch.engines.spark.filters import split_where
 from conch.engines.spark.streaming import (
     ChangesReader,
     changes_pin,
@@ -58,8 +56,6 @@ from conch.engines.spark.streaming import (
 from conch.engines.spark.types import arrow_schema, cast_batch, spark_schema
 from conch.engines.spark.writer import prepare_writer
 from conch.expr.syntax import parse
-from conch.expr.tree import Expr
-from conch.expr.tree import mask as filter_mask
 
 
 class ConchDataSource(DataSource):
@@ -155,39 +151,27 @@ class ConchReader(DataSourceReader):
         key_names = {f.name for f in key_fields}
         self.columns = leaf_paths(schema, key_names)
         where = option(options, "where")
-        self.pushed = split_where(parse(where) if where else None, key_fields)
-        # Fail at planning, on the driver, for unknown columns in `columns` or `where`.
-        snapshot.scan(*self.columns, where=self.pushed.where, level=self.level or None)
+        # the core scan takes the whole filter: its analysis (`conch.scan.filter`) cuts it into key
+        # terms (a key range, exact keys, or a filter on keys) and value terms, mixed ones too;
+        # unknown columns in `columns` or `where` fail here, at planning, on the driver
+        self.scan = snapshot.scan(
+            *self.columns, where=parse(where) if where else None, since=self.since, level=self.level or None
+        )
 
     def partitions(self) -> list[InputPartition]:
         # the core's key-range splits (`Scan.splits`) of the pinned snapshot: disjoint, of similar
         # size; a table never written (version 0) is one split that reads nothing
-        scan = self.snapshot.scan(
-            *self.columns,
-            where=self.pushed.where,
-            keys=self.pushed.key_range,
-            since=self.since,
-            level=self.level or None,
-        )
-        return [InputPartition(s) for s in scan.splits(self.n_partitions)]
+        return [InputPartition(s) for s in self.scan.splits(self.n_partitions)]
 
     def read(self, partition: InputPartition) -> Any:
         # the split's snapshot reopens the warehouse on this executor with the driver's
         # connection (metastore, token, storage options); its key range of the pinned commit
         scan = partition.value.open()
-        key_filter = self.pushed.key_filter
         for batch in scan:
-            if key_filter is not None:
-                batch = _filter_keys(batch, key_filter)
             if batch.num_rows:
                 yield cast_batch(batch, self.target)
         if self.metrics_dir:
             _dump_metrics(self.metrics_dir, partition.value, scan)
-
-
-def _filter_keys(batch: pa.RecordBatch, expr: Expr) -> pa.RecordBatch:
-    m = filter_mask(expr, batch.column)
-    return batch if m.all() else batch.filter(pa.array(m))
 
 
 def _dump_metrics(directory: str, keys: Any, scan: Any) -> None:

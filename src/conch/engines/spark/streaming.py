@@ -47,7 +47,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from conch.api.changes import Changes, resolve_version
+from conch.api.changes import Changes
 from conch.engines.spark.common import Location, open_table, option, split_list
 from conch.engines.spark.types import arrow_schema, cast_batch, spark_schema
 from conch.engines.spark.writer import ConchCommitMessage, ConchWriter, job_files, prepare_writer, remove_files
@@ -77,7 +77,7 @@ def _changes(options: Any, since: int, until: int) -> Changes:
 def _version(table: Any, text: str | None, what: str) -> int:
     if text is None or text == "latest":
         return int(table.state().seq)
-    return resolve_version(table.log, int(text) if text.isdigit() else text, what)
+    return table.resolve_version(int(text) if text.isdigit() else text, what)
 
 
 # ----- batch ----------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def committed_batch(table: Any, stream_id: str, batch_id: int, page: int = 256) 
     upto = int(table.state().seq)
     while upto > 0:
         after = max(upto - page, 0)
-        for seq, _, entry in reversed(list(table.log.entries(after, upto))):
+        for seq, _, entry in reversed(list(table.entries(after, upto))):
             mark = entry.extra.get("stream")
             if isinstance(mark, dict) and mark.get("id") == stream_id:
                 if mark.get("batch") == batch_id:
@@ -273,8 +273,8 @@ class ConchStreamWriter(DataSourceStreamArrowWriter):
             table = open_table(self.inner.loc)
             keys = pa.concat_tables(deletes)
             try:
-                with table.log.staging():
-                    staged = stage_delete(table.log.files, table.state(), keys, self.inner.level)
+                with table.staging():
+                    staged = stage_delete(table.files, table.state(), keys, self.inner.level)
             except BaseException:
                 remove_files(table, msg.files)
                 raise

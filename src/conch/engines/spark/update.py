@@ -31,7 +31,7 @@ from conch.expr.syntax import parse
 from conch.expr.tree import Expr
 from conch.files.manifest import TableState
 from conch.log.txn import Commit
-from conch.scan.splits import Split
+from conch.scan import Split
 
 
 def update_where(

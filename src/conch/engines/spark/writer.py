@@ -95,13 +95,11 @@ def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool)
         new_fields = _unknown_fields(df_schema, state.schema, level)
         new_schema, added = state.schema.extend(new_fields, level)
         staged = StagedWrite(new_schema, state.schema, added, base_seq=state.seq)
-        table.log.commit(
-            staged.transaction("schema", f"add columns {[c.full_path for c in added]} (Spark mergeSchema)")
-        )
+        table.commit(staged.transaction("schema", f"add columns {[c.full_path for c in added]} (Spark mergeSchema)"))
         state = table.state()
         target, unknown = target_schema(df_schema, state.schema, level)
     chunk_rows = int(option(options, "chunkRows") or 0)
-    opts = table.log.warehouse.write_options
+    opts = table.write_options
     # One sorted run per task where memory allows (runs stay bounded by `chunk_bytes`): fewer,
     # larger runs make reads zip fewer key spaces and cut read partitions at run starts.
     opts = replace(opts, chunk_rows=chunk_rows or max(opts.chunk_rows, SPARK_CHUNK_ROWS))
@@ -215,13 +213,13 @@ class _RecordingFiles(TableFiles):
 
 def remove_files(table: Any, paths: list[str]) -> None:
     for p in paths:
-        table.log.storage.delete(p)
-        table.log.storage.delete(p + BLOB_SUFFIX)
+        table.storage.delete(p)
+        table.storage.delete(p + BLOB_SUFFIX)
 
 
 def job_files(table: Any, job: str) -> list[str]:
     """Every file of the table written by tasks of `job` (any attempt)."""
-    return [f.path for f in table.log.storage.list(table.id) if f.path.rpartition("/")[2].startswith(job + "-")]
+    return [f.path for f in table.storage.list(table.id) if f.path.rpartition("/")[2].startswith(job + "-")]
 
 
 def _abort_marker(table: Any, job: str) -> str:
@@ -249,7 +247,7 @@ class ConchWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         table = open_table(self.loc)
-        files = _RecordingFiles(table.log.files, self.job)
+        files = _RecordingFiles(table.files, self.job)
         batches = (cast_batch(b, self.target) for b in iterator)
         state, started = table.state(), time.time()  # both before this task writes a file
         try:
@@ -261,7 +259,7 @@ class ConchWriter(DataSourceArrowWriter):
         # A task that outlives its job's abort (Spark aborts while cancelled tasks still run)
         # removes its own files: it wrote them all before looking, so either abort() listed
         # them or this check sees abort()'s marker.
-        if table.log.storage.exists(_abort_marker(table, self.job)):
+        if table.storage.exists(_abort_marker(table, self.job)):
             remove_files(table, files.handed_out)
         return ConchCommitMessage(
             staged.ops,
@@ -304,7 +302,7 @@ class ConchWriter(DataSourceArrowWriter):
             txn = staged.transaction(
                 kind, f"{summary} {kind}: {what} from {len(done)} tasks", rows=rows, **(extra or {})
             )
-            table.log.commit(txn)
+            table.commit(txn)
         except CommitStateUnknownError:
             raise  # the entry may be in the log: its files must stay
         except BaseException:
@@ -316,7 +314,7 @@ class ConchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         table = open_table(self.loc)
-        table.log.storage.write(_abort_marker(table, self.job), b"")
+        table.storage.write(_abort_marker(table, self.job), b"")
         paths = [f for m in messages if m is not None for f in m.files]
         remove_files(table, paths + job_files(table, self.job))
 
@@ -342,19 +340,18 @@ def check_disjoint(table: Any, messages: list[ConchCommitMessage]) -> None:
         else:
             clusters.append([r])
     state = table.state()
-    cat = table.log
     for cluster in clusters:
         if len({r[3] for r in cluster}) < 2:
             continue  # one task's runs: stage_write already checked them
         fields = state.schema.key_fields(cluster[0][0])
-        keys = pa.concat_tables([cat.key_cache.keys(r[4], fields) for r in cluster])
+        keys = pa.concat_tables([table.key_cache.keys(r[4], fields) for r in cluster])
         order = pc.sort_indices(keys, [(f.name, "ascending") for f in fields])
         check_unique_sorted(keys.take(order))
 
 
 def committed_rows(table: Any, seq: int) -> dict[str, int]:
     """Rows per level that the Spark commit at `seq` wrote (recorded in its WAL entry)."""
-    for s, _, entry in table.log.entries(seq - 1, seq):
+    for s, _, entry in table.entries(seq - 1, seq):
         if s == seq:
             return dict(entry.extra.get("rows", {}))
     return {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -51,12 +51,13 @@ class image:
     def __repr__(self) -> str:
         return f"conch.engines.torch.decoders.image(size={self.size}, mode={self.mode!r})"
 
-    def __call__(self, value: bytes | memoryview | None) -> Any:
+    def __call__(self, value: bytes | memoryview | IO[bytes] | None) -> Any:
         if value is None:
             raise DecodeError("image(): a null value; filter nulls with where= or fill them")
         image_mod = optional_import("PIL.Image")
         try:
-            img = image_mod.open(io.BytesIO(value))
+            # a file object (`Scan.blob_files`, `open_blob`) is read by Pillow as it needs it
+            img = image_mod.open(value if hasattr(value, "read") else io.BytesIO(value))
             if self.size is not None and img.format == "JPEG":
                 img.draft(self.mode or img.mode, (self.size[1], self.size[0]))  # DCT-domain reduction
             if self.mode is not None and img.mode != self.mode:
@@ -65,7 +66,8 @@ class image:
                 img = img.resize((self.size[1], self.size[0]), image_mod.Resampling.BILINEAR)
             arr = np.asarray(img)
         except (OSError, ValueError) as e:  # PIL.UnidentifiedImageError is an OSError
-            raise DecodeError(f"image(): cannot decode {len(value)} bytes as an image: {e}") from e
+            what = f"{len(value)} bytes" if isinstance(value, bytes | memoryview) else repr(value)
+            raise DecodeError(f"image(): cannot decode {what} as an image: {e}") from e
         if arr.ndim == 2:
             arr = arr[:, :, None]
         return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
@@ -83,10 +85,11 @@ class audio:
     def __repr__(self) -> str:
         return f"conch.engines.torch.decoders.audio(channels_first={self.channels_first})"
 
-    def __call__(self, value: bytes | memoryview | None) -> Any:
+    def __call__(self, value: bytes | memoryview | IO[bytes] | None) -> Any:
         if value is None:
             raise DecodeError("audio(): a null value; filter nulls with where= or fill them")
-        tag, channels, bits, data = _wav_chunks(bytes(value))
+        raw = value.read() if not isinstance(value, bytes | memoryview) else value
+        tag, channels, bits, data = _wav_chunks(bytes(raw))
         samples = _samples(tag, bits, data)
         frames = len(samples) // channels
         out = samples[: frames * channels].reshape(frames, channels)

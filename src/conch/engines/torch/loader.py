@@ -47,7 +47,7 @@ import queue
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,9 +59,8 @@ from conch.engines.torch import ring
 from conch.errors import ConchError
 from conch.model.deps import optional_import
 from conch.model.keys import KeySet, encode_keys
-from conch.scan import Scan
+from conch.scan import Scan, Split
 from conch.scan.columns import narrowest_column
-from conch.scan.splits import Split
 
 torch = optional_import("torch")
 _IterableDataset: Any = torch.utils.data.IterableDataset
@@ -595,5 +594,5 @@ def map_dataset(scan: Scan, *, decode: Mapping[str, Callable[[Any], Any]] | None
     spec = ScanSpec.from_scan(scan)
     names = scan.plan.schema.key_names(spec.level)
     keys = spec.with_columns((narrowest_column(scan.plan.columns),)).scan().to_arrow().select(names)
-    spec = replace(spec, where=None, keys=None)
+    spec = spec.without_filter()
     return ConchMapDataset(spec, keys.combine_chunks(), decode or {})

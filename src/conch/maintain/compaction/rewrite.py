@@ -56,6 +56,7 @@ from conch.model.schema import Column, Schema
 from conch.scan.context import ScanContext
 from conch.scan.execute import execute as run_scan
 from conch.scan.plan import narrow, plan_scan
+from conch.scan.request import ScanRequest
 from conch.write.stage import StagedWrite, write_fragments, write_key_space
 
 
@@ -267,7 +268,7 @@ def _sliced_batches(
 def _fresh_batches(
     view: TableState, level: str, fmt: Any, key_cache: KeyCache, within: EncodedRange | None, scan: ScanOptions
 ) -> Iterator[pa.Table]:
-    plan = plan_scan(view, (), level=level)
+    plan = plan_scan(view, ScanRequest.resolve(view.schema, level=level))
     if within is not None:
         plan = narrow(plan, within)
     for b in run_scan(ScanContext(plan, fmt, key_cache, scan)):

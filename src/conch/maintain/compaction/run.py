@@ -17,6 +17,7 @@ plans again, at most `Policy.max_replans` times, then gives up cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -35,6 +36,7 @@ from conch.maintain.compaction.rewrite import Layout, Staged
 from conch.maintain.compaction.rewrite import execute as rewrite
 from conch.model.keys import EncodedRange
 from conch.model.progress import Progress
+from conch.search.runs import build_indexes
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +142,11 @@ def commit(log: TableLog, task: CompactionTask, parts: Sequence[Staged], base_se
         files=tuple(f for p in parts for f in p.files),
         started_us=min((p.started_us for p in parts), default=0),
     )
-    return log.commit(txn)
+    done = log.commit(txn)
+    if task.kind != "move" and log.cached_state().indexes:  # the outputs get their index files
+        with contextlib.suppress(CommitConflictError):  # a concurrent compaction took them: it builds
+            build_indexes(log)
+    return done
 
 
 def compact(

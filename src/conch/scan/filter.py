@@ -1,4 +1,11 @@
-"""Filter terms on key columns turned into keys to seek: the one place that decides it.
+"""The filter of a scan, analysed in one place: lowered once, cut once into key terms and value
+terms (`analyse`), and the key terms turned into keys to seek (`extract`).
+
+`analyse` takes a `where=` in any of its spellings (`t["x"]`, `t.x` and `_.x` lowered to
+`conch.expr.tree`, or a tree an engine built), checks its literal types against the schema,
+names columns by their full paths, and cuts it into AND terms over key columns only (evaluated
+on keys, never on values) and every other term. `conch.scan.request.ScanRequest` carries both;
+the planner, the row mask, the split planner, `explain` and every engine read them from there.
 
 The core scan (`where=`), Spark's `where` option, the Polars and DuckDB pushdown all translate
 their own syntax into `conch.expr.tree` and ask `extract` which keys the filter can match; nothing
@@ -26,10 +33,98 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.expr.tree import And, Cmp, Col, Expr, IsIn, col_op_lit, conjuncts, literal_fits
+from conch.errors import ExpressionError, LevelError
+from conch.expr.tree import (
+    And,
+    Arith,
+    Cmp,
+    Col,
+    Expr,
+    IsIn,
+    Lit,
+    as_expr,
+    check_types,
+    col_op_lit,
+    columns,
+    conjuncts,
+    literal_fits,
+    rename,
+)
 from conch.model.keys import KeyPredicate, KeyRange, to_key_predicate
+from conch.model.schema import Schema, join_path
 
-__all__ = ["KeyFilter", "extract", "key_fits", "key_range_of", "literal_fits", "successor"]
+__all__ = [
+    "FilterTerms",
+    "KeyFilter",
+    "analyse",
+    "and_all",
+    "extract",
+    "key_fits",
+    "key_range_of",
+    "literal_fits",
+    "successor",
+]
+
+
+@dataclass(frozen=True)
+class FilterTerms:
+    """A filter cut into its AND terms (`analyse`), over full column paths and key names."""
+
+    key_terms: tuple[Expr, ...] = ()  # terms over key columns only: evaluated on keys
+    value_terms: tuple[Expr, ...] = ()  # every other term (value columns, maybe keys too)
+
+    @property
+    def terms(self) -> tuple[Expr, ...]:
+        return self.key_terms + self.value_terms
+
+    @property
+    def where(self) -> Expr | None:
+        """The whole filter (None: no filter)."""
+        return and_all(self.terms)
+
+
+def and_all(terms: Sequence[Expr]) -> Expr | None:
+    """The AND of `terms` (None for none)."""
+    out: Expr | None = None
+    for t in terms:
+        out = t if out is None else And(out, t)
+    return out
+
+
+def analyse(where: Any, schema: Schema, level: str) -> FilterTerms:
+    """`where` (a `conch.expr.tree` tree, or an object that lowers to one) checked against
+    `schema`'s `level` and cut into key terms and value terms, columns named by full path.
+    `ExpressionError` for anything that is not a filter, `ColumnNotFoundError` for an unknown
+    column, `LevelError` for a column of another level."""
+    if where is None:
+        return FilterTerms()
+    tree = as_expr(where)
+    if not isinstance(tree, Expr) or isinstance(tree, Col | Lit | Arith):  # a value is not a condition
+        raise ExpressionError(f"where= takes a Conch expression like t['x'] < 1 (a condition), got {where!r}")
+    key_names = set(schema.key_names(level))
+
+    def full(p: str) -> str:
+        if schema.has_column(p):
+            return p
+        if level and schema.has_column(join_path(level, p)):
+            return join_path(level, p)
+        if p in key_names:
+            return p
+        schema.column(p)  # raises ColumnNotFoundError
+        return p
+
+    tree = rename(tree, full)
+    key_types = {f.name: f.type for f in schema.key_fields(level)}
+    check_types(tree, lambda c: schema.column(c.path).type if schema.has_column(c.path) else key_types.get(c.path))
+    other = {schema.column(p).level for p in columns(tree) if schema.has_column(p)} - {level}
+    if other:
+        raise LevelError(f"filter {where!r} reads level(s) {sorted(other)} but the scan is of level {level!r}")
+    keys: list[Expr] = []
+    values: list[Expr] = []
+    for term in conjuncts(tree):
+        on_keys = all(p in key_names and not schema.has_column(p) for p in columns(term))
+        (keys if on_keys and columns(term) else values).append(term)
+    return FilterTerms(tuple(keys), tuple(values))
 
 
 def key_fits(v: Any, t: pa.DataType) -> bool:
@@ -56,6 +151,7 @@ class KeyFilter:
     range: KeyRange | None = None  # every matching key's first column lies in it (None: unbounded)
     keys: tuple[tuple[Any, ...], ...] | None = None  # exactly these keys (one-column keys, `isin`)
     residual: Expr | None = None  # the terms `range`/`keys` do not state exactly (None: none left)
+    rest: tuple[Expr, ...] = ()  # the same terms, one by one
 
     @property
     def empty(self) -> bool:
@@ -75,7 +171,7 @@ class KeyFilter:
 def extract(filt: Expr | None, key_fields: Sequence[pa.Field]) -> KeyFilter:
     """The keys the conjuncts of `filt` on the first key column allow, and the residual filter."""
     if filt is None or not key_fields:
-        return KeyFilter(residual=filt)
+        return KeyFilter(residual=filt, rest=tuple(conjuncts(filt)) if filt is not None else ())
     first = key_fields[0]
     t = first.type
     lo: Any = None
@@ -114,14 +210,12 @@ def extract(filt: Expr | None, key_fields: Sequence[pa.Field]) -> KeyFilter:
                 hi = _min(hi, nxt)
         if nxt is None and op in (">", "<=", "=="):
             rest.append(term)  # the range holds v itself (or everything up from it): not exact
-    residual: Expr | None = None
-    for e in rest:
-        residual = e if residual is None else And(residual, e)
+    residual = and_all(rest)
     rng = None if lo is None and hi is None else KeyRange(None if lo is None else (lo,), None if hi is None else (hi,))
     if values is not None and len(key_fields) == 1:
         keep = sorted(v for v in values if (lo is None or v >= lo) and (hi is None or v < hi))
-        return KeyFilter(rng, tuple((v,) for v in keep), residual)
-    return KeyFilter(rng, None, residual)
+        return KeyFilter(rng, tuple((v,) for v in keep), residual, tuple(rest))
+    return KeyFilter(rng, None, residual, tuple(rest))
 
 
 def key_range_of(filt: Expr, key_fields: Sequence[pa.Field]) -> tuple[KeyPredicate | None, Expr | None]:

@@ -1,0 +1,225 @@
+"""Index files: one immutable file per run (key space) and index, and the run views that read a
+run's own cells through the scan machinery (DESIGN §6a).
+
+A run view is the table version restricted to one data key space and its fragments (no other
+run, no tombstone): scanning it yields, per key of the run, the run's newest cell of each column,
+which is what an index over that run holds. The search never trusts a run view for freshness
+(`conch.search.query` takes every candidate's fresh record from the full snapshot).
+
+File layout (`<table>/idx/<id>.cix`): `CONCHIX1`, the faiss index's length (u64 little endian),
+the serialised faiss index, then an Arrow IPC stream of the run's key columns in faiss row order.
+The whole file's xxh3 digest is the `IndexFile.checksum` (`conch.files.integrity`); a read checks
+it, so a damaged file is a `CorruptFileError` naming it. Loaded files are kept per process (LRU by
+bytes, `CACHE_BYTES`).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from conch.errors import CorruptFileError
+from conch.files.format import FragmentFormat
+from conch.files.integrity import digest, verify
+from conch.files.keycache import KeyCache
+from conch.files.manifest import FrozenMap, IndexDef, IndexFile, KeySpace, TableState
+from conch.files.storage import Storage, new_id
+from conch.log.tablelog import TableLog
+from conch.log.txn import Commit
+from conch.log.wal import AddIndexFile, Transaction
+from conch.model.budget import ScanOptions
+from conch.scan import Scan
+from conch.scan.request import ScanRequest
+from conch.search import vectors
+
+MAGIC = b"CONCHIX1"
+# A run with fewer rows than this is searched exactly (a scan of its vectors and numpy) unless
+# `build_indexes(min_rows=...)` says otherwise: below it brute force is as fast as an index.
+MIN_ROWS = 20_000
+CACHE_BYTES = 512 << 20
+
+
+class RunView:
+    """One run of a table version as a scan source (`conch.scan.api.ScanSource`)."""
+
+    def __init__(self, source: Any, key_space: KeySpace) -> None:
+        self._source = source
+        st: TableState = source.state
+        frs = {i: f for i, f in st.fragments.items() if f.key_space == key_space.id}
+        self._state = TableState(st.schema, st.seq, st.time, FrozenMap({key_space.id: key_space}), FrozenMap(frs))
+
+    name = property(lambda self: str(self._source.name))
+    uri = property(lambda self: str(self._source.uri))
+    seq = property(lambda self: int(self._source.seq))
+    time = property(lambda self: int(self._source.time))
+    asof = property(lambda self: self._source.asof)
+
+    @property
+    def format(self) -> FragmentFormat:
+        return self._source.format
+
+    @property
+    def key_cache(self) -> KeyCache:
+        return self._source.key_cache
+
+    @property
+    def scan_options(self) -> ScanOptions:
+        return self._source.scan_options
+
+    def view(self, since: int | None = None) -> TableState:
+        return self._state
+
+    def scan(
+        self, *columns: Any, where: Any = None, keys: Any = None, since: Any = None, level: str | None = None
+    ) -> Scan:
+        return Scan(self, ScanRequest.resolve(self._state.schema, columns, where, keys, since, level))
+
+
+def run_fragments(state: TableState, key_space: str, column_id: int) -> tuple[str, ...]:
+    """The fragments of a run holding a column: what its index file was built from."""
+    return tuple(
+        sorted(i for i, f in state.fragments.items() if f.key_space == key_space and column_id in f.column_ids)
+    )
+
+
+def runs_of(state: TableState, definition: IndexDef) -> list[tuple[KeySpace, IndexFile | None]]:
+    """Every data run of the index's level holding its column, with its index file where one is
+    built and current (None: the run is searched exactly)."""
+    files = {f.key_space: f for f in state.index_files.values() if f.index == definition.name}
+    out = []
+    for ks in state.key_spaces.values():
+        if ks.kind != "data" or ks.level != definition.level:
+            continue
+        frs = run_fragments(state, ks.id, definition.column_id)
+        if not frs:
+            continue
+        f = files.get(ks.id)
+        out.append((ks, f if f is not None and f.fragments == frs else None))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RunVectors:
+    """A run's non-null vectors with the keys they belong to (row i ↔ key row i)."""
+
+    keys: pa.Table
+    vectors: np.ndarray
+
+
+def read_run(source: Any, key_space: KeySpace, definition: IndexDef) -> RunVectors:
+    """A run's own vectors, read through a scan of its run view."""
+    col = next(c for c in source.state.schema.columns if c.id == definition.column_id)
+    table = RunView(source, key_space).scan(col.path, level=col.level).to_arrow()
+    keys = source.state.schema.key_names(col.level)
+    table = table.filter(table.column(col.path).is_valid())
+    return RunVectors(table.select(keys), vectors.as_matrix(table.column(col.path), definition.dim))
+
+
+# ----- files ----------------------------------------------------------------------------------
+def encode_file(structure: Any, keys: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, keys.schema) as w:
+        w.write_table(keys)
+    blob = vectors.serialize(structure)
+    return MAGIC + struct.pack("<Q", len(blob)) + blob + sink.getvalue().to_pybytes()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedIndex:
+    structure: Any
+    keys: pa.Table
+    nbytes: int
+
+
+_cache: OrderedDict[str, LoadedIndex] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def load(storage: Storage, f: IndexFile) -> LoadedIndex:
+    """An index file, verified and decoded (cached per process by file id)."""
+    with _cache_lock:
+        hit = _cache.get(f.id)
+        if hit is not None:
+            _cache.move_to_end(f.id)
+            return hit
+    data = storage.read(f.path)
+    if f.checksum:
+        verify(data, f.checksum, f.path)
+    if data[:8] != MAGIC:
+        raise CorruptFileError(f"index file {f.path} does not start with {MAGIC!r}")
+    (n,) = struct.unpack("<Q", data[8:16])
+    view = memoryview(data)
+    keys = pa.ipc.open_stream(pa.py_buffer(view[16 + n :])).read_all()
+    loaded = LoadedIndex(vectors.deserialize(view[16 : 16 + n]), keys, len(data))
+    with _cache_lock:
+        _cache[f.id] = loaded
+        while sum(v.nbytes for v in _cache.values()) > CACHE_BYTES and len(_cache) > 1:
+            _cache.popitem(last=False)
+    return loaded
+
+
+class LogVersion:
+    """A table log at one state, as far as reading runs needs (`RunView`): what a maintenance
+    step that holds a `TableLog`, not a snapshot, builds indexes with."""
+
+    def __init__(self, log: TableLog, state: TableState) -> None:
+        self.log, self.state = log, state
+        self.name, self.uri, self.format = log.name, log.uri, log.format
+        self.key_cache, self.scan_options = log.key_cache, log.scan_options
+        self.seq, self.time, self.asof = state.seq, state.time, None
+
+
+def build_indexes(
+    log: TableLog, state: TableState | None = None, names: Sequence[str] | None = None, min_rows: int | None = None
+) -> Commit | None:
+    """Build the missing or stale index files of the runs of `state` (default: the newest) with
+    at least `min_rows` rows, for the vector indexes `names` (default: all), and commit them in
+    one `"index"` commit; None when nothing needed building. One run's vectors in memory at a
+    time. Compaction calls it for its outputs (`conch.maintain.compaction.run.commit`)."""
+    state = log.state() if state is None else state
+    source = LogVersion(log, state)
+    min_rows = MIN_ROWS if min_rows is None else min_rows
+    todo = [
+        (d, ks)
+        for d in state.indexes.values()
+        if d.kind == "vector" and (names is None or d.name in names)
+        for ks, current in runs_of(state, d)
+        if current is None and ks.rows >= max(min_rows, 1)
+    ]
+    if not todo:
+        return None
+    started = time.time()
+    added: list[AddIndexFile] = []
+    with log.staging():
+        for d, ks in todo:
+            run = read_run(source, ks, d)
+            if not len(run.vectors):
+                continue
+            structure = vectors.build(vectors.prepare(run.vectors, d.metric), d.metric, vectors.json_options(d))
+            data = encode_file(structure, run.keys)
+            fid = new_id()
+            path = f"{log.files.table_id}/idx/{fid}.cix"
+            log.files.storage.write(path, data)
+            frs = run_fragments(state, ks.id, d.column_id)
+            added.append(
+                AddIndexFile(IndexFile(fid, d.name, ks.id, path, len(run.vectors), frs, len(data), digest(data)))
+            )
+    if not added:
+        return None
+    txn = Transaction(
+        "index",
+        tuple(added),
+        f"built {len(added)} index files",
+        state.seq,
+        files=tuple(op.file.path for op in added),
+        started_us=int(started * 1_000_000),
+    )
+    return log.commit(txn)

@@ -1,0 +1,222 @@
+"""Search indexes as table metadata and files (issue 31): definitions through the WAL and time
+travel, index files per run (checksummed, dropped with their run, vacuumed), typed errors, the
+matrix form, BM25 ranking equal to tantivy's own, and writes searchable at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import conch
+from conch.errors import CorruptFileError, InvalidArgumentError, SchemaError
+
+
+def vectors(a: np.ndarray) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(a.astype(np.float32).ravel()), a.shape[1])
+
+
+@pytest.fixture
+def table(catalog: conch.Catalog) -> conch.Table:
+    t = catalog.create_table("t", [("id", pa.int64())])
+    rng = np.random.default_rng(7)
+    caps = ["a red car", "a blue car", "red red roses", "a boat", "the red sea"] * 40
+    t.write(pa.table({"id": np.arange(200), "emb": vectors(rng.random((200, 16))), "cap": caps}))
+    return t
+
+
+def test_definitions_are_committed_and_time_travel(table: conch.Table) -> None:
+    c = table.create_index("emb", metric="l2", index="hnsw", m=8)
+    table.create_index("cap", kind="text")
+    assert set(table.indexes()) == {"emb_vector", "cap_text"}
+    assert table.indexes(version=c.seq - 1) == {}
+    assert "emb_vector: vector on emb (l2, 16 dims" in table.describe()
+    table.drop_index("cap_text")
+    assert set(table.indexes()) == {"emb_vector"}
+    assert set(table.indexes(version=c.seq + 1)) == {"emb_vector", "cap_text"}
+    assert [h.kind for h in table.history()][-3:] == ["index", "index", "index"]
+
+
+def test_bad_definitions_are_typed_errors(table: conch.Table) -> None:
+    with pytest.raises(SchemaError, match="fixed_size_list"):
+        table.create_index("cap", kind="vector")
+    with pytest.raises(SchemaError, match="string column"):
+        table.create_index("emb", kind="text")
+    with pytest.raises(InvalidArgumentError, match="metric"):
+        table.create_index("emb", metric="manhattan")
+    with pytest.raises(InvalidArgumentError, match="options"):
+        table.create_index("emb", index="hnsw", nlist=4)
+    table.create_index("emb")
+    with pytest.raises(InvalidArgumentError, match="already has"):
+        table.create_index("emb", name="again")
+    with pytest.raises(InvalidArgumentError, match="dimensions"):
+        table.search(np.zeros(3), k=1)
+    with pytest.raises(InvalidArgumentError, match="no text index"):
+        table.search_text("red")
+    with pytest.raises(InvalidArgumentError, match="no index named"):
+        table.drop_index("nope")
+
+
+def test_index_files_belong_to_runs_and_are_vacuumed(table: conch.Table, tmp_path: Path) -> None:
+    table.create_index("emb", metric="cosine")
+    commit = table.build_indexes(min_rows=0)
+    assert commit is not None and table.build_indexes(min_rows=0) is None  # nothing missing
+    (f,) = table.state().index_files.values()
+    path = tmp_path / "warehouse" / f.path
+    assert path.stat().st_size == f.bytes and f.rows == 200 and f.checksum.startswith("xxh3-")
+    q = np.random.default_rng(3).random(16)
+    assert table.search(q, k=5).explain().count("index file") == 1
+    before = table.search(q, k=5).to_pylist()
+    table.write(pa.table({"id": [500], "emb": vectors(q[None, :])}))  # searchable at once, exactly
+    got = table.search(q, k=5).to_pylist()
+    assert got[0]["id"] == 500 and got[0]["_distance"] == pytest.approx(0, abs=1e-6)
+    assert [r["id"] for r in got[1:]] == [r["id"] for r in before[:4]]
+    table.drop_index("emb_vector")
+    assert table.state().index_files == {}
+    table.expire(retain_last=1)
+    table.vacuum(older_than_seconds=0)
+    assert not path.exists()
+
+
+def test_damaged_index_file_is_named(table: conch.Table, tmp_path: Path) -> None:
+    table.create_index("emb")
+    table.build_indexes(min_rows=0)
+    (f,) = table.state().index_files.values()
+    p = tmp_path / "warehouse" / f.path
+    data = bytearray(p.read_bytes())
+    data[40] ^= 0xFF
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match=f.id):
+        table.search(np.ones(16), k=3)
+
+
+def test_matrix_of_queries_gives_k_each(table: conch.Table) -> None:
+    table.create_index("emb", metric="dot")
+    qs = np.random.default_rng(5).random((4, 16))
+    got = table.search(qs, k=3, columns=[]).to_arrow()
+    assert got.column_names == ["_query", "id", "_distance"] and got.num_rows == 12
+    for i in range(4):
+        one = table.search(qs[i], k=3, columns=[]).to_pylist()
+        assert [r["id"] for r in got.to_pylist() if r["_query"] == i] == [r["id"] for r in one]
+
+
+def test_bm25_equals_tantivys_own_ranking(table: conch.Table) -> None:
+    tantivy = pytest.importorskip("tantivy")
+    table.create_index("cap", kind="text")
+    table.delete(list(range(0, 200, 7)))
+    got = table.search_text("red car", k=10, columns=["cap"]).to_pylist()
+    fresh = table.scan("cap").to_pylist()
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("text", stored=False)
+    sb.add_unsigned_field("id", stored=True)
+    index = tantivy.Index(sb.build())
+    w = index.writer(heap_size=15_000_000, num_threads=1)
+    for r in fresh:
+        w.add_document(tantivy.Document(text=r["cap"], id=r["id"]))
+    w.commit()
+    index.reload()
+    s = index.searcher()
+    hits = s.search(index.parse_query("red car", ["text"]), 10).hits
+    assert [round(r["_score"], 4) for r in got] == [round(score, 4) for score, _ in hits]
+    assert all(r["id"] % 7 for r in got)  # deleted records are never ranked
+
+
+def test_writes_and_compactions_build_index_files(catalog: conch.Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conch.search import runs
+
+    monkeypatch.setattr(runs, "MIN_ROWS", 50)  # runs of 50 rows or more get index files
+    t = catalog.create_table("m", [("id", pa.int64())], pa.schema([("emb", pa.list_(pa.float32(), 4))]))
+    t.create_index("emb", metric="l2")  # before any row: the schema declares the column
+    rng = np.random.default_rng(11)
+
+    def indexed() -> bool:
+        state = t.state()
+        current = {ks.id for ks, f in runs.runs_of(state, state.indexes["emb_vector"]) if f is not None}
+        return {ks.id for ks in state.key_spaces.values() if ks.kind == "data" and ks.rows >= 50} <= current
+
+    t.write(pa.table({"id": np.arange(100), "emb": vectors(rng.random((100, 4)))}))
+    assert len(t.state().index_files) == 1 and indexed()  # built when the run was written
+    t.write(pa.table({"id": np.arange(100, 110), "emb": vectors(rng.random((10, 4)))}))
+    assert indexed()  # the automatic compaction's output got its own
+    t.write(pa.table({"id": np.arange(50, 150), "emb": vectors(rng.random((100, 4)))}))
+    t.compact()
+    assert indexed()
+    q = rng.random(4)
+    want = sorted(((np.asarray(r["emb"]) - q) ** 2).sum() for r in t.scan("emb").to_pylist())[:5]
+    assert [r["_distance"] for r in t.search(q, k=5).to_pylist()] == pytest.approx(want, rel=1e-5)
+
+
+def test_a_move_keeps_the_runs_index_file_a_removal_drops_it() -> None:
+    from conch.files.manifest import IndexDef, IndexFile, KeySpace, TableState
+    from conch.log import wal
+    from conch.model.schema import Schema
+
+    ks = KeySpace("k1", "", "k1.vortex", 10, "00", "ff")
+    state = wal.apply(
+        TableState(Schema.empty(pa.schema([pa.field("id", pa.int64(), nullable=False)]))),
+        wal.Entry("write", (wal.AddKeySpace(ks), wal.AddIndex(IndexDef("i", "", "emb", 1, "vector")))),
+        1,
+        10,
+    )
+    state = wal.apply(
+        state, wal.Entry("index", (wal.AddIndexFile(IndexFile("f1", "i", "k1", "f1.cix", 10, ())),)), 2, 20
+    )
+    moved = wal.apply(state, wal.Entry("compact", (wal.RemoveKeySpace("k1"), wal.AddKeySpace(ks))), 3, 30)
+    assert set(moved.index_files) == {"f1"}
+    gone = wal.apply(state, wal.Entry("compact", (wal.RemoveKeySpace("k1"),)), 3, 30)
+    assert not gone.index_files
+    dropped = wal.apply(state, wal.Entry("index", (wal.DropIndex("i"),)), 3, 30)
+    assert not dropped.index_files and not dropped.indexes
+    text = wal.encode(wal.Entry("index", (wal.AddIndexFile(IndexFile("f1", "i", "k1", "f1.cix", 10, ("a",))),)))
+    assert wal.decode(text).ops[0] == wal.AddIndexFile(IndexFile("f1", "i", "k1", "f1.cix", 10, ("a",)))
+
+
+def test_object_storage_and_branches() -> None:
+    """Index files on object storage (obstore's memory store); a branch shares the table's index
+    files and searches its own writes, the table does not see them."""
+    pytest.importorskip("obstore")
+    with conch.connect("memory://search-test") as cat:
+        t = cat.create_table("b", [("id", pa.int64())])
+        v = np.random.default_rng(4).random((120, 8))
+        t.write(pa.table({"id": np.arange(120), "emb": vectors(v)}))
+        t.create_index("emb", metric="l2", index="hnsw")
+        t.build_indexes(min_rows=0)
+        dev = t.branch("dev")
+        assert {f.path for f in dev.state().index_files.values()} == {f.path for f in t.state().index_files.values()}
+        dev.write(pa.table({"id": [7], "emb": vectors(-v[7:8])}))
+        assert dev.search(-v[7], k=1).to_pylist()[0]["id"] == 7
+        assert dev.search(v[7], k=1).to_pylist()[0]["id"] != 7  # its old vector is stale on the branch
+        assert t.search(v[7], k=1).to_pylist()[0]["id"] == 7
+
+
+def test_check_verifies_index_files(table: conch.Table, tmp_path: Path) -> None:
+    table.create_index("emb")
+    table.build_indexes(min_rows=0)
+    assert table.check().ok
+    (f,) = table.state().index_files.values()
+    p = tmp_path / "warehouse" / f.path
+    data = bytearray(p.read_bytes())
+    data[-5] ^= 0xFF
+    p.write_bytes(bytes(data))
+    report = table.check()
+    assert not report.ok and f.path in str(report)
+
+
+def test_child_level_index_and_a_parents_delete(catalog: conch.Catalog) -> None:
+    items = pa.list_(pa.struct([("$", pa.uint8()), ("emb", pa.list_(pa.float32(), 2))]))
+    schema = pa.schema([("id", pa.int64()), ("items", items)])
+    t = catalog.create_table("n", [("id", pa.int64())], pa.schema([schema.field("items")]))
+    rows = [
+        {"id": 1, "items": [{"$": 1, "emb": [0.0, 1.0]}, {"$": 2, "emb": [1.0, 0.0]}]},
+        {"id": 2, "items": [{"$": 1, "emb": [0.9, 0.1]}]},
+    ]
+    t.write(pa.Table.from_pylist(rows, schema=schema))
+    t.create_index("items.emb", metric="l2")
+    t.build_indexes(min_rows=0)
+    got = t.search(np.array([1.0, 0.1]), k=2).to_pylist()
+    assert [(r["id"], r["items"]) for r in got] == [(1, 2), (2, 1)]
+    t.delete([2])  # the parent's tombstone hides its child records
+    got = t.search(np.array([1.0, 0.1]), k=2).to_pylist()
+    assert [(r["id"], r["items"]) for r in got] == [(1, 2), (1, 1)]
