@@ -78,7 +78,9 @@ def resolve_version(log: TableLog, v: Any, what: str) -> int:
     if isinstance(v, int):
         last = log.state().seq
         if not 0 <= v <= last:
-            raise TimeTravelError(f"table {log.name!r} has no version {v}: versions are 0..{last} (see `history()`)")
+            raise TimeTravelError(
+                f"table {log.name!r} has no version {v}: versions are 0..{last} (see `conch history {log.name}` or `Table.history()`)"
+            )
         return v
     if isinstance(v, str):
         tag = log.tag_version(v)

@@ -38,7 +38,7 @@ from conch.maintain.compaction.run import CompactionResult, compact, maintenance
 from conch.maintain.expire import ExpireResult, OlderThan, expire_table
 from conch.model.policy import Policy
 from conch.model.schema import Schema, type_name
-from conch.nested.api import as_filter, root_member, root_path
+from conch.nested.api import as_filter, as_value, root_member, root_path
 from conch.nested.writes import BatchWriter
 from conch.scan import Scan
 from conch.search import SearchResult, build_indexes, create_index, drop_index
@@ -258,13 +258,14 @@ class Table(StagingFace):
     ) -> Commit:
         """Set columns of the records matching `where` (None: every record), in one commit that
         writes only the named cells of the matched keys. `set`: column path → a value, a Conch
-        expression over the record (`t["b"]`, `t["a"] > 0`), or a callable taking the matched
+        expression over the record (`t["b"]`, `t["a"] > 0`, `t["price"] * 2`, `t.price * 2`), or a callable taking the matched
         records (Arrow) and returning an array. Evaluated on one version and committed directly
         after it, re-evaluated if another commit landed first (`conch.api.update`).
 
         >>> t.update(where=t["score"] < 0, set={"score": 0, "flag": t["kind"] == "x"})  # doctest: +SKIP
         """
-        return update_where(self, where, set or {}, level)
+        values = {path: as_value(v, self, level) for path, v in (set or {}).items()}
+        return update_where(self, as_filter(where, self, level), values, level)
 
     # ----- reads ------------------------------------------------------------------------
     def open_blob(self, key: Any, column: str, level: str | None = None) -> BlobFile:

@@ -1,7 +1,8 @@
 """Value-filter expressions over a table's columns (DESIGN §2).
 
 `Table["audio.bytes"]` is a `Col`; comparisons, `& | ~`, `.is_null()` and `.isin()` build an
-immutable tree. Evaluation follows SQL three-valued logic: a comparison with null is null, and a
+immutable tree; `+ - * /` build `Arith` values (`t["price"] * 2`: an update's new value, or an
+operand of a comparison, which is then evaluated in Arrow, never pushed into files). Evaluation follows SQL three-valued logic: a comparison with null is null, and a
 row passes a filter only where it is true.
 
 `evaluate` runs the tree on assembled fresh records (as Arrow); `scan/pushdown.py` translates it
@@ -66,6 +67,33 @@ class Expr:
     def __bool__(self) -> bool:
         raise ExpressionError("a Conch expression has no truth value; use & | ~ instead of and/or/not")
 
+    def __add__(self, other: Any) -> Expr:
+        return Arith("+", self, _expr(other))
+
+    def __radd__(self, other: Any) -> Expr:
+        return Arith("+", _expr(other), self)
+
+    def __sub__(self, other: Any) -> Expr:
+        return Arith("-", self, _expr(other))
+
+    def __rsub__(self, other: Any) -> Expr:
+        return Arith("-", _expr(other), self)
+
+    def __mul__(self, other: Any) -> Expr:
+        return Arith("*", self, _expr(other))
+
+    def __rmul__(self, other: Any) -> Expr:
+        return Arith("*", _expr(other), self)
+
+    def __truediv__(self, other: Any) -> Expr:
+        return Arith("/", self, _expr(other))
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return Arith("/", _expr(other), self)
+
+    def __neg__(self) -> Expr:
+        return Arith("-", Lit(0), self)
+
     def is_null(self) -> Expr:
         """True where the value is null: `t['x'].is_null()`."""
         return IsNull(self)
@@ -105,6 +133,19 @@ class Lit(Expr):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Cmp(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.op} {self.right!r})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Arith(Expr):
+    """`left op right` for op in `+ - * /`: a value, not a filter (`/` is true division, as
+    float64; the others are checked: an overflow is an `ExpressionError`)."""
+
     op: str
     left: Expr
     right: Expr
@@ -183,7 +224,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
 
 
 @children.register
-def _(e: Cmp | And | Or) -> tuple[Expr, ...]:
+def _(e: Cmp | Arith | And | Or) -> tuple[Expr, ...]:
     return (e.left, e.right)
 
 
@@ -411,6 +452,22 @@ def _(e: IsIn, get: Callable[[str], pa.Array]) -> pa.Array:
     res = pc.is_in(computable(arr), value_set=computable(values))
     # SQL: `null IN (...)` is null, not false.
     return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), res)
+
+
+_ARITH = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked}
+
+
+@evaluate.register
+def _(e: Arith, get: Callable[[str], pa.Array]) -> pa.Array:
+    left, right = evaluate(e.left, get), evaluate(e.right, get)
+    try:
+        if e.op == "/":
+            return pc.divide(pc.cast(left, pa.float64()), pc.cast(right, pa.float64()))
+        return _ARITH[e.op](*align(left, right))
+    except pa.ArrowInvalid as err:  # an overflow
+        raise ExpressionError(f"{e!r}: {err}") from err
+    except pa.ArrowNotImplementedError as err:
+        raise ExpressionError(f"{e!r}: arithmetic needs numbers ({err})") from err
 
 
 def align(left: Any, right: Any) -> tuple[Any, Any]:

@@ -201,7 +201,7 @@ class TableLog:
         entries = self.warehouse.metastore.read_log(self.id, version - 1, version) if 1 <= version < latest.seq else []
         if not entries:
             raise TimeTravelError(
-                f"table {self.name!r} has no version {version}: versions are 1..{latest.seq} (see `history()`)"
+                f"table {self.name!r} has no version {version}: versions are 1..{latest.seq} (see `conch history {self.name}` or `Table.history()`)"
             )
         return entries[0].time
 
@@ -292,7 +292,7 @@ class TableLog:
             self.check_retained(at, "asof", latest)
         if first is None or at < first:
             raise TimeTravelError(
-                f"asof {format_time(at)} is before table {self.name!r}'s first commit at "
+                f"asof {format_time(at)} is before the first commit of table {self.name!r} at "
                 f"{format_time(first or latest.time)} (time {first}); nothing existed then"
             )
         if seq == latest.seq:

@@ -277,7 +277,7 @@ class Schema:
         try:
             return self.levels[path]
         except KeyError:
-            known = ", ".join(repr(p) for p in self.levels) or "none"
+            known = ", ".join(repr(p) if p else "'' (the root)" for p in self.levels) or "none"
             raise SchemaError(f"no level {path!r}; levels: {known}") from None
 
     def key_fields(self, level: str) -> list[pa.Field]:

@@ -91,7 +91,7 @@ def _from_int(us: int, what: str) -> int:
     if us >= MIN_TIME_US:
         return us
     if us >= 0 and us < 10**4:
-        hint = f"for commit number {us} use version={us}"
+        hint = f"for commit number {us} use version={us} (`--version {us}` in the CLI)"
     elif us >= 10**11:
         hint = f"if it is milliseconds, pass {us * 1000}"
     elif us >= 10**8:

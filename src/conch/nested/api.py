@@ -24,7 +24,7 @@ from conch.model.keys import key_array, key_table, sorted_unique
 from conch.model.schema import join_path
 from conch.nested import nodes as N
 from conch.nested.deferred import Deferred, resolve
-from conch.nested.lower import lift, lower
+from conch.nested.lower import lift, lower, lower_value
 from conch.nested.nodes import Agg, Binary, Domain, Node, RekeyDomain, TableHandle, Unary, is_ancestor, level_name
 
 
@@ -239,7 +239,7 @@ class Expr:
         n = self.node
         if not isinstance(n, Agg):
             raise LevelError(f".per() binds a reduction; {N.render(n)} is not one (add .mean(), .sum(), ...)")
-        d = target.domain
+        d = (target if isinstance(target, Path) else root_path(target, "")).domain  # a Table: its root level
         if n.operand.level == d.level or not is_ancestor(d.level, n.operand.level):
             raise LevelError(f"cannot reduce '{level_name(n.operand.level)}' per '{d.name}': it is not above it")
         return Expr(replace(n, target=d))
@@ -458,12 +458,26 @@ class Path:
 
     # --- row selection ------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Path:
-        """Pin the leftmost unbound key(s): a scalar, a list (any order), or a key table (a seek)."""
+        """Pin the leftmost unbound key(s): a scalar; a tuple, one value per key column in order
+        (`t.photos["color", "astronaut"]` is `t.photos["color"]["astronaut"]`); a list of values
+        of one key column (any order) or a key table (a seek). A key with no record selects no
+        rows (`to_py()` of a fully indexed path raises `InvalidKeyError`)."""
         d = self.domain
         fields = d.table.state().schema.key_fields(d.level)
         p = d.bound
         if p >= len(fields):
             raise InvalidKeyError(f"{d.describe()} is fully indexed; there is no key left to select")
+        if isinstance(key, tuple):  # a composite key: one value per key column
+            names = [f.name for f in fields[p:]]
+            if len(key) > len(names):
+                raise InvalidKeyError(
+                    f"{d.describe()}[{', '.join(map(repr, key))}]: {len(key)} key values for the {len(names)} key "
+                    f"column(s) left ({', '.join(names)}); a list selects several values of one column"
+                )
+            path = self
+            for value in key:
+                path = path[value]
+            return path
         if isinstance(key, pa.RecordBatch):
             key = pa.Table.from_batches([key])
         if isinstance(key, pa.Table):
@@ -472,7 +486,7 @@ class Path:
             if not given or names[: p + len(given)][p:] != given:
                 raise InvalidKeyError(f"a key table for {d.describe()} needs leading key columns from {names[p:]}")
             table = key.select(given)
-        elif isinstance(key, list | tuple):  # Python values convert only exactly (5.5 is no uint64 key)
+        elif isinstance(key, list):  # Python values convert only exactly (5.5 is no uint64 key)
             table = pa.table({fields[p].name: key_array(key, fields[p])})
         elif isinstance(key, np.ndarray | pa.Array | pa.ChunkedArray):
             table = pa.table({fields[p].name: key})
@@ -566,6 +580,16 @@ def root_path(table: TableHandle, level: str = "") -> Path:
     for part in level.split(".") if level else ():
         p = p.col(part)
     return p
+
+
+def as_value(v: Any, table: TableHandle, level: str | None) -> Any:
+    """An update's new value: a nested expression (`t.price * 2`, `_.price * 2`) lowered to a
+    `conch.expr.tree` tree on `level`'s records; anything else unchanged."""
+    if isinstance(v, Deferred):
+        v = v.resolve(root_path(table, level or ""))
+    if isinstance(v, Expr):
+        return lower_value(v.node, level or "")
+    return v
 
 
 def as_filter(where: Any, table: TableHandle, level: str | None) -> Any:

@@ -21,11 +21,12 @@ from conch.model.schema import join_path
 from conch.nested.nodes import Binary, Domain, Field, Lit, Node, Unary, is_ancestor, render
 
 _CMP = ("==", "!=", "<", "<=", ">", ">=")
+_ARITH = ("+", "-", "*", "/")
 
 
 def lower_at(e: Node, level: str) -> core.Expr | None:
-    """`e` as a core filter on rows of `level`, or None when it is not one (it reads another
-    level, computes arithmetic or reductions)."""
+    """`e` as a core tree on rows of `level` (a filter, or arithmetic of the level's own
+    columns: `t.price * 2`), or None when it is not one (it reads another level, reduces)."""
     if isinstance(e, Field) and e.key and isinstance(e.domain, Domain) and is_ancestor(e.domain.level, level):
         return core.Col(e.path)  # a root key column: every level's scan carries it (a key range)
     if isinstance(e, Field) and isinstance(e.domain, Domain) and e.domain.level == level:
@@ -35,10 +36,12 @@ def lower_at(e: Node, level: str) -> core.Expr | None:
     if isinstance(e, Binary) and e.op == "in" and isinstance(e.right, Lit):
         operand = lower_at(e.left, level)
         return None if operand is None else core.IsIn(operand, tuple(e.right.value))
-    if isinstance(e, Binary) and e.op in (*_CMP, "&", "|"):
+    if isinstance(e, Binary) and e.op in (*_CMP, *_ARITH, "&", "|"):
         left, right = lower_at(e.left, level), lower_at(e.right, level)
         if left is None or right is None:
             return None
+        if e.op in _ARITH:
+            return None if isinstance(left, core.Lit) and isinstance(right, core.Lit) else core.Arith(e.op, left, right)
         if e.op == "&":
             return core.And(left, right)
         if e.op == "|":
@@ -46,6 +49,9 @@ def lower_at(e: Node, level: str) -> core.Expr | None:
         if isinstance(left, core.Lit) and isinstance(right, core.Lit):
             return None
         return core.Cmp(e.op, left, right)
+    if isinstance(e, Unary) and e.op == "neg":
+        inner = lower_at(e.operand, level)
+        return None if inner is None or isinstance(inner, core.Lit) else core.Arith("-", core.Lit(0), inner)
     if isinstance(e, Unary) and e.op in ("not", "is_null"):
         inner = lower_at(e.operand, level)
         if inner is None:
@@ -57,11 +63,23 @@ def lower_at(e: Node, level: str) -> core.Expr | None:
 def lower(e: Node) -> core.Expr:
     """`e` as a core filter on its own level; `ExpressionError` when it is not a row filter."""
     out = lower_at(e, e.level)
-    if out is None or isinstance(out, core.Col | core.Lit):
+    if out is None or isinstance(out, core.Col | core.Lit | core.Arith):
         raise ExpressionError(
             f"{render(e)} is not a row filter of one level: where= takes comparisons of a level's own columns "
             "combined with & | ~ (for reductions, arithmetic or other levels use "
             "t.<level>.where(...).select(...))"
+        )
+    return out
+
+
+def lower_value(e: Node, level: str) -> core.Expr:
+    """`e` as a value of rows of `level` (an update's `set=`: `t.price * 2`, `t.x > 0`);
+    `ExpressionError` when it reads another level or reduces."""
+    out = lower_at(e, level)
+    if out is None:
+        raise ExpressionError(
+            f"{render(e)} is not a value of a record of level {level or 'root'!r}: set= takes literals and "
+            "arithmetic or comparisons of the level's own columns (or a callable over the matched records)"
         )
     return out
 

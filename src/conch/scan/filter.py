@@ -36,10 +36,12 @@ import pyarrow as pa
 from conch.errors import ExpressionError, LevelError
 from conch.expr.tree import (
     And,
+    Arith,
     Cmp,
     Col,
     Expr,
     IsIn,
+    Lit,
     as_expr,
     check_types,
     col_op_lit,
@@ -97,8 +99,8 @@ def analyse(where: Any, schema: Schema, level: str) -> FilterTerms:
     if where is None:
         return FilterTerms()
     tree = as_expr(where)
-    if not isinstance(tree, Expr):
-        raise ExpressionError(f"where= takes a Conch expression like t['x'] < 1, got {where!r}")
+    if not isinstance(tree, Expr) or isinstance(tree, Col | Lit | Arith):  # a value is not a condition
+        raise ExpressionError(f"where= takes a Conch expression like t['x'] < 1 (a condition), got {where!r}")
     key_names = set(schema.key_names(level))
 
     def full(p: str) -> str:

@@ -13,6 +13,14 @@ file (also inside a quoted value that spans lines). Columns are typed by pyarrow
 reads ISO 8601 times; `--timestamp-format FMT` (strptime, e.g. `%d-%b-%y` for `19-Sep-03`; may be
 repeated) adds formats. A text column whose first values all parse with a common date format gets
 a notice naming the `--timestamp-format` to pass.
+
+CSV values never change a column's type silently: the null markers (`NA`, `N/A`, `null`, an
+empty field, ...) are null in every column, text too (as pandas reads them); a column of numbers
+with a few values that are not (`not_a_number`) is a `SchemaError` naming the column, the value
+and its line, whether it is in the block pyarrow inferred types from (where it would have made
+the column text) or a later one (where the conversion fails); `--cast COL=string` reads such a
+column as text. A malformed line (another number of fields) and an empty key field are errors
+naming the line.
 """
 
 from __future__ import annotations
@@ -50,7 +58,10 @@ class FileInput:
 DATE_FORMATS = (
     "%d-%b-%y", "%d-%b-%Y", "%d %b %Y", "%b %d %Y", "%b %d, %Y", "%m/%d/%Y", "%m/%d/%y", "%d/%m/%Y", "%d.%m.%Y",
     "%Y/%m/%d", "%Y%m%d", "%m/%d/%Y %H:%M", "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S",
+    "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M",
 )  # fmt: skip
+NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+MAX_ODD_VALUES = 10  # a column of numbers with at most this many other values is refused, not made text
 
 
 def expand(sources: Sequence[str]) -> list[Path]:
@@ -174,6 +185,12 @@ def _raw_batches(path: Path, fmt: str, spec: FileInput) -> tuple[pa.Schema, Iter
         return _csv_batches(path, spec)
     import pyarrow.json as pajson
 
+    with open(path, "rb") as f:
+        if f.read(4096).lstrip().startswith(b"["):
+            raise SchemaError(
+                f"{path} is one JSON array; JSON input is JSON lines (one object per line): convert it with "
+                f"`jq -c '.[]' {path.name} > {path.stem}.jsonl`, or read it into a list of dicts and call Table.write"
+            )
     table = pajson.read_json(path)
     return table.schema, iter(table.to_batches())
 
@@ -191,14 +208,14 @@ def read_files(spec: FileInput, on_schema: Callable[[pa.Schema], None] | None = 
         raise
 
     def batches() -> Iterator[pa.RecordBatch]:
-        yield from _cast_all(first_batches, target, spec.paths[0])
+        yield from _cast_all(first_batches, target, spec.paths[0], spec.key)
         for p in spec.paths[1:]:
             raw, bs = _read(p, spec)
             if len(raw) != len(target):
                 raise SchemaError(
                     f"{p} has columns {raw.names}, but {spec.paths[0]} has {len(target)}: ingest them apart"
                 )
-            yield from _cast_all(bs, target, p)
+            yield from _cast_all(bs, target, p, spec.key)
 
     return pa.RecordBatchReader.from_batches(target, batches())
 
@@ -236,10 +253,17 @@ def _csv_batches(path: Path, spec: FileInput) -> tuple[pa.Schema, Iterator[pa.Re
     source: Any = (
         _SkipLines(raw, (spec.comment or "#").encode(), everywhere=spec.comment is not None) if filtered else str(path)
     )
-    convert = pacsv.ConvertOptions(timestamp_parsers=[*spec.timestamp_formats, pacsv.ISO8601])
+    text = {n: t for n, t in spec.cast.items() if pa.types.is_string(t) or pa.types.is_large_string(t)}
+    convert = pacsv.ConvertOptions(
+        timestamp_parsers=[*spec.timestamp_formats, pacsv.ISO8601], strings_can_be_null=True, column_types=text
+    )
     options = pacsv.ReadOptions(block_size=16 << 20, use_threads=not filtered)
     try:
         reader = pacsv.open_csv(source, read_options=options, convert_options=convert)
+    except pa.ArrowInvalid as e:
+        if raw is not None:
+            raw.close()
+        raise SchemaError(f"cannot read {path}: {_csv_error(path, str(e))}") from e
     except BaseException:
         if raw is not None:
             raw.close()
@@ -251,18 +275,78 @@ def _csv_batches(path: Path, spec: FileInput) -> tuple[pa.Schema, Iterator[pa.Re
                 first = reader.read_next_batch()
             except StopIteration:
                 return
+            except pa.ArrowInvalid as e:
+                raise SchemaError(f"cannot read {path}: {_csv_error(path, str(e))}") from e
             _note_dates(first, path, spec)
+            _refuse_odd_values(first, path, set(text))
             yield first
             try:
                 yield from reader
-            except pa.ArrowInvalid as e:  # a later block: say which file, and the fix
-                raise SchemaError(f"cannot read {path}: {_csv_hint(str(e).splitlines()[0])}") from e
+            except pa.ArrowInvalid as e:  # a later block: say which file, line and column, and the fix
+                raise SchemaError(f"cannot read {path}: {_csv_error(path, str(e), reader.schema)}") from e
         finally:
             reader.close()
             if raw is not None:
                 raw.close()
 
     return reader.schema, _peeked(batches())
+
+
+def _csv_error(path: Path, message: str, schema: pa.Schema | None = None) -> str:
+    """pyarrow's CSV error with the line it is about and the fix."""
+    message = message.splitlines()[0]
+    bad = re.search(r"Expected \d+ columns, got \d+: (.*)$", message)
+    if bad:  # a line with another number of fields: pyarrow quotes it
+        line = _line_of(path, lambda _, raw: raw.rstrip("\r\n") == bad.group(1))
+        return f"line {line}: {_csv_hint(message)}" if line else _csv_hint(message)
+    m = re.match(r"In CSV column #(\d+): CSV conversion error to (\S+): invalid value '(.*)'$", message)
+    if m and schema is not None:
+        index, typ, value = int(m.group(1)), m.group(2), m.group(3)
+        name = schema.names[index]
+        line = _line_of(path, _field_is(index, value))
+        return (
+            f"column {name!r} is {typ} (from the file's first rows), but line {line or '?'} holds {value!r}: fix the "
+            f"value, or read the column as text with --cast {name}=string"
+        )
+    return _csv_hint(message)
+
+
+def _line_of(path: Path, match: Callable[[list[str], str], bool]) -> int | None:
+    """The number of the first line of CSV `path` (1: the first line) whose row matches (an
+    error path: the file is read again, by Python's csv module)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        for number, raw in enumerate(f, start=1):
+            fields = next(csv.reader([raw]), [])
+            if match(fields, raw):
+                return number
+    return None
+
+
+def _field_is(index: int, value: str) -> Callable[[list[str], str], bool]:
+    return lambda fields, _: len(fields) > index and fields[index] == value
+
+
+def _refuse_odd_values(batch: pa.RecordBatch, path: Path, text: set[str]) -> None:
+    """`SchemaError` for a text column (as inferred) whose values are numbers but for a few: one
+    `not_a_number` must not turn a column of numbers into text without a word."""
+    import pyarrow.compute as pc
+
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        if name in text or not pa.types.is_string(col.type):
+            continue
+        values = col.drop_null()
+        numeric = pc.match_substring_regex(values, NUMBER)
+        odd = len(values) - pc.sum(numeric).as_py() if len(values) else 0
+        if 0 < odd <= MAX_ODD_VALUES and odd * 10 <= len(values):
+            value = values.filter(pc.invert(numeric))[0].as_py()
+            index = batch.schema.get_field_index(name)
+            line = _line_of(path, _field_is(index, value))
+            raise SchemaError(
+                f"cannot read {path}: column {name!r} holds numbers, but line {line or '?'} holds {value!r} "
+                f"({odd} value(s) are not numbers): fix the value, or read the column as text with --cast {name}=string"
+            )
 
 
 def _peeked(it: Generator[pa.RecordBatch, None, None]) -> Iterator[pa.RecordBatch]:
@@ -355,9 +439,21 @@ def _note_dates(batch: pa.RecordBatch, path: Path, spec: FileInput) -> None:
             break
 
 
-def _cast_all(batches: Iterator[pa.RecordBatch], target: pa.Schema, path: Path) -> Iterator[pa.RecordBatch]:
+def _cast_all(
+    batches: Iterator[pa.RecordBatch], target: pa.Schema, path: Path, key: Sequence[str] = ()
+) -> Iterator[pa.RecordBatch]:
+    rows = 0
     try:
         for b in batches:
+            for name in key:
+                col = b.column(target.get_field_index(name))
+                if col.null_count and not pa.types.is_null(col.type):
+                    row = rows + col.is_null().to_numpy(zero_copy_only=False).argmax() + 1
+                    raise SchemaError(
+                        f"{path}: row {row} (after the header) has no value for key column {name!r} (empty or a "
+                        "null marker such as NA): every row needs its key"
+                    )
+            rows += b.num_rows
             arrays = []
             for col, f in zip(b.columns, target, strict=True):
                 arrays.append(col if col.type == f.type else col.cast(f.type))

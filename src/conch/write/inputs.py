@@ -4,7 +4,9 @@ Accepted input, and what it means:
 - Arrow tables, record batches and readers (streamed), anything with `__arrow_c_stream__`;
 - a list of dicts, one per record (`[]` is an empty write: it commits no rows). The rows'
   fields are the **union** of every row's fields, in first-seen order, at every depth (structs
-  and child records too); a field a row lacks is null in that row, as in a DataFrame;
+  and child records too), so a field has one type across rows; a field a row lacks names no
+  cell of that row (its older value stays), an explicit `None` names a null cell
+  (`presence.py`: rows naming different cells are written as separate runs of one commit);
 - a dict of columns (lists of equal length); a dict whose values are all single values is one
   record (`{"id": 9, "x": 1.0}`); a dict mixing both is refused, since it is ambiguous;
 - pandas and Polars data frames (a pandas index is not written: `reset_index()` first).
@@ -14,9 +16,9 @@ their type: an empty or null child list means "no children written", not a new c
 Every refusal is a `SchemaError` naming the column and the fix, raised before any file is written.
 
 This is the one input path: the nested API's writes and the Spark writer build Arrow and come
-through `read_input` too, so every form of the same rows writes the same table (a row lacking a
-field writes a null cell there, the only thing an Arrow, pandas or Polars table can say; see
-docs/inputs-and-filters.md).
+through `read_input` too, so every form of the same rows writes the same table; only a list of
+dicts can leave a cell out of one row (an Arrow, pandas or Polars table can only say null there;
+see docs/inputs-and-filters.md).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pyarrow.compute as pc
 
 from conch.errors import SchemaError
 from conch.model.schema import CHILD_KEY, Schema, is_child_level_type, join_path, normalize_type
+from conch.write.presence import PRESENT, split_presence, with_presence
 
 
 def read_input(data: Any, schema: Schema, level: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
@@ -53,9 +56,12 @@ def read_input(data: Any, schema: Schema, level: str) -> tuple[pa.Schema, Iterat
             f"write is missing key column(s) {missing}; key columns are {keys}{_index_hint(data, missing)}"
         )
     pruned = pa.schema(_prune(list(input_schema), schema, level, "", set(keys)))
-    if pruned == input_schema:
-        return input_schema, batches
-    return pruned, (_conform(b, pruned) for b in batches)
+    if pruned != input_schema:
+        batches = (_conform(b, pruned) for b in batches)
+    if isinstance(data, list):  # the one form where a row can leave a field out
+        table = with_presence(data, pa.Table.from_batches(list(batches), pruned), keys)
+        return pruned, iter(table.to_batches())
+    return pruned, batches
 
 
 def _index_hint(data: Any, missing: list[str]) -> str:
@@ -159,6 +165,15 @@ def _column(name: str, values: Any) -> pa.Array | pa.ChunkedArray:
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as e:
+        huge = next(
+            (i for i, v in enumerate(values) if isinstance(v, int) and not -(2**63) <= v < 2**64),
+            None,
+        )
+        if huge is not None:
+            raise SchemaError(
+                f"column {name!r}, row {huge}: {values[huge]} is out of range for int64 (and uint64); store it as a "
+                "float or a string, or as bytes"
+            ) from e
         seen = sorted({type(v).__name__ for v in values if v is not None})
         raise SchemaError(
             f"column {name!r} holds values of types {seen}, which do not convert to one Arrow type ({e}); "
@@ -232,10 +247,21 @@ def value_fields(input_schema: pa.Schema, key_names: list[str]) -> list[pa.Field
 
 
 def split_levels(table: pa.Table, schema: Schema, level: str) -> dict[str, pa.Table]:
-    """A chunk at `level` → {level: flat table of key columns + leaf columns by path}."""
+    """A chunk at `level` → {level: flat table of key columns + leaf columns by path}; a chunk
+    with presence columns (`presence.py`) gets them split alike, as `PRESENT + path` columns
+    of each level's flat table."""
     keys = schema.key_names(level)
+    table, present = split_presence(table, keys)
     out: dict[str, pa.Table] = {}
     _split(table, schema, level, keys, out)
+    if present is not None:
+        flags: dict[str, pa.Table] = {}
+        _split(present, schema, level, keys, flags)
+        for lvl, flat in flags.items():
+            own = set(schema.key_names(lvl))
+            for name in flat.column_names:
+                if name not in own:
+                    out[lvl] = out[lvl].append_column(PRESENT + name, flat.column(name))
     return out
 
 

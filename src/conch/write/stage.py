@@ -13,7 +13,8 @@ Rules a user can rely on:
 - a write holds each key at most once (`DuplicateKeyError`): rows of one write have no order, so
   there is no honest winner;
 - columns not in the schema extend it (schema evolution); a column whose type cannot be cast to
-  the schema's raises `SchemaError`; a written null is a cell, an absent column is not;
+  the schema's raises `SchemaError`; a written null is a cell, an absent column is not (nor a
+  field a row of a list of dicts leaves out: `presence.py`);
 - child rows are upserted by their full key: existing children missing from the list stay;
 - writing a child row creates its ancestors' keys (with no other cells).
 """
@@ -53,6 +54,7 @@ from conch.model.progress import track
 from conch.model.schema import Column, Schema, join_path, normalize_type
 from conch.write.dedup import RunCheck
 from conch.write.inputs import read_input, split_levels, value_fields
+from conch.write.presence import by_presence
 
 
 @dataclass
@@ -138,7 +140,8 @@ def stage_write(
                     continue
                 if lvl not in runs:
                     runs[lvl] = RunCheck(files.format, schema.key_fields(lvl))
-                write_run(files, schema, lvl, flat, staged, opts, queue, runs[lvl].add)
+                for part in by_presence(flat, schema.key_names(lvl)):  # rows naming the same cells
+                    write_run(files, schema, lvl, part, staged, opts, queue, runs[lvl].add)
             for anc in schema.ancestry(level)[:-1]:
                 if not schema.key_names(anc.path):
                     continue

@@ -47,12 +47,41 @@ def main() -> None:
             print(ctx.get_help())
             sys.exit(0)
         cmd = ctx.command_path if ctx is not None else "conch"
-        _fail(f"{e.format_message()} (see `{cmd} --help`)", debug)
+        _fail(f"{e.format_message()}{_suggestion(e.format_message())} (see `{cmd} --help`)", debug)
     except Abort:
         _fail("aborted", False)
     except (ConchError, ValueError, KeyError, OSError, ImportError) as e:
         _fail(_message(e), debug)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# commands of other tools a new user types first, and the conch command that does it
+SIMILAR = {
+    "ls": "tables",
+    "list": "tables",
+    "show": "get (records by key) or scan",
+    "cat": "scan",
+    "head": "scan --limit 10",
+    "select": "scan",
+    "query": "scan --where",
+    "rm": "delete (keys) or drop (a table)",
+    "remove": "delete (keys) or drop (a table)",
+    "log": "history",
+    "describe": "schema",
+    "info": "schema",
+    "import": "ingest",
+    "load": "ingest",
+    "insert": "write",
+}
+
+
+def _suggestion(message: str) -> str:
+    import re
+
+    m = re.match(r"No such command '([^']+)'", message)
+    if m is None or m.group(1).lower() not in SIMILAR:
+        return ""
+    return f"; for that use `conch {SIMILAR[m.group(1).lower()]}`"
 
 
 def _message(e: BaseException) -> str:

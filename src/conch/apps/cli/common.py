@@ -24,6 +24,7 @@ import conch
 from conch.apps.previews import describe
 from conch.errors import InvalidKeyError
 from conch.model.keys import decode_key
+from conch.model.progress import human_bytes
 
 app = typer.Typer(help="Conch: keyed, column-grouped tables for ML data.", no_args_is_help=True, add_completion=False)
 # markup=False, emoji=False: see the module docstring (every str is user data, shown literally)
@@ -89,14 +90,59 @@ def parse_keys(text: str, fields: list[pa.Field]) -> list[tuple[Any, ...]]:
     return list(zip(*cols, strict=True))
 
 
+TEXT_PREFIX = 200  # characters of a text value a terminal row shows (the rest is folded to its size)
+MIN_COLUMN = 10  # the narrowest column a terminal table gives a value (else fewer columns are shown)
+
+
 def print_arrow(table: pa.Table, title: str) -> None:
-    out = RichTable(title=title)
+    """`table` as a terminal table: long text folded to a prefix and its size in Arrow, before any
+    value becomes a Python object (a 300 MB caption is never copied to print 80 columns of it),
+    and on a narrow terminal the leading columns that fit, with a note naming the others."""
     flat = table.flatten().flatten().flatten()
-    for name in flat.column_names:
+    names = flat.column_names
+    shown = _columns_that_fit(flat, console.width)
+    out = RichTable(title=title)
+    for name in names[:shown]:
         out.add_column(name, overflow="ellipsis", max_width=40)
-    for row in flat.to_pylist():
-        out.add_row(*(cell_text(v) for v in row.values()))
+    cells = [_cells(flat.column(i)) for i in range(shown)]
+    for row in zip(*cells, strict=True) if cells else ():
+        out.add_row(*row)
+    if shown < len(names):
+        out.caption = (
+            f"{len(names) - shown} more column(s) not shown on a {console.width}-column terminal "
+            f"({', '.join(names[shown : shown + 4])}{', ...' if len(names) > shown + 4 else ''}): "
+            "choose with --columns, or --format json"
+        )
     console.print(out)
+
+
+def _columns_that_fit(flat: pa.Table, width: int) -> int:
+    """How many leading columns fit `width` with at least `MIN_COLUMN` characters (or their
+    header's, if narrower) each: at least one."""
+    used, n = 1, 0
+    for name in flat.column_names:
+        used += min(max(len(name), 4), MIN_COLUMN) + 3  # padding and the border
+        if used > width and n:
+            break
+        n += 1
+    return n
+
+
+def _cells(col: pa.ChunkedArray) -> list[str | Text]:
+    """The cells of one column; text longer than `TEXT_PREFIX` as its prefix and size."""
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)) or len(col) == 0:
+        return [cell_text(v) for v in col.to_pylist()]
+    sizes = pc.binary_length(col).to_pylist()
+    prefixes = pc.utf8_slice_codeunits(col, 0, TEXT_PREFIX).to_pylist()
+    out: list[str | Text] = []
+    for prefix, size in zip(prefixes, sizes, strict=True):
+        if size is not None and size > TEXT_PREFIX:
+            out.append(Text(f"[{human_bytes(size)} text] {prefix[:40]}…", no_wrap=True, overflow="ellipsis"))
+        else:
+            out.append(cell_text(prefix))
+    return out
 
 
 def cell_text(v: Any) -> str | Text:

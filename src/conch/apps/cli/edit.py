@@ -9,6 +9,7 @@ from typing import Annotated
 import pyarrow as pa
 import typer
 
+from conch.api.catalog import Catalog
 from conch.apps.cli.common import (
     app,
     console,
@@ -104,7 +105,7 @@ def _write_files(
     if not exists and not key_names:
         raise InvalidArgumentError(f"table {table!r} does not exist: pass --key COLUMN to create it from the data")
     if exists:
-        key_names = [f.name for f in cat.table(table).key_schema]
+        key_names = _table_key(cat, table, key_names)
     casts = {k: parse_type(v) for k, v in parse_pairs(cast, "--cast").items()} | key_types
     if comment is not None and len(comment) != 1:
         raise InvalidArgumentError(f"--comment takes one character, e.g. --comment '#', got {comment!r}")
@@ -119,9 +120,40 @@ def _write_files(
         raise InvalidArgumentError(
             f"key column {missing[0]!r} is not in the input; its columns are {reader.schema.names} (use --key or --rename)"
         )
+    untyped = [k for k in key_names if pa.types.is_null(reader.schema.field(k).type)]
+    if untyped and not exists:
+        raise InvalidArgumentError(
+            f"key column {untyped[0]!r} has no values in the input (a header without rows?), so its type is unknown: "
+            f"give it with --key {untyped[0]}:TYPE (e.g. {untyped[0]}:string), or ingest a file with rows"
+        )
     t = cat.table(table) if exists else cat.create_table(table, [reader.schema.field(k) for k in key_names])
-    c = t.write(reader, progress=settings["progress"])
+    try:
+        c = t.write(reader, progress=settings["progress"])
+    except BaseException:
+        if not exists and not t.history():  # the table this command created holds nothing: undo it
+            cat.drop_table(table)
+        raise
     console.print(f"wrote {c.summary} to {table!r}: commit {c.seq}", highlight=False)
+
+
+def _ingest_key(table: str, key: list[str] | None) -> list[str]:
+    """The key columns an ingest writes by: the table's (a different --key is refused), else
+    --key, else `id` for a new table."""
+    cat = open_catalog(create=True)
+    if table not in cat.list_tables():
+        return key or ["id"]
+    return _table_key(cat, table, _key_flags(key)[0] if key else [])
+
+
+def _table_key(cat: Catalog, table: str, asked: list[str]) -> list[str]:
+    """The key columns of existing `table`; `asked` (--key) must be them, if given."""
+    have = [f.name for f in cat.table(table).key_schema]
+    if asked and asked != have:
+        raise InvalidArgumentError(
+            f"table {table!r} exists with key {','.join(have)}, not {','.join(asked)}: drop --key to write "
+            f"to it by its key, or write to a new table (`conch drop {table}` first to re-create it)"
+        )
+    return have
 
 
 @command()
@@ -143,7 +175,10 @@ def write(
 def ingest(
     source: Annotated[list[str], typer.Argument(help="Parquet / JSON-lines / CSV files or directories")],
     table: Annotated[str, typer.Option("--table", "-t", help="Table to write (created if missing)")],
-    key: Annotated[str, typer.Option(help="Key columns, comma-separated")] = "id",
+    key: Annotated[
+        list[str] | None,
+        typer.Option(help="Key columns NAME[:TYPE] of a new table, in order (repeat or comma-separate; default id)"),
+    ] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="parquet | json | csv (default: by extension)")] = None,
     rename: Rename = [],  # noqa: B006
     cast: Cast = [],  # noqa: B006
@@ -158,7 +193,7 @@ def ingest(
     if not spark:
         if mode != "append" or partitions is not None or merge_schema:
             raise InvalidArgumentError("--mode, --partitions and --merge-schema are Spark options: add --spark")
-        _write_files(table, source, [key], fmt, rename, cast, comment, timestamp_format)
+        _write_files(table, source, _ingest_key(table, key), fmt, rename, cast, comment, timestamp_format)
         return
     if rename or cast:
         raise InvalidArgumentError("--rename and --cast are not supported with --spark: drop --spark")
@@ -169,7 +204,16 @@ def ingest(
     session = conch.engines.spark.session("conch-ingest")
     csv = csv_options(comment, timestamp_format)
     res = run_ingest(
-        session, source, settings["warehouse"], table, key.split(","), fmt, mode, partitions, merge_schema, csv=csv
+        session,
+        source,
+        settings["warehouse"],
+        table,
+        _key_flags(_ingest_key(table, key))[0],
+        fmt,
+        mode,
+        partitions,
+        merge_schema,
+        csv=csv,
     )
     console.print(f"ingested {res.rows} rows into {table!r} with {res.partitions} tasks: commit {res.seq}")
 

@@ -186,8 +186,9 @@ def scan(
     table: str,
     columns: Annotated[str | None, typer.Option(help="Comma-separated column paths or groups")] = None,
     where: Annotated[str | None, typer.Option(help="Filter, e.g. 'silence_ratio < 0.1 and audio_length > 3'")] = None,
-    asof: Annotated[str | None, typer.Option(help="Commit time (µs) or ISO time, inclusive")] = None,
-    since: Annotated[str | None, typer.Option(help="Commit time (µs) or ISO time, inclusive")] = None,
+    asof: Annotated[str | None, typer.Option(help="Commit time (µs), ISO time or tag, inclusive")] = None,
+    since: Annotated[str | None, typer.Option(help="Commit time (µs), ISO time or tag, inclusive")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Commit number or tag (instead of --asof)")] = None,
     level: Annotated[str | None, typer.Option(help="Child level, e.g. scenes.clips")] = None,
     limit: Annotated[int | None, typer.Option(min=0, help="At most this many rows (>= 0)")] = None,
     keys: Annotated[
@@ -204,10 +205,11 @@ def scan(
         *cols,
         where=parse(where) if where else None,
         keys=parse_keys(keys, t.state().schema.key_fields(level or "")) if keys else None,
-        asof=parse_time(asof),
-        since=parse_time(since),
+        asof=time_arg(asof),
+        since=time_arg(since),
         level=level,
         limit=limit,
+        version=commit_number(version),
     )
     if format == "table":
         result = _head(s, limit if limit is not None else 50)
@@ -216,6 +218,19 @@ def scan(
         _write(s, format, output, settings["progress"])
     if explain:
         console.print(s.explain(), highlight=False)
+
+
+def time_arg(text: str | None) -> int | str | None:
+    """A `--asof`/`--since` value: µs since the epoch (digits), else an ISO time or a tag name,
+    which the scan resolves as Python's `asof=` does."""
+    if text is None or not text.strip().lstrip("-").isdigit():
+        return text
+    return parse_time(text)
+
+
+def commit_number(text: str | None) -> int | str | None:
+    """A `--version` value: a commit number, else a tag name."""
+    return int(text) if text is not None and text.strip().isdigit() else text
 
 
 def _head(s: conch.Scan, n: int) -> pa.Table:
@@ -272,14 +287,15 @@ def get(
     key: Annotated[list[str], typer.Argument(help="Key(s); a composite key comma-separated: a,2")],
     columns: Annotated[str | None, typer.Option(help="Comma-separated column paths or groups")] = None,
     level: Annotated[str | None, typer.Option(help="Child level, e.g. scenes.clips")] = None,
-    asof: Annotated[str | None, typer.Option(help="Commit time (µs) or ISO time, inclusive")] = None,
+    asof: Annotated[str | None, typer.Option(help="Commit time (µs), ISO time or tag, inclusive")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Commit number or tag (instead of --asof)")] = None,
 ) -> None:
     """Print the fresh record of each key (a seek, not a scan)."""
     t = open_catalog().table(table)
     fields = t.state().schema.key_fields(level or "")
     keys = [parse_key(k, fields) for k in key]
     cols = [c.strip() for c in columns.split(",")] if columns else []
-    rows = t.scan(*cols, keys=keys, level=level, asof=parse_time(asof)).to_pylist()
+    rows = t.scan(*cols, keys=keys, level=level, asof=time_arg(asof), version=commit_number(version)).to_pylist()
     found = {tuple(r[f.name] for f in fields): r for r in rows}
     for k in keys:
         rec = next((r for kk, r in found.items() if same_key(kk, k)), None)

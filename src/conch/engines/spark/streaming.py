@@ -15,7 +15,10 @@ its checkpoint, Spark replays the offsets it logged, so every change is read exa
 micro-batches: with `perCommit=true` the union of the micro-batches is exactly
 `changes(start, end, per_commit=True)`; in net mode (default) a key changed in two micro-batches
 appears in both, each with its net change then. `maxVersionsPerTrigger` bounds a micro-batch.
-The schema is fixed when the query starts (the columns then).
+The stream keeps the columns it started with, whatever the table's schema does while it runs:
+they are followed by column id, so a column renamed since keeps its starting name in the stream
+(with its values), a dropped one reads null, and a column added since is not read. A query
+restarted (from its checkpoint or anew) gets the columns of the table then.
 
 **Streaming sink** (`df.writeStream.format("conch").option("checkpointLocation", c).start(path)`):
 one Conch commit per micro-batch (the batch writer's tasks and commit, `conch.engines.spark.writer`). A
@@ -125,6 +128,9 @@ class ConchStreamReader(DataSourceStreamReader):
         self.target = arrow_schema(schema)
         table = open_table(Location.from_options(options))
         self.start = _version(table, option(options, "changesSince"), "changesSince")
+        # the value columns the stream starts with, by id: they survive renames and drops
+        self.level = option(options, "level") or ""
+        self.ids = {c.path: c.id for c in table.state().schema.columns_of(self.level)}
         limit = option(options, "maxVersionsPerTrigger")
         self.max_versions = int(limit) if limit else None
 
@@ -143,12 +149,63 @@ class ConchStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         s, e = partition.value
-        for batch in _changes(self.options, s, e).to_record_batches():
+        table = open_table(Location.from_options(self.options))
+        now = {c.id: c.path for c in table.snapshot(version=e).state.schema.columns_of(self.level)}
+        current = {path: now.get(i) for path, i in self.ids.items()}  # starting path → path at e
+        wanted = list(split_list(option(self.options, "columns"))) or list(self.ids)
+        columns = [p for w in wanted for p, cur in current.items() if cur and (p == w or p.startswith(w + "."))]
+        changes = table.changes(
+            s,
+            e,
+            columns=[current[p] for p in columns] or None,
+            images=option(self.options, "images") or "after",
+            per_commit=(option(self.options, "perCommit") or "false").lower() == "true",
+            level=option(self.options, "level"),
+        )
+        for batch in changes.to_record_batches():
             if batch.num_rows:
-                yield cast_batch(batch, self.target)
+                yield cast_batch(starting_columns(batch, self.target, current), self.target)
 
     def commit(self, end: dict[str, int]) -> None:
         pass  # nothing to release: versions stay readable until `expire` (tag the start to pin it)
+
+
+def starting_columns(batch: pa.RecordBatch, target: pa.Schema, current: dict[str, str | None]) -> pa.RecordBatch:
+    """`batch` (changes under the table's columns now) as the stream's starting columns
+    `target`: `current` maps each starting value column's path to its path now (None: dropped,
+    read as null); columns added since are left out. Groups keep their names (a rename keeps a
+    column in its group); `_before` holds an image of the same shape."""
+    root = dict(zip(batch.schema.names, batch.columns, strict=True))
+
+    def pick(cols: dict[str, Any], path: str) -> Any:
+        head, _, rest = path.partition(".")
+        arr = cols.get(head)
+        for name in rest.split(".") if rest else ():
+            if arr is None or not pa.types.is_struct(arr.type) or arr.type.get_field_index(name) < 0:
+                return None
+            arr = pc.struct_field(arr, [name])
+        return arr
+
+    def conform(cols: dict[str, Any], f: pa.Field, path: str) -> Any:
+        if path in current:  # a value column the stream started with
+            now = current[path]
+            arr = pick(cols, now) if now else None
+            return arr if arr is not None else pa.nulls(batch.num_rows, f.type)
+        if not (pa.types.is_struct(f.type) and not isinstance(f.type, pa.ExtensionType)):
+            arr = pick(cols, path)  # a key or change column
+            return arr if arr is not None else pa.nulls(batch.num_rows, f.type)
+        if path == "_before":  # an image: its fields are paths from its own root
+            inner = root.get("_before")
+            sub = dict(zip([x.name for x in inner.type], inner.flatten(), strict=True)) if inner is not None else {}
+            children = [conform(sub, x, x.name) for x in f.type]
+        else:
+            inner = pick(cols, path)
+            children = [conform(cols, x, f"{path}.{x.name}") for x in f.type]
+        mask = inner.is_null() if inner is not None and inner.null_count else None
+        return pa.StructArray.from_arrays(children, fields=list(f.type), mask=mask)
+
+    arrays = [conform(root, f, f.name) for f in target]
+    return pa.RecordBatch.from_arrays([a.cast(f.type) for a, f in zip(arrays, target, strict=True)], schema=target)
 
 
 def stream_schema(options: Any) -> StructType:
@@ -245,7 +302,7 @@ class ConchStreamWriter(DataSourceStreamArrowWriter):
             return
         mark = {"stream": {"id": self.stream_id, "batch": batchId}}
         try:
-            self.inner.commit(messages, extra=mark, summary=f"Spark stream batch {batchId}")
+            self.inner.commit(messages, extra=mark, summary=f"Spark stream batch {batchId}", from_tasks=True)
         except CommitConflictError:
             if committed_batch(table, self.stream_id, batchId) is None:
                 raise

@@ -63,6 +63,8 @@ class ConchCommitMessage(WriterCommitMessage):
     rows: dict[str, int] = field(default_factory=dict)
     partition: int = -1
     attempt: int = 0
+    base_seq: int = -1  # the version the task staged on, read before it wrote a file
+    started: float = 0.0  # before the task wrote a file (the vacuum rule's start)
 
 
 # ----- driver side: validate, evolve, create -------------------------------------------------
@@ -247,9 +249,10 @@ class ConchWriter(DataSourceArrowWriter):
         table = open_table(self.loc)
         files = _RecordingFiles(table.files, self.job)
         batches = (cast_batch(b, self.target) for b in iterator)
+        state, started = table.state(), time.time()  # both before this task writes a file
         try:
             reader = pa.RecordBatchReader.from_batches(self.target, batches)
-            staged = stage_write(files, table.state(), reader, self.level, self.opts, evolve=False)
+            staged = stage_write(files, state, reader, self.level, self.opts, evolve=False)
         except BaseException:
             remove_files(table, files.handed_out)
             raise
@@ -264,10 +267,18 @@ class ConchWriter(DataSourceArrowWriter):
             staged.rows,
             ctx.partitionId() if ctx else -1,
             ctx.attemptNumber() if ctx else 0,
+            state.seq,
+            started,
         )
 
-    def commit(self, messages: list[Any], extra: dict[str, Any] | None = None, summary: str = "Spark") -> None:
-        """One WAL entry for the job; `extra`: more to record in it (a streaming sink's batch id)."""
+    def commit(
+        self, messages: list[Any], extra: dict[str, Any] | None = None, summary: str = "Spark", from_tasks: bool = False
+    ) -> None:
+        """One WAL entry for the job; `extra`: more to record in it (a streaming sink's batch id).
+        `from_tasks`: this writer was made after the tasks wrote (a streaming sink's commit:
+        Spark builds a new writer for it), so the transaction's base version and start are the
+        earliest the tasks recorded before writing, and a vacuum logged after any task began
+        conflicts with the commit (`conch.log.wal.conflicts`) instead of racing its file check."""
         forget_table(self.loc)
         table = open_table(self.loc)
         done = [m for m in messages if m is not None]
@@ -283,9 +294,10 @@ class ConchWriter(DataSourceArrowWriter):
                 for lvl, n in m.rows.items():
                     rows[lvl] = rows.get(lvl, 0) + n
             what = ", ".join(f"{n} rows at {lvl or 'root'}" for lvl, n in rows.items()) or "no rows"
-            staged = StagedWrite(
-                state.schema, state.schema, [], ops, files, rows, base_seq=self.base_seq, started=self.started
-            )
+            base_seq, started = self.base_seq, self.started
+            if from_tasks and done:
+                base_seq, started = min(m.base_seq for m in done), min(m.started for m in done)
+            staged = StagedWrite(state.schema, state.schema, [], ops, files, rows, base_seq=base_seq, started=started)
             kind = "overwrite" if self.overwrite else "write"
             txn = staged.transaction(
                 kind, f"{summary} {kind}: {what} from {len(done)} tasks", rows=rows, **(extra or {})
