@@ -139,3 +139,24 @@ class WarehouseNotFoundError(WarehouseError, LookupError):
 # ----- feeding models and engines (h7) ------------------------------------------------------------
 class EnrichError(ConchError, ValueError):
     """An enrichment was given bad arguments, or its function returned something unusable."""
+
+
+class DecodeError(ConchError, ValueError):
+    """A value could not be decoded (by a `decode=` hook of `conch.engines.torch.dataset`: not an
+    image Pillow opens, not a WAV file, an encoding the decoder does not read). Raised by a
+    loader, it names the table, the key (as written in `t[key]`) and the column, which are also
+    its `table`, `key` and `column` attributes (None when not known); `__cause__` is the hook's
+    own error."""
+
+    def __init__(
+        self, message: str, *, table: str | None = None, key: object = None, column: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.table, self.key, self.column = table, key, column
+
+    def __reduce__(self) -> tuple[object, ...]:  # keeps the attributes through pickling (workers)
+        return (_decode_error, (str(self), self.table, self.key, self.column))
+
+
+def _decode_error(message: str, table: str | None, key: object, column: str | None) -> DecodeError:
+    return DecodeError(message, table=table, key=key, column=column)

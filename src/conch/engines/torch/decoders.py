@@ -15,7 +15,7 @@ shape); values of differing shapes stay a list.
   image's own mode (`L`: one channel; `RGBA`: four).
 - `audio(channels_first=True)`: WAV (RIFF) bytes to a `float32` tensor `(channels, frames)`
   in [-1, 1]: PCM of 8 (unsigned), 16, 24 or 32 bits, IEEE float of 32 or 64 bits, plain or
-  `WAVE_FORMAT_EXTENSIBLE`. Other encodings raise `DecodeError` naming the format tag.
+  `WAVE_FORMAT_EXTENSIBLE`. Other encodings raise `conch.DecodeError` naming the format tag.
 """
 
 from __future__ import annotations
@@ -26,15 +26,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from conch.errors import ConchError
+from conch.errors import ConchError, DecodeError
 from conch.model.deps import optional_import
 
 torch = optional_import("torch")
 
-
-class DecodeError(ConchError):
-    """A value could not be decoded (not an image Pillow opens, not a WAV file, an encoding the
-    decoder does not read); the message says which and why."""
+__all__ = ["DecodeError", "audio", "image"]  # DecodeError: `conch.errors.DecodeError`, also here
 
 
 class image:

@@ -35,6 +35,13 @@ tensors (zero-copy from Arrow where the buffer allows), strings and binaries lis
 `format="arrow"` yields Arrow record batches instead. `prefetch` blocks are read ahead by a
 background thread in each reader.
 
+**Bad values.** A `decode` hook that fails raises `conch.DecodeError` naming the table, key and
+column (`conch.engines.torch.decoding`). With `on_error="skip"` the row is dropped from every
+column instead (batches then hold fewer rows where rows were dropped), counted in `skipped`
+with its error kept in `skip_errors` (the first `SKIP_ERRORS_KEPT`), and a warning at the end
+of the epoch says how many; both count what this process read (each DataLoader worker counts
+and warns for itself). The cursor counts dropped rows as read: a resume skips them again.
+
 Processes: the dataset pickles as plain data (scan spec, splits) and opens the table once per
 process, so it is safe under `fork`, `spawn` and `forkserver` start methods.
 """
@@ -56,7 +63,8 @@ import pyarrow.compute as pc
 
 from conch.engines.source import ScanSpec, open_split
 from conch.engines.torch import ring
-from conch.errors import ConchError
+from conch.engines.torch.decoding import Decoded, Decoding, kept_rows, run_hooks
+from conch.errors import ConchError, DecodeError
 from conch.model.deps import optional_import
 from conch.model.keys import KeySet, encode_keys
 from conch.scan import Scan, Split
@@ -83,8 +91,9 @@ def dataset(
     decode: Mapping[str, Callable[[Any], Any]] | None = None,
     prefetch: int = 2,
     drop_last: bool = False,
+    on_error: str = "raise",
 ) -> ConchIterableDataset:
-    """An `IterableDataset` over `scan`; see the module doc."""
+    """An `IterableDataset` over `scan`; see the module doc (`on_error`: under "Bad values")."""
     if format not in ("torch", "arrow"):
         raise ConchError(f"format={format!r}: use 'torch' (dicts of tensors) or 'arrow' (record batches)")
     if (batch_size is not None and batch_size < 1) or shuffle_buffer < 1 or prefetch < 0:
@@ -93,10 +102,12 @@ def dataset(
         raise ConchError(f"splits={splits!r}: give a positive number of splits, or None (follows the readers)")
     spec = ScanSpec.from_scan(scan)
     rows = sum(ks.rows for ks in scan.plan.key_spaces)
+    keys = tuple(scan.plan.schema.key_names(spec.level))
+    decoding = Decoding(dict(decode or {}), spec.table_name, keys, on_error)
     return ConchIterableDataset(
         spec,
         scan.splits(splits) if splits is not None else None,
-        _Options(batch_size, shuffle, seed, shuffle_buffer, format, dict(decode or {}), prefetch, drop_last),
+        _Options(batch_size, shuffle, seed, shuffle_buffer, format, decoding, prefetch, drop_last),
         rank,
         world_size,
         rows,
@@ -105,6 +116,7 @@ def dataset(
 
 SPLITS_PER_READER = 4  # default splits per reader, rows allowing: slow splits even out
 MIN_SPLIT_ROWS = 1_024  # below this a split costs more to open than it balances
+SKIP_ERRORS_KEPT = 20  # errors of skipped rows kept per epoch (all are counted)
 
 
 def default_split_count(rows: int, readers: int) -> int:
@@ -124,7 +136,7 @@ class _Options:
     seed: int
     block_rows: int
     format: str
-    decode: dict[str, Callable[[Any], Any]]
+    decoding: Decoding
     prefetch: int
     drop_last: bool
 
@@ -160,6 +172,8 @@ class ConchIterableDataset(_IterableDataset):
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._cursor: dict[str, Any] = {"epoch": 0, "block": 0, "pos": 0, "offset": 0, "done": 0}
+        self.skipped = 0  # rows dropped by on_error="skip" in this process's current (or last) epoch
+        self.skip_errors: list[DecodeError] = []  # why: the first SKIP_ERRORS_KEPT of them
 
     def __repr__(self) -> str:
         n = "splits following the readers" if self.fixed_splits is None else f"{len(self.fixed_splits)} splits"
@@ -234,6 +248,7 @@ class ConchIterableDataset(_IterableDataset):
         blocks = _prefetched(self._blocks(splits, start), self.opts.prefetch)
         arrow = self.opts.format == "arrow"
         out = _Rebatcher(self.opts.batch_size, self.opts.drop_last)
+        self.skipped, self.skip_errors = 0, []
         try:
             for block in blocks:
                 rows = block.rows
@@ -242,22 +257,36 @@ class ConchIterableDataset(_IterableDataset):
                     rows = rows.take(pa.array(rng.permutation(rows.num_rows)))
                 skip = int(start["done"]) if block.index == start["block"] else 0
                 # Convert once per block; batches are then views (tensor slices) of it.
-                piece: Any = rows.slice(skip) if arrow else _Cols.of(rows.slice(skip), self.opts.decode)
+                piece: Any = rows.slice(skip) if arrow else _Cols.of(rows.slice(skip), self.opts.decoding)
+                read = _read_rows(piece.decoded.kept if not arrow else None)
+                if not arrow and piece.decoded.errors:
+                    self._count_skipped(piece.decoded.errors)
                 at = {"epoch": epoch, "block": block.index, "pos": block.pos, "offset": block.offset}
                 for item, n_done in out.push(piece):
                     if self.opts.batch_size is not None or arrow:
-                        self._cursor = {**at, "done": skip + n_done}
+                        self._cursor = {**at, "done": skip + read(n_done)}
                         yield _one_batch(item) if arrow else _emit(item.cols)
                         continue
                     for j in range(item.num_rows):
-                        self._cursor = {**at, "done": skip + n_done - item.num_rows + j + 1}
+                        self._cursor = {**at, "done": skip + read(n_done - item.num_rows + j + 1)}
                         yield _emit({k: v[j] for k, v in item.cols.items()})
             self._cursor = {"epoch": epoch + 1, "block": 0, "pos": 0, "offset": 0, "done": 0}
             for item, _ in out.flush():
                 yield _one_batch(item) if arrow else _emit(item.cols)
+            if self.skipped:
+                warnings.warn(
+                    f"table {self.spec.table_name!r}: {self.skipped} row(s) skipped this epoch (on_error='skip'), "
+                    f"first {self.skip_errors[0]}; see the dataset's skipped and skip_errors",
+                    UserWarning,
+                    stacklevel=2,
+                )
         finally:
             blocks.close()
         self.epoch = epoch + 1  # the next pass in this process (a persistent worker, say) is the next epoch
+
+    def _count_skipped(self, errors: list[DecodeError]) -> None:
+        self.skipped += len(errors)
+        self.skip_errors.extend(errors[: SKIP_ERRORS_KEPT - len(self.skip_errors)])
 
     def _blocks(self, splits: list[Split], start: Mapping[str, Any]) -> Iterator[_Block]:
         """Blocks of `block_rows` rows read from `splits`, starting at a cursor."""
@@ -352,14 +381,16 @@ def _unwire(buf: bytearray, layout: list[Any], rest: dict[str, Any], order: list
 class _Cols:
     """Converted columns of some rows (tensors or lists by path), sliced without copying."""
 
-    def __init__(self, cols: dict[str, Any], num_rows: int) -> None:
+    def __init__(self, cols: dict[str, Any], num_rows: int, decoded: Decoded | None = None) -> None:
         self.cols = cols
         self.num_rows = num_rows
+        self.decoded = decoded  # of a block: which rows were kept, and why others were not
 
     @classmethod
-    def of(cls, table: pa.Table, decode: Mapping[str, Callable[[Any], Any]]) -> _Cols:
+    def of(cls, table: pa.Table, decoding: Decoding) -> _Cols:
         """The columns of a block (batches are then views of them)."""
-        return cls(to_tensors(table, decode), table.num_rows)
+        cols, decoded = _convert(table, decoding)
+        return cls(cols, table.num_rows if decoded.kept is None else len(decoded.kept), decoded)
 
     def slice(self, offset: int, length: int) -> _Cols:
         n = max(0, min(length, self.num_rows - offset))
@@ -489,18 +520,29 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
 
 
+def _read_rows(kept: np.ndarray | None) -> Callable[[int], int]:
+    """Rows of a block piece read once `n` of its kept rows are yielded (dropped rows count as read)."""
+    if kept is None:
+        return lambda n: n
+    return lambda n: int(kept[n - 1]) + 1 if n else 0
+
+
 # ----- Arrow → tensors ---------------------------------------------------------------------------
 def to_tensors(table: pa.Table, decode: Mapping[str, Callable[[Any], Any]] | None = None) -> dict[str, Any]:
     """Columns by path (structs flattened) as tensors where numeric, else lists (or decoded)."""
+    return _convert(table, Decoding(dict(decode or {})))[0]
+
+
+def _convert(table: pa.Table, decoding: Decoding) -> tuple[dict[str, Any], Decoded]:
+    leaves = {n: c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for n, c in _leaves(table)}
+    decoded = run_hooks(leaves, table.num_rows, decoding)
     out: dict[str, Any] = {}
-    for name, col in _leaves(table):
-        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        if decode and name in decode:
-            values = [decode[name](v) for v in arr.to_pylist()]
-            out[name] = _stack(values)
+    for name, arr in leaves.items():
+        if name in decoded.values:
+            out[name] = _stack(decoded.values[name])
         else:
-            out[name] = _tensor(name, arr)
-    return out
+            out[name] = _tensor(name, kept_rows(arr, decoded.kept))
+    return out, decoded
 
 
 def _leaves(table: pa.Table) -> Iterator[tuple[str, Any]]:
@@ -585,7 +627,7 @@ class ConchMapDataset(_Dataset):
         if pos.null_count:
             raise ConchError(f"table {self.spec.table_name!r}: keys vanished at the pinned version (filtered out?)")
         rows = got.take(pos)
-        cols = to_tensors(rows, self.decode)
+        cols = _convert(rows, Decoding(self.decode, self.spec.table_name, tuple(self.keys.column_names)))[0]
         return [{k: v[i] for k, v in cols.items()} for i in range(rows.num_rows)]
 
 
