@@ -7,6 +7,7 @@ parameter (a commit time in µs) on every table page; the history timeline links
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import UTC, datetime
 from html import escape
 from importlib import resources
@@ -41,6 +42,12 @@ def _column_head(name: str) -> str:
     a name past `NAME_SHOWN` characters is cut here too, so a 5,000-character name costs no more."""
     shown = name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + "…"
     return f'<th><span class="colname" title="{escape(shown)}">{escape(shown)}</span></th>'
+
+
+def _cut_long_names(text: str) -> str:
+    """`text` with every run of more than `NAME_SHOWN` non-blank characters (a 5,000-character
+    column name in `explain()`) cut to its first `NAME_SHOWN` and `…`."""
+    return re.sub(rf"\S{{{NAME_SHOWN + 1},}}", lambda m: m.group(0)[:NAME_SHOWN] + "…", text)
 
 
 def _q(**params: Any) -> str:
@@ -364,7 +371,7 @@ class Inspector:
             + crumb
             + f'<p class="muted">{result.num_rows} records (limit {limit}) at level {escape(level or "(root)")}</p>'
             + table
-            + f'<div class="cols"><div><h2>explain()</h2><pre class="explain">{escape(s.explain())}</pre></div>'
+            + f'<div class="cols"><div><h2>explain()</h2><pre class="explain">{escape(_cut_long_names(s.explain()))}</pre></div>'
             + f'<div><h2>metrics()</h2><table class="grid metrics">{metrics}</table></div></div>'
         )
         return self.page(f"{name}: scan", body, name, asof, "scan")

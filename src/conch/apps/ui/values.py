@@ -32,6 +32,7 @@ THUMB_PX = 128  # a thumbnail's longer side
 SMALL_IMAGE_BYTES = 12_000  # an image within THUMB_PX and this size is its own thumbnail
 THUMB_CACHE = 1024  # thumbnails kept (each a few KB)
 TEXT_FOLD = 120  # characters of a long text shown before it is unfolded
+SHORT_TEXT = 40  # text up to this many characters is not wrapped
 LONG_TOKEN = 24  # a word longer than this may wrap anywhere; shorter ones never break
 LIST_SHOW = 50  # items of a long list shown
 UPSCALE_TO = 96  # an image at most half this size is shown at an integer multiple (pixelated)
@@ -76,6 +77,8 @@ def render_text(text: str, chars: int) -> str:
     text as is, longer text folded to its first `TEXT_FOLD` characters and its size. Words are
     never broken; only a token too long for any cell (a URL, a hash) may wrap anywhere."""
     cls = "text long" if any(len(tok) > LONG_TOKEN for tok in text[: TEXT_FOLD * 2].split()) else "text"
+    if chars <= SHORT_TEXT and "\n" not in text:
+        cls += " short"  # a label or a short sentence stays one line: a wide table scrolls instead
     if chars <= TEXT_FOLD:
         return f'<span class="{cls}">{escape(text)}</span>'
     rest = f"… ({chars - len(text):,} more chars)" if chars > len(text) else ""
