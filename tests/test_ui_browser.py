@@ -120,7 +120,7 @@ def snap(page: Any, shots: Path, name: str) -> Path:
 
 def test_tables_and_overview_lsm_tree(server: str, page: Any, shots: Path) -> None:
     page.goto(server + "/")
-    assert page.locator("#tables tr").count() == 4  # header + media + recordings + scans
+    assert page.locator("#tables tr").count() == 6  # header + huge + media + penguins + recordings + scans
     snap(page, shots, "01-tables")
     page.click("text=media")
     page.wait_for_selector("svg.lsm")
