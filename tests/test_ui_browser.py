@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from PIL import Image, ImageStat
 
@@ -56,6 +57,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     make_media(cat)
     make_recordings(cat)
     make_first_hour(cat)
+    make_huge_and_wide(cat)
     rec = cat.table("recordings")  # a tag and a branch (the overview lists them)
     rec.tag("labelled")
     rec.branch("relabel")
@@ -118,7 +120,7 @@ def snap(page: Any, shots: Path, name: str) -> Path:
 
 def test_tables_and_overview_lsm_tree(server: str, page: Any, shots: Path) -> None:
     page.goto(server + "/")
-    assert page.locator("#tables tr").count() == 4  # header + media + recordings + scans
+    assert page.locator("#tables tr").count() == 6  # header + huge + media + penguins + recordings + scans
     snap(page, shots, "01-tables")
     page.click("text=media")
     page.wait_for_selector("svg.lsm")
@@ -299,5 +301,63 @@ def test_expired_commits_are_marked_and_not_links(server: str, page: Any, shots:
         assert resp.status == 400 and "horizon" in page.inner_text(".error")
         page.click("text=view as of the horizon")
         assert page.locator("svg.lsm").count() >= 1 and page.locator(".error").count() == 0
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 900})
+
+
+# ----- issue 32 item 5: whole cells, long names, wide tables ---------------------------------------
+HUGE_CHARS = 20 << 20  # a 20 MB caption (the issue's was 300 MB: a 314 MB page, 67 s to load)
+
+
+def make_huge_and_wide(cat: conch.Catalog) -> None:
+    """`huge`: a 20 MB caption and a 5,000-character column name; `penguins`: 17 columns of
+    measurements and words, as the Palmer penguins table."""
+    huge = cat.create_table("huge", [("id", pa.int64())])
+    huge.write([{"id": 1, "caption": "word " * (HUGE_CHARS // 5), "n" * 5000: 1.5}, {"id": 2, "caption": "short"}])
+    penguins = cat.create_table("penguins", [("id", pa.int64())])
+    cols = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "year", "delta_15_n", "delta_13_c"]
+    penguins.write(
+        [
+            {
+                "id": i,
+                "species": ["Adelie", "Chinstrap", "Gentoo"][i % 3],
+                "island": ["Torgersen", "Biscoe", "Dream"][i % 3],
+                "sex": "female" if i % 2 else "male",
+                "study_name": "PAL0708",
+                "clutch_completion": "Yes",
+                "comments": "Nest never observed with full clutch.",
+                **{c: 1000.123456 * (i + 1) + j for j, c in enumerate(cols)},
+                **{f"sample_{j}": 123456789 + i * 7 + j for j in range(3)},
+            }
+            for i in range(20)
+        ]
+    )
+
+
+def test_huge_cells_long_names_and_wide_tables(server: str, page: Any, shots: Path) -> None:
+    page.set_viewport_size(WIDE)
+    try:
+        total, html = _load(page, server + "/t/huge/scan")
+        assert total < PAGE_BYTES and html < PAGE_BYTES, (total, html)  # a prefix and the size, not 20 MB
+        assert f"({HUGE_CHARS // 5 * 5:,} chars)" in page.inner_text("#results")
+        _no_overflow(page)  # the 5,000-character name is one ellipsized line in a scroll box
+        head = page.evaluate("document.querySelector('#results th .colname').getBoundingClientRect().height")
+        assert head < 40, head
+        snap(page, shots, "11-huge-scan")
+        _load(page, server + "/t/penguins/scan")
+        _no_overflow(page)
+        # no number and no word is broken: each is one line box, and rows stay one line high
+        broken = page.evaluate(
+            "Array.from(document.querySelectorAll('#results .num, #results .text'))"
+            ".filter(e => !/\\s/.test(e.textContent.trim()))"
+            ".filter(e => e.getClientRects().length > 1 || e.getBoundingClientRect().height > 30)"
+            ".map(e => e.textContent)"
+        )
+        assert broken == [], broken
+        rows = page.evaluate(
+            "Array.from(document.querySelectorAll('#results tr')).slice(1).map(r => r.getBoundingClientRect().height)"
+        )
+        snap(page, shots, "12-penguins-scan")
+        assert len(rows) == 20 and max(rows) < 60, rows
     finally:
         page.set_viewport_size({"width": 1280, "height": 900})

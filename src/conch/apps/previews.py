@@ -56,6 +56,17 @@ def sniff(blob: bytes) -> BlobInfo:
         if blob[:6] in (b"GIF87a", b"GIF89a") and n >= 10:
             w, h = struct.unpack("<HH", blob[6:10])
             return BlobInfo("image", "GIF", "image/gif", n, w, h)
+        if blob[:4] in (b"II*\x00", b"MM\x00*"):  # the browser cannot show it: the inspector converts it
+            return BlobInfo("image", "TIFF", "image/tiff", n)
+        if blob.startswith(b"RIFF") and blob[8:12] == b"WEBP":
+            return BlobInfo("image", "WebP", "image/webp", n)
+        if (
+            blob.startswith(b"BM")
+            and n >= 26
+            and blob[14:18] in (b"\x28\x00\x00\x00", b"\x6c\x00\x00\x00", b"\x7c\x00\x00\x00")
+        ):
+            w, h = struct.unpack("<ii", blob[18:26])
+            return BlobInfo("image", "BMP", "image/bmp", n, w, abs(h))
         if blob.startswith(b"RIFF") and blob[8:12] == b"WAVE":
             wav = parse_wav(blob)
             if wav is not None:

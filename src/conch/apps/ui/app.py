@@ -7,6 +7,7 @@ parameter (a commit time in µs) on every table page; the history timeline links
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import UTC, datetime
 from html import escape
 from importlib import resources
@@ -15,6 +16,7 @@ from urllib.parse import urlencode
 
 import conch
 from conch.apps.ui import lsm
+from conch.apps.ui.folding import fold_rows
 from conch.apps.ui.values import render
 from conch.errors import ConchError, TableNotFoundError, TimeTravelError
 from conch.expr.syntax import parse
@@ -25,6 +27,7 @@ from conch.model.keys import KeyPrefix, decode_key, encode_key
 from conch.model.progress import human_bytes
 
 SCAN_LIMIT = 20
+NAME_SHOWN = 200  # characters of a column name a page carries
 KIND_CLASS = {"write": "c-write", "delete": "c-delete"}
 
 
@@ -32,6 +35,19 @@ def _when(us: int | None) -> str:
     if not us:
         return "N/A"
     return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def _column_head(name: str) -> str:
+    """A column's header: a long name is cut to one ellipsized line (CSS), whole in its tooltip;
+    a name past `NAME_SHOWN` characters is cut here too, so a 5,000-character name costs no more."""
+    shown = name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + "…"
+    return f'<th><span class="colname" title="{escape(shown)}">{escape(shown)}</span></th>'
+
+
+def _cut_long_names(text: str) -> str:
+    """`text` with every run of more than `NAME_SHOWN` non-blank characters (a 5,000-character
+    column name in `explain()`) cut to its first `NAME_SHOWN` and `…`."""
+    return re.sub(rf"\S{{{NAME_SHOWN + 1},}}", lambda m: m.group(0)[:NAME_SHOWN] + "…", text)
 
 
 def _q(**params: Any) -> str:
@@ -319,13 +335,13 @@ class Inspector:
         s = t.scan(*cols, where=where, keys=keys, asof=asof, level=level or None, limit=limit)
         result = s.to_arrow()
         children = schema.children(level)
-        head = "".join(f"<th>{escape(n)}</th>" for n in result.column_names) + "".join(
-            f"<th>{escape(c.name)}</th>" for c in children
-        )
+        head = "".join(_column_head(n) for n in result.column_names) + "".join(_column_head(c.name) for c in children)
         rows = []
         key_names = [f.name for f in fields]
-        for rec in result.to_pylist():
-            key = tuple(rec[k] for k in key_names)
+        recs, sizes = fold_rows(result)  # strings and blobs cut in Arrow: the page never holds whole cells
+        keys_of = result.select(key_names).to_pylist()  # whole: a folded string key would link elsewhere
+        for rec, rec_sizes, key_rec in zip(recs, sizes, keys_of, strict=True):
+            key = tuple(key_rec[k] for k in key_names)
             khex = encode_key(key, fields).hex()
             cells = []
 
@@ -333,7 +349,7 @@ class Inspector:
                 return f"/t/{name}/blob{_q(level=level, key=khex, col=path, asof=asof)}"
 
             for col, value in rec.items():
-                cells.append(f"<td>{render(value, blob_url, col)}</td>")
+                cells.append(f"<td>{render(value, blob_url, col, rec_sizes[col])}</td>")
             for c in children:
                 href = f"/t/{name}/scan{_q(level=c.path, prefix=khex, asof=asof)}"
                 cells.append(f'<td><a class="child" href="{escape(href)}">{escape(c.name)} →</a></td>')
@@ -355,7 +371,7 @@ class Inspector:
             + crumb
             + f'<p class="muted">{result.num_rows} records (limit {limit}) at level {escape(level or "(root)")}</p>'
             + table
-            + f'<div class="cols"><div><h2>explain()</h2><pre class="explain">{escape(s.explain())}</pre></div>'
+            + f'<div class="cols"><div><h2>explain()</h2><pre class="explain">{escape(_cut_long_names(s.explain()))}</pre></div>'
             + f'<div><h2>metrics()</h2><table class="grid metrics">{metrics}</table></div></div>'
         )
         return self.page(f"{name}: scan", body, name, asof, "scan")
