@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the web inspector's browser tests (tests/test_ui_browser.py).
+# Headless Chromium for the web inspector's browser tests (tests/apps/test_ui_browser.py).
 # Debian's packages (no browser download of its own): idempotent, a no-op when installed.
 set -euo pipefail
 if [ -x /usr/bin/chromium ]; then

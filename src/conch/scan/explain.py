@@ -1,7 +1,7 @@
 """`Scan.explain()`: the plan as text, step by step, in the order the general path runs it.
 
 The text is stable for a given table state (tests compare it with golden files in
-`tests/golden/`; regenerate them with `CONCH_UPDATE_GOLDEN=1 pytest tests/test_explain_golden.py`).
+`tests/golden/`; regenerate them with `CONCH_UPDATE_GOLDEN=1 pytest tests/scan/test_explain_golden.py`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ adds entry number `expected_seq + 1` only if the log's last entry is still `expe
 assigns the commit time (µs since the epoch, strictly increasing per table). Anything that can
 do that atomically can be a metastore.
 
-Contract (the behaviour suite `tests/test_metastore.py` runs it against every backend):
+Contract (the behaviour suite `tests/log/test_metastore.py` runs it against every backend):
 - reads never create anything: a metastore whose store does not exist yet lists no tables;
 - `read_log`, `last_seq`, `seq_at_time` and `append` raise `TableNotFoundError` for a table id
   that was dropped (or never created), so a handle to a dropped table cannot write or read;

@@ -2,7 +2,7 @@
 
 After an intended change to the explain text, regenerate the files and review the diff:
 
-    CONCH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_explain_golden.py
+    CONCH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/scan/test_explain_golden.py
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 import conch
 from conch import _
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from nested_fixtures import make_recordings
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 UPDATE = os.environ.get("CONCH_UPDATE_GOLDEN") == "1"
 
 

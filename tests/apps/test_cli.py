@@ -79,7 +79,7 @@ def test_negative_limit_is_a_usage_error(warehouse: str) -> None:
 
 
 # ----- issue 14: a complete CLI ------------------------------------------------------------------
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def test_ingest_msft_csv_as_a_new_user_would(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from conch import _
 from conch.errors import LevelError
 from conch.nested import RegroupError
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from nested_fixtures import make_recordings
 
 

@@ -18,7 +18,7 @@ import conch
 from conch import _
 from conch.scan import ScanResult
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from nested_fixtures import make_recordings
 
 

@@ -135,7 +135,7 @@ def test_bad_fn_output_is_a_typed_error_and_commits_nothing(catalog: conch.Catal
 
 SLOW_RUN = """
 import sys, time, conch, pyarrow.compute as pc
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {shared!r}]  # this test's folder, and tests/ for its shared fixtures
 from test_enrich import features
 
 def slow(batch):
@@ -152,7 +152,8 @@ print("done", res.ranges, res.ranges_skipped, flush=True)
 def test_a_killed_run_resumes_without_redoing_finished_ranges(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     t = _table(conch.connect(wh), 400)  # 8 ranges of 50 keys
-    script = SLOW_RUN.format(tests=os.path.dirname(__file__), wh=str(wh))
+    here = os.path.dirname(__file__)
+    script = SLOW_RUN.format(tests=here, shared=os.path.dirname(here), wh=str(wh))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

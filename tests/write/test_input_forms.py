@@ -1,7 +1,7 @@
 """One input path: every form of the same rows writes the same table, and no value is dropped.
 
 A list of dicts is the one form that can leave a field out of a row: it names no cell there
-(tests/test_partial_upserts.py); here it is checked to read back every value it names.
+(tests/write/test_partial_upserts.py); here it is checked to read back every value it names.
 
 Before the union rule, `t.write([{"id": 1}, {"id": 2, "x": 1.5}])` dropped `x` for every row
 (`pa.Table.from_pylist` keeps only the first row's fields).

@@ -157,7 +157,7 @@ def test_spec001_audio_story(catalog: conch.Catalog) -> None:
 
 
 def test_readme_walkthrough_runs(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     code = readme.split("```python", 1)[1].split("```", 1)[0]
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

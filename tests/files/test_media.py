@@ -315,7 +315,7 @@ def test_media_doc_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     pytest.importorskip("torch")
     if not (Path(sysconfig.get_paths()["stdlib"]) / "test" / "audiodata" / "pluck-pcm16.wav").exists():
         pytest.skip("this Python ships without its test package")
-    doc = Path(__file__).parents[1] / "docs" / "media.md"
+    doc = Path(__file__).parents[2] / "docs" / "media.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
     assert len(blocks) >= 4
     monkeypatch.chdir(tmp_path)
