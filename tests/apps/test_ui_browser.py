@@ -8,6 +8,7 @@ go to `$CONCH_SCREENSHOTS` (default: the test's tmp dir) and must not be blank.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -166,13 +167,11 @@ def test_scan_previews_and_key_lookup(server: str, page: Any, shots: Path) -> No
     page.fill("input[name=where]", "score between 0.1 and 0.3 and label like 'item%'")
     page.fill("input[name=columns]", "score, image.png")
     page.click("#run")
-    page.wait_for_selector("#results")
-    ids = page.locator("#results > tbody > tr > td:first-child").all_inner_texts()
-    assert ids == ["1", "2", "3"]
+    _wait_for_first_column(page, ["1", "2", "3"])
     page.fill("input[name=where]", "")
     page.fill("input[name=key]", "4")
     page.click("#run")
-    assert page.locator("#results > tbody > tr > td:first-child").all_inner_texts() == ["4"]
+    _wait_for_first_column(page, ["4"])
     snap(page, shots, "06-scan-filter-key")
 
 
@@ -361,3 +360,15 @@ def test_huge_cells_long_names_and_wide_tables(server: str, page: Any, shots: Pa
         assert len(rows) == 20 and max(rows) < 60, rows
     finally:
         page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def _wait_for_first_column(page: Any, expected: list[str]) -> None:
+    """Wait until the results' first column reads `expected` (a run replaces the page: reading
+    right after the click raced the new page on a loaded machine), then check it; a page that
+    never shows it fails with playwright's timeout naming the wait."""
+    cells = "#results > tbody > tr > td:first-child"
+    page.wait_for_function(
+        "([sel, want]) => JSON.stringify([...document.querySelectorAll(sel)].map(c => c.innerText.trim())) === want",
+        arg=[cells, json.dumps(expected, separators=(",", ":"))],
+    )
+    assert [c.strip() for c in page.locator(cells).all_inner_texts()] == expected
