@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import datasets
 import pyarrow as pa
 import pytest
 
 import conch
+import conch.engines.hf as hf
 from conch.errors import InvalidArgumentError
 from media_fixtures import png, wav
-
-datasets = pytest.importorskip("datasets")
-hf = pytest.importorskip("conch.engines.hf")
 
 LABELS = ["cat", "dog", "eel"]
 FEATURES = datasets.Features(

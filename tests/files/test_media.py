@@ -199,7 +199,8 @@ def test_values_given_as_streams(tmp_path: Path) -> None:
 
 
 def test_torch_decoders_accept_blob_files(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     from conch.engines.torch import decoders
 
     cat = conch.connect(tmp_path / "wh", maintenance=conch.Policy(auto=False))

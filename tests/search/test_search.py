@@ -103,7 +103,8 @@ def test_matrix_of_queries_gives_k_each(table: conch.Table) -> None:
 
 
 def test_bm25_equals_tantivys_own_ranking(table: conch.Table) -> None:
-    tantivy = pytest.importorskip("tantivy")
+    import tantivy
+
     table.create_index("cap", kind="text")
     table.delete(list(range(0, 200, 7)))
     got = table.search_text("red car", k=10, columns=["cap"]).to_pylist()
@@ -176,7 +177,6 @@ def test_a_move_keeps_the_runs_index_file_a_removal_drops_it() -> None:
 def test_object_storage_and_branches() -> None:
     """Index files on object storage (obstore's memory store); a branch shares the table's index
     files and searches its own writes, the table does not see them."""
-    pytest.importorskip("obstore")
     with conch.connect("memory://search-test") as cat:
         t = cat.create_table("b", [("id", pa.int64())])
         v = np.random.default_rng(4).random((120, 8))
