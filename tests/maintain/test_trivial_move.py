@@ -48,7 +48,9 @@ def test_disjoint_runs_move_and_overlapping_ones_do_not() -> None:
     runs = {k.id: k for k in [run(0, 0, 9), run(1, 10, 19), run(2, 30, 39), run(3, 35, 50)]}
     task = move_task(runs.values(), run_bytes(runs.values(), []), MOVE_ALL)
     assert task is not None and task.kind == "move" and set(task.inputs) == {"k0", "k1"}
-    assert move_task(runs.values(), run_bytes(runs.values(), []), conch.Policy(move_bytes=201)) is None  # too small
+    # small runs move whatever their size, unless they are part of a small component (folded whole)
+    assert move_task(runs.values(), run_bytes(runs.values(), []), conch.Policy(move_bytes=201), {"k0"}) is not None
+    assert move_task(runs.values(), run_bytes(runs.values(), []), conch.Policy(move_bytes=201), {"k0", "k1"}) is None
     # a tombstone or an L1 run over a run's keys keeps it where it is; so do two runs of one level
     cases = [(run(4, 5, 5, kind="tombstone"), {"k1"}), (run(4, 15, 16, lsm=1), {"k0"}), (run(4, 19, 25), {"k0"})]
     for other, want in cases:

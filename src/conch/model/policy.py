@@ -43,6 +43,9 @@ class Policy:
     # ... or holding this many rows (a bulk load of compressible data is small in bytes, and folding
     # its runs would decode and encode every row of the write: `plan.move_task`)
     move_rows: int = 1 << 18
+    # adjacent small L1 runs (what moving small disjoint appends leaves) concatenated by the commit-time
+    # trigger once this many: a stop trigger, bounding a scan's runs; the settle and compact() fold 2
+    fold_trigger: int = 16
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
     settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
 
@@ -58,10 +61,11 @@ class Policy:
             or self.move_bytes < 0
             or self.move_rows < 0
             or self.small_rows < 0
+            or self.fold_trigger < 2
             or (self.settle_after is not None and not self.settle_after >= 0)
         ):
             raise InvalidArgumentError(
                 f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
-                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, "
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, fold_trigger >= 2, "
                 "settle_after None or >= 0"
             )

@@ -249,7 +249,7 @@ def settle_tasks(state: TableState, policy: Policy, memory: int | None = None) -
     return [
         t
         for t in plan(state.key_spaces, state.fragments, policy, force=True).tasks
-        if within_budget(t, policy, memory=memory) and len(t.inputs) >= 2 and l0 & set(t.inputs)
+        if within_budget(t, policy, memory=memory) and len(t.inputs) >= 2 and (t.kind == "fold" or l0 & set(t.inputs))
     ]
 
 

@@ -197,14 +197,18 @@ def plan(
     sizes = run_bytes(ks_list, fragments.values())
     tasks: list[CompactionTask] = []
     n_l0, n_l1 = lsm_counts(ks_list)
-    move = move_task(ks_list, sizes, policy)
-    if move is not None:
+    move = move_task(ks_list, sizes, policy, _in_small_components(ks_list, sizes, policy))
+    if move is not None and (force or _move_now(move, ks_list, policy)):
         tasks.append(move)
         moved = set(move.inputs)
         ks_list = [dataclasses.replace(k, lsm=1) if k.id in moved else k for k in ks_list]
+    elif move is not None:  # small disjoint runs wait to move together; nothing rewrites them meanwhile
+        waiting = set(move.inputs)
+        ks_list = [k for k in ks_list if k.id not in waiting]
     ranges = table_ranges(ks_list)
     cap = policy.auto_budget_bytes if budget is None else min(budget, policy.auto_budget_bytes)
-    for comp in components(ks_list, ranges):
+    comps = components(ks_list, ranges)
+    for comp in comps:
         l0 = sorted((k for k in comp.runs if not is_l1(k)), key=lambda k: (k.time, k.seq, k.id))
         l1 = [k for k in comp.runs if is_l1(k)]
         if not l0 and (not force or _one_run_per_level(l1)):
@@ -220,7 +224,18 @@ def plan(
             continue  # one run and nothing to merge it with: rewriting it would gain nothing
         lo, hi = ranges.bounds(comp.first, comp.last)
         window = [] if force else time_contiguous(_tier_window(l0, sizes, policy, cap), comp.runs)
-        major = force or small or not l1 or l0_bytes >= policy.l1_ratio * l1_bytes or len(window) < 2
+        if not force and len(window) < 2:
+            window = time_contiguous(_newest_window(l0, sizes, policy, cap), comp.runs)
+        # L0 is large beside L1 in bytes (read cost) and in rows (a major decodes and encodes every
+        # row: a compressible L1 is small in bytes, and by bytes alone 1,000-row upserts into
+        # 500k rows of 0.9 B/row rewrote the whole table every 4th commit, 30x the upserts' rows)
+        l0_rows = sum(k.rows for k in l0)
+        l1_rows = sum(k.rows for k in l1)
+        l0_large = l0_bytes >= policy.l1_ratio * l1_bytes and l0_rows >= policy.l1_ratio * l1_rows
+        stalled = len(window) < 2 and len(l0) >= STOP_RUNS * policy.l0_trigger
+        if not force and not (small or not l1 or l0_large or stalled) and len(window) < 2:
+            continue  # no merge window (time order): the settle or compact() folds it
+        major = force or small or not l1 or l0_large or len(window) < 2
         if major and not force and budget is not None and l0_bytes + l1_bytes > budget:
             if len(window) < 2:
                 continue  # nothing within this trigger's budget: the settle or compact() runs the major
@@ -244,6 +259,9 @@ def plan(
                 f"(L0 {l0_bytes:,} B < {policy.l1_ratio:g} × L1 {l1_bytes:,} B)"
             )
             tasks.append(_task("merge", lo, hi, window, sizes, len(window), why, comp.runs))
+    fold = fold_task(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger)
+    if fold is not None:
+        tasks.append(fold)
     return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
 
 
@@ -268,6 +286,8 @@ def read_trigger(component_bytes: int, policy: Policy) -> int:
 # encoded keys. Measured with `python -m bench.lsm_shapes`-shaped majors of 2M and 8M rows
 # (u64 key + 2 f64): 223 and 165 B per row above the process's baseline.
 REWRITE_BYTES_PER_ROW = 200
+# L0 runs (× `l0_trigger`) at which a component with no merge window gets its major anyway
+STOP_RUNS = 4
 
 
 def _task(
@@ -286,7 +306,7 @@ def _task(
     comp = [k for k in (component or runs) if k.kind == "data"]
     levels = {k.level for k in comp}
     before = len(comp)
-    if kind == "major":
+    if kind in ("major", "fold"):
         after = len(levels)
     else:
         merged = [k for k in runs if k.kind == "data"]
@@ -325,6 +345,22 @@ def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy, c
     if len(window) < 2:
         return []
     return window[::-1]
+
+
+def _newest_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy, cap: int) -> list[KeySpace]:
+    """When no run joins by size (runs of alternating sizes: 1,000-row upserts and 500-key
+    tombstones), universal compaction's fallback: the newest `len(l0) - l0_trigger + 2` runs
+    (at least two), within `cap` bytes. Bounded work that brings the run count back under the
+    trigger, instead of a major rewriting every L1 row of the component."""
+    want = max(2, len(l0) - policy.l0_trigger + 2)
+    window: list[KeySpace] = []
+    total = 0
+    for k in reversed(l0):
+        if len(window) >= want or (window and total + sizes[k.id] > cap):
+            break
+        window.append(k)
+        total += sizes[k.id]
+    return window[::-1] if len(window) >= 2 else []
 
 
 def time_contiguous(window: list[KeySpace], runs: Iterable[KeySpace]) -> list[KeySpace]:
@@ -398,7 +434,20 @@ def commit_budget(written: int, policy: Policy) -> int:
     return min(policy.auto_budget_bytes, max(policy.small_bytes, int(policy.commit_rewrite_ratio * written)))
 
 
-def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: Policy) -> CompactionTask | None:
+def _in_small_components(ks_list: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> set[str]:
+    """Runs of small components (`small_bytes`, `small_rows`): folded whole at their read-cost
+    trigger, cheaper than reading them as runs of their own, so they do not move."""
+    out: set[str] = set()
+    for comp in components(ks_list, table_ranges(ks_list)):
+        rows = sum(k.rows for k in comp.runs if k.kind == "data")
+        if rows <= policy.small_rows and sum(sizes[k.id] for k in comp.runs) <= policy.small_bytes:
+            out |= {k.id for k in comp.runs}
+    return out
+
+
+def move_task(
+    key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: Policy, stay: set[str] | frozenset[str] = frozenset()
+) -> CompactionTask | None:
     """L0 runs that overlap nothing, moved to L1 as they are (RocksDB's "trivial move"): a bulk
     load lands as disjoint runs, and merging them would rewrite every byte for nothing.
 
@@ -425,12 +474,7 @@ def move_task(key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: 
         else:
             groups.append([k])
             hi = end
-    shaped = [g for g in groups if _movable_shape(g)]
-    large = [g for g in shaped if _large(g, sizes, policy)]
-    # the rest of a commit that wrote a large group moves with it: a bulk load's last chunk is
-    # smaller than the others, and folding it alone would still rewrite it inside `write()`
-    bulk = {k.seq for g in large for k in g}
-    moved = [g for g in shaped if any(g is x for x in large) or all(k.seq in bulk for k in g)]
+    moved = [g for g in groups if _movable_shape(g) and (_large(g, sizes, policy) or not any(k.id in stay for k in g))]
     if not moved:
         return None
     ins = [k for g in moved for k in g]
@@ -455,5 +499,68 @@ def _movable_shape(group: list[KeySpace]) -> bool:
     return root is not None and root.min_key == group[0].min_key
 
 
+def _move_now(move: CompactionTask, key_spaces: list[KeySpace], policy: Policy) -> bool:
+    """Whether the commit-time trigger moves now: `l0_trigger` runs are waiting, or they hold
+    `move_bytes` or `move_rows` (a bulk load moves inside its `write()`). A move is a commit of
+    its own (~5 ms), so small appends move `l0_trigger` at a time, not one per commit."""
+    ids = set(move.inputs)
+    rows = sum(k.rows for k in key_spaces if k.id in ids)
+    return move.l0_runs >= policy.l0_trigger or move.input_bytes >= policy.move_bytes or rows >= policy.move_rows
+
+
 def _large(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> bool:
     return sum(sizes[k.id] for k in group) >= policy.move_bytes or sum(k.rows for k in group) >= policy.move_rows
+
+
+def fold_task(
+    comps: list[Component], ranges: Ranges, sizes: Mapping[str, int], policy: Policy, trigger: int
+) -> CompactionTask | None:
+    """Adjacent small L1 units concatenated into one (`fold`): what moving small disjoint runs
+    leaves behind (module doc, "Folds"). A unit is a component of one range holding only L1 data
+    runs, one per level, below `move_rows` rows and `move_bytes` bytes together; units of
+    consecutive ranges form a sequence. The window is the longest sequence of at least `trigger`
+    units whose rows stay within `max_l1_rows` (one output piece), less its ends while an end
+    holds more rows than the rest (size-tiered: a row is rewritten about log(n) times, not once
+    per fold). The inputs overlap no other run, so their times stay exact whatever the window."""
+    best: list[Component] = []
+    seq: list[Component] = []
+    for comp in comps:
+        runs = comp.runs
+        unit = (
+            comp.first == comp.last
+            and all(is_l1(k) for k in runs)
+            and _one_run_per_level(runs)
+            and sum(k.rows for k in runs) < policy.move_rows
+            and sum(sizes[k.id] for k in runs) < policy.move_bytes
+        )
+        if not unit:
+            seq = []
+            continue
+        if seq and seq[-1].last + 1 != comp.first:
+            seq = []
+        seq.append(comp)
+        window = _fold_window(seq, policy)
+        if len(window) > len(best):
+            best = window
+    if len(best) < max(2, trigger):
+        return None
+    lo, _ = ranges.bounds(best[0].first)
+    _, hi = ranges.bounds(best[-1].last)
+    runs = [k for c in best for k in c.runs]
+    why = f"{len(best)} adjacent small L1 runs (< {policy.move_rows:,} rows each) >= {trigger}: concatenated"
+    return _task("fold", lo, hi, runs, sizes, 0, why)
+
+
+def _fold_window(seq: list[Component], policy: Policy) -> list[Component]:
+    """The fold window ending at the last unit of `seq` (`fold_task`)."""
+    def rows(c: Component) -> int:
+        return sum(k.rows for k in c.runs)
+
+    window: list[Component] = []
+    total = 0
+    for c in reversed(seq):
+        if total + rows(c) > policy.max_l1_rows or (window and rows(c) > total):
+            break  # one output piece; a unit larger than the rest of the window waits for its tier
+        window.append(c)
+        total += rows(c)
+    return window[::-1]

@@ -111,9 +111,14 @@ def execute(
     levels = sorted(
         {k.level for k in view.key_spaces.values() if k.kind == "data"}, key=lambda lvl: lvl.count(".") + bool(lvl)
     )
-    fixed = [b for b in table_ranges(state.key_spaces.values()).boundaries if b > task.lo and _below(b, task.hi)]
+    # a fold drops the boundaries between its inputs: it concatenates their ranges into one
+    fixed = [
+        b
+        for b in table_ranges(state.key_spaces.values()).boundaries
+        if b > task.lo and _below(b, task.hi) and task.kind != "fold"
+    ]
     cuts = fixed
-    target = _target_rows(view, layout.max_rows, key_cache) if task.kind == "major" else None
+    target = _target_rows(view, layout.max_rows, key_cache) if task.kind in ("major", "fold") else None
     outputs: dict[str, list[tuple[str, pa.BinaryArray]]] = {}
     slices = _slices(view, layout, key_cache, max(MIN_SLICE_ROWS, scan.cache_bytes // SLICE_BYTES_PER_ROW))
     for level in levels:  # root first: child levels are cut where it was
@@ -174,7 +179,7 @@ def _encoded(key_cache: KeyCache, ks: KeySpace, schema: Schema) -> pa.BinaryArra
 
 def _as_output(op: Op, task: CompactionTask, now: int) -> Op:
     """An output record takes the window's times (DESIGN §6), its level and compaction time."""
-    lsm = 1 if task.kind == "major" else 0
+    lsm = 1 if task.kind in ("major", "fold") else 0
     if isinstance(op, AddKeySpace):
         ks = op.key_space
         if ks.kind == "tombstone":  # a merged tombstone run: the window's oldest time (module doc)
