@@ -70,9 +70,10 @@ def history(family: str, n: int, commits: int) -> Iterator[Op]:
     rng = np.random.default_rng(7)
     batch = max(1000, n // 10)
     if family == "bulk_reader":
+        step = min(batch, 1_000_000)  # 1M-row batches at every size (the reader's memory is one batch)
 
         def reader() -> pa.RecordBatchReader:
-            parts = (rows(np.arange(s, min(n, s + batch), dtype=np.uint64), s) for s in range(0, n, batch))
+            parts = (rows(np.arange(s, min(n, s + step), dtype=np.uint64), s) for s in range(0, n, step))
             return pa.RecordBatchReader.from_batches(SCHEMA, (b for p in parts for b in p.to_batches()))
 
         yield "write", reader
@@ -191,6 +192,29 @@ def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path
     return out
 
 
+def bulk_only(work: Path, n: int, before: Path | None) -> list[dict[str, Any]]:
+    """`--bulk N`: one write of a sorted `RecordBatchReader` of `n` keys (1M-row batches), the
+    default policy beside auto off (and `--before`): wall, CPU, bytes rewritten, peak RSS. No
+    `once` side and no reads: at 50M-100M keys a read back into one table would measure the
+    reader's memory, not the write's."""
+    out: list[dict[str, Any]] = []
+    got: dict[str, dict[str, Any]] = {}
+    sides = ["auto-off", "default"] + (["before"] if before else [])
+    for side in sides:
+        path = S.fresh(work / "bulk" / str(n) / side)
+        env = {"PYTHONPATH": str(before / "src")} if side == "before" else None
+        child_side = "default" if side == "before" else side
+        got[side] = S.child_json("bench.lsm_shapes", [child_side, "bulk_reader", str(path), str(n), "1", "-"], env)
+        shutil.rmtree(path, ignore_errors=True)
+    for side in sides:
+        r = {"family": "bulk_reader", "keys": n, "side": side, **got[side]}
+        r["wall_vs_off"] = round(r["wall_s"] / max(got["auto-off"]["wall_s"], 1e-9), 2)
+        r["cpu_vs_off"] = round(r["cpu_s"] / max(got["auto-off"]["cpu_s"], 1e-9), 2)
+        out.append(r)
+        _print(r)
+    return out
+
+
 def _print(r: dict[str, Any]) -> None:
     def ratios(k: str) -> str:
         v = r.get(k)
@@ -218,6 +242,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", default="", help="comma-separated key counts (default: two per scale)")
     ap.add_argument("--commits", type=int, default=0, help="commits of the many-commit families")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument(
+        "--bulk",
+        default="",
+        help="comma-separated key counts (e.g. 50000000,100000000): only the one-write bulk load, "
+        "write side only (not in the default run: minutes each)",
+    )
     ap.add_argument("--before", type=Path, default=None, help="another checkout: its default policy beside this one")
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench-lsm-shapes"))
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -232,7 +262,11 @@ def main(argv: list[str] | None = None) -> None:
     print(HEADER, flush=True)
     out: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for family in args.families.split(","):
+    if args.bulk:
+        for n in (int(x) for x in args.bulk.split(",")):
+            out += bulk_only(args.work, n, args.before)
+        scale = "bulk"
+    for family in args.families.split(",") if not args.bulk else []:
         for n in sizes:
             out += shape(args.work, family.strip(), n, commits, args.reps, args.before)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -242,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
         "seconds": round(time.perf_counter() - t0, 1),
         "rows": out,
     }
-    name = "lsm_shapes-small.json" if args.small else "lsm_shapes.json"
+    name = {"small": "lsm_shapes-small.json", "bulk": "lsm_shapes-bulk.json"}.get(scale, "lsm_shapes.json")
     (args.out / name).write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.out / name}")
 

@@ -39,9 +39,10 @@ class Policy:
     # the commit-time trigger rewrites at most this multiple of the bytes the commit wrote (at
     # least small_bytes, at most auto_budget_bytes; `plan.commit_budget`); larger merges settle
     commit_rewrite_ratio: float = 4.0
-    move_bytes: int = 4 << 20  # runs overlapping nothing, this large together, go to L1 as they are
-    # ... or holding this many rows (a bulk load of compressible data is small in bytes, and folding
-    # its runs would decode and encode every row of the write: `plan.move_task`)
+    # runs overlapping nothing go to L1 as they are whatever their size (`plan.move_task`); below
+    # this many bytes and `move_rows` rows they wait to move `l0_trigger` at a time, stay in a small
+    # component (folded whole), and count as small L1 runs that folds concatenate
+    move_bytes: int = 4 << 20
     move_rows: int = 1 << 18
     # adjacent small L1 runs (what moving small disjoint appends leaves) concatenated by the commit-time
     # trigger once this many: a stop trigger, bounding a scan's runs; the settle and compact() fold 2

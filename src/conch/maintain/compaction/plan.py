@@ -49,8 +49,27 @@ millions of rows a few MB. The warehouse's `memory_budget` is a hard limit for t
 triggers (`within_budget`); `compact()` runs what they leave. Measured in `docs/compaction.md`.
 
 A third kind of task rewrites nothing: **move** (`move_task`), L0 runs that overlap no other run
-re-labelled L1 as they are (a bulk load lands as disjoint runs; merging them would rewrite every
-byte for nothing).
+re-labelled L1 as they are, whatever their size (RocksDB's trivial move): a bulk load lands as
+disjoint runs, and sorted appends land beyond the last key; merging them would rewrite every byte
+for nothing. Two exceptions: runs of a small component (`small_bytes`, `small_rows`) are folded
+whole as before (a tiny table is cheaper to rewrite than to read as many runs), and small runs
+wait until `l0_trigger` of them move together (a move is a commit of its own), excluded from
+rewrites meanwhile (`_move_now`).
+
+**Folds** (issue 30): moving small appends leaves adjacent small L1 runs. A `fold` concatenates
+consecutive ones (`fold_task`): their inputs overlap no other run, so the output's time span
+relabels no cell a sibling could hide, and the boundaries between them are dropped. The
+commit-time trigger folds only at `Policy.fold_trigger` (16) of them, a stop trigger bounding
+the runs a scan opens; the settle and `compact()` fold any two. Windows are size-tiered (a unit
+larger than the rest of its window waits), so a row is rewritten about log₁₆(commits) times.
+
+**Majors need L0 large in rows too** (issue 30): `l1_ratio` applies to bytes (read cost) and to
+rows (a major decodes and encodes every L1 row). By bytes alone, 1,000-row upserts into a 500k-row
+table of 0.9 B/row triggered a major of the whole table every fourth commit. When no L0 run
+joins the newest by size (a history of alternating upserts and tombstone runs), the merge window
+is the newest `len(l0) - l0_trigger + 2` runs (universal compaction's fallback), not a major;
+a component whose window the time order blocks gets its major at `STOP_RUNS` × `l0_trigger`
+L0 runs, else it waits for the settle.
 """
 
 from __future__ import annotations
@@ -62,6 +81,9 @@ from dataclasses import dataclass, field
 from conch.files.manifest import Fragment, KeySpace, TableState, extent
 from conch.maintain.compaction.ranges import Ranges, ranges_of
 from conch.model.policy import Policy
+
+# L0 runs (× `l0_trigger`) at which a component with no merge window gets its major anyway
+STOP_RUNS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +281,7 @@ def plan(
                 f"(L0 {l0_bytes:,} B < {policy.l1_ratio:g} × L1 {l1_bytes:,} B)"
             )
             tasks.append(_task("merge", lo, hi, window, sizes, len(window), why, comp.runs))
-    fold = fold_task(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger)
+    fold = fold_task(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger, tiered=not force)
     if fold is not None:
         tasks.append(fold)
     return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
@@ -286,8 +308,6 @@ def read_trigger(component_bytes: int, policy: Policy) -> int:
 # encoded keys. Measured with `python -m bench.lsm_shapes`-shaped majors of 2M and 8M rows
 # (u64 key + 2 f64): 223 and 165 B per row above the process's baseline.
 REWRITE_BYTES_PER_ROW = 200
-# L0 runs (× `l0_trigger`) at which a component with no merge window gets its major anyway
-STOP_RUNS = 4
 
 
 def _task(
@@ -446,23 +466,24 @@ def _in_small_components(ks_list: list[KeySpace], sizes: Mapping[str, int], poli
 
 
 def move_task(
-    key_spaces: Iterable[KeySpace], sizes: Mapping[str, int], policy: Policy, stay: set[str] | frozenset[str] = frozenset()
+    key_spaces: Iterable[KeySpace],
+    sizes: Mapping[str, int],
+    policy: Policy,
+    stay: set[str] | frozenset[str] = frozenset(),
 ) -> CompactionTask | None:
     """L0 runs that overlap nothing, moved to L1 as they are (RocksDB's "trivial move"): a bulk
-    load lands as disjoint runs, and merging them would rewrite every byte for nothing.
+    load lands as disjoint runs, sorted appends beyond the last key, and merging them would
+    rewrite every byte for nothing.
 
     Runs are grouped by overlapping extents (`manifest.extent`: a run's keys and the subtrees of
     its largest key), over every run of every level and kind. A group moves when it holds only L0
-    data runs, at most one per level, its root-level run starts it (that run's first key becomes a
-    range boundary, `ranges.ranges_of`, and the group lies inside the range it starts: any run
-    holding a key between it and the next boundary would overlap it), and it holds at least
-    `move_bytes` or `move_rows` (smaller runs are cheaper to fold than to read as runs of their
-    own; rows count too because a fold's cost is decoding and encoding every row, and a bulk
-    load of compressible columns is small in bytes: 2M-row runs of a sorted key and two
-    derived floats are ~1 MB each, and were merged inside `write()` at 1.5 GB peak), or was
-    written by the same commit as such a group (the smaller last chunk of a bulk load). Each run
-    keeps its files, time and `min_time`: no cell is relabelled, so DESIGN §6's invariant holds
-    trivially. One task moves every such group; None when there is none."""
+    data runs, at most one per level, and its root-level run starts it (that run's first key
+    becomes a range boundary, `ranges.ranges_of`, and the group lies inside the range it starts:
+    any run holding a key between it and the next boundary would overlap it), whatever its
+    size, unless it holds a run of `stay` (the runs of small components, folded whole by their
+    read-cost trigger) and is below `move_bytes` and `move_rows`. Each run keeps its files, time
+    and `min_time`: no cell is relabelled, so DESIGN §6's invariant holds trivially. One task
+    moves every such group; None when there is none."""
     runs = sorted((k for k in key_spaces if k.rows), key=lambda k: extent(k)[0])
     groups: list[list[KeySpace]] = []
     hi: bytes | None = b""
@@ -513,7 +534,7 @@ def _large(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> b
 
 
 def fold_task(
-    comps: list[Component], ranges: Ranges, sizes: Mapping[str, int], policy: Policy, trigger: int
+    comps: list[Component], ranges: Ranges, sizes: Mapping[str, int], policy: Policy, trigger: int, tiered: bool = True
 ) -> CompactionTask | None:
     """Adjacent small L1 units concatenated into one (`fold`): what moving small disjoint runs
     leaves behind (module doc, "Folds"). A unit is a component of one range holding only L1 data
@@ -521,7 +542,8 @@ def fold_task(
     consecutive ranges form a sequence. The window is the longest sequence of at least `trigger`
     units whose rows stay within `max_l1_rows` (one output piece), less its ends while an end
     holds more rows than the rest (size-tiered: a row is rewritten about log(n) times, not once
-    per fold). The inputs overlap no other run, so their times stay exact whatever the window."""
+    per fold; not `tiered`, as `compact()` asks: every unit that fits). The inputs overlap no
+    other run, so their times stay exact whatever the window."""
     best: list[Component] = []
     seq: list[Component] = []
     for comp in comps:
@@ -539,7 +561,7 @@ def fold_task(
         if seq and seq[-1].last + 1 != comp.first:
             seq = []
         seq.append(comp)
-        window = _fold_window(seq, policy)
+        window = _fold_window(seq, policy, tiered)
         if len(window) > len(best):
             best = window
     if len(best) < max(2, trigger):
@@ -551,15 +573,16 @@ def fold_task(
     return _task("fold", lo, hi, runs, sizes, 0, why)
 
 
-def _fold_window(seq: list[Component], policy: Policy) -> list[Component]:
+def _fold_window(seq: list[Component], policy: Policy, tiered: bool) -> list[Component]:
     """The fold window ending at the last unit of `seq` (`fold_task`)."""
+
     def rows(c: Component) -> int:
         return sum(k.rows for k in c.runs)
 
     window: list[Component] = []
     total = 0
     for c in reversed(seq):
-        if total + rows(c) > policy.max_l1_rows or (window and rows(c) > total):
+        if total + rows(c) > policy.max_l1_rows or (tiered and window and rows(c) > total):
             break  # one output piece; a unit larger than the rest of the window waits for its tier
         window.append(c)
         total += rows(c)
