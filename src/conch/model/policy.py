@@ -24,7 +24,7 @@ class Policy:
     auto: bool = True  # compact after commits, in the writing process
     l0_trigger: int = 4  # L0 runs in a component that trigger a compaction
     size_ratio: float = 2.0  # merge: an older run joins if <= ratio × the newer window's bytes
-    l1_ratio: float = 0.5  # major once L0 bytes >= ratio × L1 bytes
+    l1_ratio: float = 0.1  # major once L0 >= ratio × L1, in bytes and in rows (issue 30: measured, plan.py)
     small_bytes: int = 4 << 20  # a component this small is compacted whole (major), at its read-cost trigger
     # ... and holding at most this many rows: a rewrite costs decoding and encoding every row, and
     # compressible columns make a table of 500k rows 0.4 MB (folded every 2nd commit: 8x the
