@@ -28,6 +28,9 @@ from the key, compressible as real measurements are):
 - `deletes`: a base load, then upserts and deletes of random keys, interleaved;
 - `two_groups`: spec/001's shape: one commit of `a`/`b`, one of a second column group `m`.
 
+`--bulk 50000000,100000000` measures only the one-write bulk load at those key counts, the write
+side (default beside auto off; no `once` side and no reads), in minutes rather than hours.
+
 Not built: a reader thread during the ingest, the Spark family and the Lance read shapes of the
 issue (`bench/selective.py` has those reads).
 """
