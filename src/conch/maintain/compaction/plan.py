@@ -269,16 +269,18 @@ def plan(
                 else f"{len(l0)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
                 f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
                 if small
-                else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B >= {policy.l1_ratio:g} × L1 "
-                f"{l1_bytes:,} B"
+                else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B, {l0_rows:,} rows >= "
+                f"{policy.l1_ratio:g} × L1 {l1_bytes:,} B, {l1_rows:,} rows"
+                if l1 and l0_large
+                else f"{len(l0)} L0 runs >= {STOP_RUNS} × {policy.l0_trigger} and no merge window in commit-time order"
                 if l1
                 else f"{len(l0)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
             )
             tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
         else:
             why = (
-                f"{len(l0)} L0 runs >= {policy.l0_trigger}; the newest {len(window)} have similar sizes "
-                f"(L0 {l0_bytes:,} B < {policy.l1_ratio:g} × L1 {l1_bytes:,} B)"
+                f"{len(l0)} L0 runs >= {policy.l0_trigger}; the newest {len(window)} merged (similar sizes, or the "
+                f"newest past the trigger); L0 {l0_bytes:,} B, {l0_rows:,} rows < {policy.l1_ratio:g} × L1 in bytes or rows"
             )
             tasks.append(_task("merge", lo, hi, window, sizes, len(window), why, comp.runs))
     fold = fold_task(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger, tiered=not force)
