@@ -176,6 +176,7 @@ class FragmentFormat(Protocol):
         indices: np.ndarray | None = None,
         blob_columns: Sequence[str] = (),
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> pa.Table: ...
 
     def read_many(
@@ -185,6 +186,7 @@ class FragmentFormat(Protocol):
         schema: pa.Schema,
         blob_columns: Sequence[str] = (),
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> pa.Table: ...
 
     def stream(
@@ -197,6 +199,7 @@ class FragmentFormat(Protocol):
         expr: Any = None,
         ordinal: bool = False,
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> Iterator[pa.RecordBatch]: ...
 
     def dictionary_columns(self, ref: FileRef, columns: Sequence[str]) -> frozenset[str]:

@@ -22,6 +22,7 @@ recorded) have neither and are read unverified.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import threading
 from collections import OrderedDict
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from conch.errors import CorruptFileError
 from conch.files.blobfile import ref_array, tag_inline
@@ -243,9 +245,10 @@ class VortexFormat:
         indices: np.ndarray | None = None,
         blob_columns: Sequence[str] = (),
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> pa.Table:
         """Read `columns` (all rows, or the sorted row `indices`) cast to `schema`."""
-        return self.read_many([(ref, indices)], columns, schema, blob_columns, refs)
+        return self.read_many([(ref, indices)], columns, schema, blob_columns, refs, ref_min_bytes)
 
     def read_many(
         self,
@@ -254,12 +257,14 @@ class VortexFormat:
         schema: pa.Schema,
         blob_columns: Sequence[str] = (),
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> pa.Table:
         """Read `columns` cast to `schema` from several files with the same blob columns (all
         rows, or the sorted row indices, of each), concatenated in order. A take over many
         fragments costs one Arrow array per column, not one per fragment: the blob values of
         every file are read straight into one buffer and checked in one pass. Binary columns
-        named in `refs` come back as tagged references instead (`conch.files.blobfile`)."""
+        named in `refs` come back as tagged references instead (`conch.files.blobfile`), those of
+        values shorter than `ref_min_bytes` as tagged bytes."""
         parts = [(ref, idx) for ref, idx in parts if idx is None or len(idx)]
         if not parts:
             return schema.empty_table()
@@ -276,9 +281,8 @@ class VortexFormat:
             got = {c: tag_inline(t.column(c)) if c in refs else t.column(c) for c in inline}
         for c in blobs:
             where = [(ref, idx[c]) for (ref, _), idx in zip(parts, indexes, strict=True)]
-            got[c] = (
-                ref_array(where, self.blob_checksum) if c in refs else self._read_values(where, schema.field(c).type)
-            )
+            t = schema.field(c).type
+            got[c] = self._refs(where, t, ref_min_bytes) if c in refs else self._read_values(where, t)
         return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
 
     def _locate(
@@ -386,6 +390,7 @@ class VortexFormat:
         expr: Any = None,
         ordinal: bool = False,
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> Iterator[pa.RecordBatch]:
         """Stream `columns` (all rows, or the sorted row `indices`, rows where the Vortex `expr`
         holds) as record batches cast to `schema`, one Vortex chunk at a time. With `ordinal`,
@@ -423,11 +428,25 @@ class VortexFormat:
             for c in out_schema.names:
                 if c in blobs:
                     where = [(ref, blob_index(batch, c))]
-                    values = ref_array(where, self.blob_checksum) if c in refs else None
-                    arrays.append(values if values is not None else self._read_values(where, schema.field(c).type))
+                    t = schema.field(c).type
+                    arrays.append(self._refs(where, t, ref_min_bytes) if c in refs else self._read_values(where, t))
                 else:
                     arrays.append(tag_inline(batch.column(c)) if c in refs else batch.column(c))
             yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+    def _refs(self, parts: list[tuple[FileRef, BlobIndex]], t: pa.DataType, min_bytes: int) -> pa.Array:
+        """Tagged references to the values `parts` point at (`conch.files.blobfile`); values
+        shorter than `min_bytes` are read, in one coalesced pass, and come back tagged inline."""
+        if not min_bytes:
+            return ref_array(parts, self.blob_checksum)
+        big = [idx.valid & (idx.lengths >= min_bytes) for _, idx in parts]
+        refs = ref_array([(r, dataclasses.replace(i, valid=b)) for (r, i), b in zip(parts, big, strict=True)], self.blob_checksum)
+        small = [
+            (r, dataclasses.replace(i, valid=i.valid & ~b, lengths=np.where(b, 0, i.lengths)))
+            for (r, i), b in zip(parts, big, strict=True)
+        ]
+        values = tag_inline(self._read_values(small, t))
+        return pc.if_else(pa.array(np.concatenate(big)), refs.cast(values.type), values)
 
     def _index(self, ref: FileRef, c: str) -> BlobIndex:
         key = (ref.path, c)

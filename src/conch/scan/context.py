@@ -119,7 +119,7 @@ class ScanContext:
         if fr.mask:
             rows = self.mask(fr).to_file_rows(rows)
         with self.format.counted(fr, gm.add_bytes_read):
-            t = self.format.read(fr, schema.names, schema, rows, blobs, self._refs(schema))
+            t = self.format.read(fr, schema.names, schema, rows, blobs, self._refs(schema), self._ref_min)
         gm.rows_read += t.num_rows
         gm.bytes_decoded += t.nbytes
         gm.fragments_read += 1
@@ -137,7 +137,8 @@ class ScanContext:
                 for fr in {fr.path: fr for fr, _ in frs}.values():  # a file shared by fragments: once
                     counting.enter_context(self.format.counted(fr, gm.add_bytes_read))
                 blobs = [column_name(i) for i in blob_ids]
-                tables.append(self.format.read_many(frs, schema.names, schema, blobs, self._refs(schema)))
+                refs = self._refs(schema)
+                tables.append(self.format.read_many(frs, schema.names, schema, blobs, refs, self._ref_min))
         t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         gm.rows_read += t.num_rows
         gm.bytes_decoded += t.nbytes
@@ -169,7 +170,8 @@ class ScanContext:
         if mask is not None:
             rows = mask.to_file_rows(rows)
         with self.format.counted(fr, gm.add_bytes_read):
-            for batch in self.format.stream(fr, schema.names, schema, rows, blobs, expr, ordinal, self._refs(schema)):
+            refs = self._refs(schema)
+            for batch in self.format.stream(fr, schema.names, schema, rows, blobs, expr, ordinal, refs, self._ref_min):
                 gm.rows_read += batch.num_rows
                 gm.bytes_decoded += batch.nbytes
                 if mask is not None and ordinal:  # ordinals are file rows: back to fragment rows
@@ -185,7 +187,7 @@ class ScanContext:
         columns `schema` (`names`: column path → file column) decoded whole and kept decoded
         across scans by the format (`FragmentFormat.hot`, for fragments small enough): a small
         fragment filtered again and again costs no Vortex scan. Returns the rows and the columns."""
-        key = (fr.path + fr.mask, (*schema.names, *sorted(self._refs(schema))))  # refs are another read
+        key = (fr.path + fr.mask, (*schema.names, *sorted(self._refs(schema)), str(self._ref_min)))  # refs: another read
         t = self.format.hot.get(key)
         if t is None:
             t = self.read(group, fr, schema).combine_chunks()
@@ -215,6 +217,10 @@ class ScanContext:
         """The columns of `schema` read as references to their values (`ScanOptions.blob_refs`)."""
         refs = self.options.blob_refs
         return tuple(n for n in schema.names if n in refs) if refs else ()
+
+    @property
+    def _ref_min(self) -> int:
+        return self.options.blob_ref_min_bytes
 
     def has_column(self, group: str, fr: Fragment, name: str) -> bool:
         with self.format.counted(fr, self.group(group).add_bytes_read):
