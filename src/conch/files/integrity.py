@@ -38,7 +38,7 @@ import re
 import sqlite3
 import struct
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -131,6 +131,16 @@ def seal_file(local_path: str, blob_bytes: int = 0, blob_checksum: str = "") -> 
     return digest(trailer)
 
 
+class BlockTable(NamedTuple):
+    """What a `VerifiedReader` read from a sealed file's end and verified."""
+
+    payload: int
+    blob_bytes: int
+    block: int
+    blob_checksum: str
+    hashes: list[int]
+
+
 class VerifiedReader:
     """A `RangeReader` over a sealed file that verifies every block a read touches.
 
@@ -139,9 +149,13 @@ class VerifiedReader:
     ~8 bytes per 64 KiB) and checks it against the recorded `checksum`.
     """
 
-    def __init__(self, inner: RangeReader, name: str, checksum: str) -> None:
+    def __init__(self, inner: RangeReader, name: str, checksum: str, known: BlockTable | None = None) -> None:
         self._inner = inner
         self.name = name
+        self.failure: CorruptFileError | None = None
+        if known is not None:  # the same file's table, read and verified before: no read
+            self.payload, self.blob_bytes, self.block, self.blob_checksum, self._hashes = known
+            return
         size = inner.size()
         table_max = _FOOTER2.size + 8 * -(-size // BLOCK)
         tail = inner.read_at(max(0, size - table_max), min(size, table_max))
@@ -159,11 +173,14 @@ class VerifiedReader:
         self.payload = payload
         self._hashes: list[int] = np.frombuffer(trailer, dtype="<u8", count=n).tolist()
         # Vortex turns an exception raised in a read into its own RuntimeError: the reader keeps
-        # the real one so the caller can raise it instead.
-        self.failure: CorruptFileError | None = None
+        # the real one (`failure`) so the caller can raise it instead.
 
     def size(self) -> int:
         return self.payload
+
+    def table(self) -> BlockTable:
+        """The verified block table, to open the same file again without reading it."""
+        return BlockTable(self.payload, self.blob_bytes, self.block, self.blob_checksum, self._hashes)
 
     def read_at(self, offset: int, length: int) -> bytes | memoryview:
         # a view, not a copy, of the verified blocks (Vortex accepts any buffer)
