@@ -16,7 +16,7 @@ import xxhash
 from conch.errors import InvalidArgumentError
 from conch.files.blobsource import MAX_VALUE_BYTES, has_sources, source, token_rows
 from conch.files.format import FileRef, column_stats
-from conch.files.integrity import value_hashes
+from conch.files.integrity import SealingWriter, value_hashes
 
 BLOB_SUFFIX = ".blobs"
 
@@ -51,12 +51,15 @@ def _value_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
     return offs[:-1].copy(), np.diff(offs), memoryview(data) if data is not None else memoryview(b"")
 
 
-def write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) -> tuple[pa.Table, int]:
+def write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) -> tuple[pa.Table, int, str]:
     """Write the blob columns' values to the local scratch file `local_path` (made durable by the
-    storage's `staged`); returns the table with `.off`/`.len` index columns in their place.
-    Values given as streams (`conch.files.blobsource`) are copied in parts, never held whole."""
+    storage's `staged`), sealed with its block table (`integrity.SealingWriter`); returns the
+    table with `.off`/`.len`/`.sum` index columns in their place, the values' bytes and the
+    file's checksum. Values given as streams (`conch.files.blobsource`) are copied in parts,
+    never held whole."""
     written = 0
-    with open(local_path, "wb") as bf:
+    with open(local_path, "wb") as raw:
+        bf = SealingWriter(raw)
         for name in blob_columns:
             arr = table.column(name).combine_chunks()
             starts, lengths, data = _value_bytes(arr)
@@ -77,7 +80,8 @@ def write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) -
             table = table.append_column(f"{name}.off", pa.array(offsets, pa.uint64(), mask=~valid))
             table = table.append_column(f"{name}.len", pa.array(lengths.astype(np.uint32), pa.uint32(), mask=~valid))
             table = table.append_column(f"{name}.sum", pa.array(sums, pa.uint32(), mask=~valid))
-    return table, written
+        checksum = bf.seal()
+    return table, written, checksum
 
 
 def _write_streamed(

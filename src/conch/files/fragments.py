@@ -164,8 +164,8 @@ class VortexFormat:
         """Encode one file into its scratch path(s); returns (blob bytes, checksum, after(job))."""
         table, total, blob_checksum = job.table, 0, ""
         if job.blob_columns:
-            table, total = write_blobs(table, blob_local, job.blob_columns)
-            blob_checksum = seal_file(blob_local)  # ranged reads verify its blocks (conch.files.blobfile)
+            # sealed as written: ranged reads verify its blocks (conch.files.blobfile)
+            table, total, blob_checksum = write_blobs(table, blob_local, job.blob_columns)
         if job.ordinal:
             table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
         # Through Vortex's object-store writer, not its local-file one: that one issues ~50
