@@ -275,8 +275,9 @@ def dataset(source: Scan | Snapshot | Table, n_shards: int | None = None) -> Any
     shard per split of the scan (`Scan.splits(n_shards)`), with typed features (module doc).
     Image and Audio values come back as `{"bytes", "path"}` (what those features decode; the
     path's file name only, as `datasets` embeds files: the table's `path` column has it whole).
-    `datasets` encodes `Audio` values only with `torchcodec` installed: without it, audio
-    columns are typed as that struct of `bytes` and `path` (cast them once it is there)."""
+    `datasets` decodes `Audio` values with `torchcodec` (the `torch` extra; it needs FFmpeg's
+    libraries): without it installed, audio columns are typed as that struct of `bytes` and
+    `path` (cast them once it is there)."""
     ds = _datasets()
     scan = source if isinstance(source, Scan) else source.scan()
     features = _features(ds, scan)
