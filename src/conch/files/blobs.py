@@ -61,20 +61,15 @@ def write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) -
     with open(local_path, "wb") as raw:
         bf = SealingWriter(raw)
         for name in blob_columns:
-            arr = table.column(name).combine_chunks()
-            starts, lengths, data = _value_bytes(arr)
-            valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            streamed = token_rows(arr)
-            if len(streamed):
-                offsets, lengths, sums, n = _write_streamed(bf, arr, starts, lengths, data, streamed, written)
+            col = table.column(name)
+            # chunk by chunk: a write's chunk is many input batches, and combining them would
+            # copy every value once more (30 MB of images: ~10 ms)
+            parts = []
+            for arr in col.chunks or [pa.array([], col.type)]:
+                offsets, lengths, sums, n = _write_chunk(bf, arr, written)
+                parts.append((offsets, lengths, sums, np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), bool)))
                 written += n
-            else:
-                lo = int(starts[0]) if len(starts) else 0
-                hi = int(starts[-1] + lengths[-1]) if len(starts) else 0
-                bf.write(data[lo:hi])
-                offsets = (starts - lo + written).astype(np.uint64)
-                sums = value_hashes(data, starts, lengths)
-                written += hi - lo
+            offsets, lengths, sums, valid = (np.concatenate(p) for p in zip(*parts, strict=True))
             idx = table.column_names.index(name)
             table = table.remove_column(idx)
             table = table.append_column(f"{name}.off", pa.array(offsets, pa.uint64(), mask=~valid))
@@ -82,6 +77,18 @@ def write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) -
             table = table.append_column(f"{name}.sum", pa.array(sums, pa.uint32(), mask=~valid))
         checksum = bf.seal()
     return table, written, checksum
+
+
+def _write_chunk(bf: Any, arr: pa.Array, base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Write one chunk's values at file offset `base`; (offsets, lengths, hashes, bytes written)."""
+    starts, lengths, data = _value_bytes(arr)
+    streamed = token_rows(arr)
+    if len(streamed):
+        return _write_streamed(bf, arr, starts, lengths, data, streamed, base)
+    lo = int(starts[0]) if len(starts) else 0
+    hi = int(starts[-1] + lengths[-1]) if len(starts) else 0
+    bf.write(data[lo:hi])
+    return (starts - lo + base).astype(np.uint64), lengths, value_hashes(data, starts, lengths), hi - lo
 
 
 def _write_streamed(
