@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 import conch
 from conch.errors import ConchError, CorruptFileError, TableNotFoundError
 from conch.files import integrity
-from conch.files.integrity import SealingWriter, seal_file
 from conch.files.format import StoredFile
 from conch.files.fragments import VortexFormat
+from conch.files.integrity import SealingWriter, seal_file
 from conch.files.storage import LocalStorage
 
 N = 300

@@ -440,7 +440,9 @@ class VortexFormat:
         if not min_bytes:
             return ref_array(parts, self.blob_checksum)
         big = [idx.valid & (idx.lengths >= min_bytes) for _, idx in parts]
-        refs = ref_array([(r, dataclasses.replace(i, valid=b)) for (r, i), b in zip(parts, big, strict=True)], self.blob_checksum)
+        refs = ref_array(
+            [(r, dataclasses.replace(i, valid=b)) for (r, i), b in zip(parts, big, strict=True)], self.blob_checksum
+        )
         small = [
             (r, dataclasses.replace(i, valid=i.valid & ~b, lengths=np.where(b, 0, i.lengths)))
             for (r, i), b in zip(parts, big, strict=True)

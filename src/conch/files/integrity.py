@@ -194,6 +194,7 @@ class VerifiedReader:
         self._inner = inner
         self.name = name
         self.failure: CorruptFileError | None = None
+        self._hashes: list[int]
         if known is not None:  # the same file's table, read and verified before: no read
             self.payload, self.blob_bytes, self.block, self.blob_checksum, self._hashes = known
             return
@@ -212,7 +213,7 @@ class VerifiedReader:
         trailer = tail[-trailer_len:]
         verify(trailer, checksum, f"{name} (block table)")
         self.payload = payload
-        self._hashes: list[int] = np.frombuffer(trailer, dtype="<u8", count=n).tolist()
+        self._hashes = np.frombuffer(trailer, dtype="<u8", count=n).tolist()
         # Vortex turns an exception raised in a read into its own RuntimeError: the reader keeps
         # the real one (`failure`) so the caller can raise it instead.
 

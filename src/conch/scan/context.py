@@ -187,7 +187,10 @@ class ScanContext:
         columns `schema` (`names`: column path → file column) decoded whole and kept decoded
         across scans by the format (`FragmentFormat.hot`, for fragments small enough): a small
         fragment filtered again and again costs no Vortex scan. Returns the rows and the columns."""
-        key = (fr.path + fr.mask, (*schema.names, *sorted(self._refs(schema)), str(self._ref_min)))  # refs: another read
+        key = (
+            fr.path + fr.mask,
+            (*schema.names, *sorted(self._refs(schema)), str(self._ref_min)),
+        )  # refs: another read
         t = self.format.hot.get(key)
         if t is None:
             t = self.read(group, fr, schema).combine_chunks()
