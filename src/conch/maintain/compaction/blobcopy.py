@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from conch.files.blobfile import REF, from_tagged
 from conch.files.blobsource import PART_BYTES, Blob, Sources
 from conch.files.format import column_name
+from conch.files.manifest import TableState
 from conch.files.storage import Storage
 from conch.model.budget import ScanOptions
 from conch.scan.plan import ScanPlan
@@ -71,23 +72,26 @@ def _binary(t: pa.DataType) -> bool:
     return pa.types.is_binary(t) or pa.types.is_large_binary(t)
 
 
-def ref_options(scan: ScanOptions, plan: ScanPlan) -> ScanOptions:
-    """`scan` reading the plan's binary columns' big values as references (module doc)."""
+def ref_options(scan: ScanOptions, plan: ScanPlan, view: TableState) -> ScanOptions:
+    """`scan` reading the big values of the plan's binary columns stored out of line in some
+    input fragment as references (module doc); columns stored inline everywhere as before."""
     if _copying.get() is None:
         return scan
-    refs = frozenset(column_name(c.id) for c in plan.columns if _binary(c.type))
+    out_of_line = {i for f in view.fragments.values() for i in f.blob_columns}
+    refs = frozenset(column_name(c.id) for c in plan.columns if _binary(c.type) and c.id in out_of_line)
     return dataclasses.replace(scan, blob_refs=refs, blob_ref_min_bytes=STREAM_BYTES) if refs else scan
 
 
-def as_sources(t: pa.Table, plan: ScanPlan) -> pa.Table:
-    """The flattened scan output `t` (columns by path) of a `ref_options` scan, each tagged
-    value of a binary column back to its bytes, each reference a stream source's token."""
+def as_sources(t: pa.Table, plan: ScanPlan, scan: ScanOptions) -> pa.Table:
+    """The flattened output `t` (columns by path) of a scan with `scan = ref_options(...)`, each
+    tagged value of its `blob_refs` columns back to its bytes, each reference a stream source's
+    token."""
     copying = _copying.get()
     if copying is None:
         return t
     storage, sources = copying
     for c in plan.columns:
-        if not _binary(c.type) or c.path not in t.column_names:
+        if column_name(c.id) not in scan.blob_refs or c.path not in t.column_names:
             continue
         tagged = t.column(c.path).combine_chunks()
         values = pc.binary_replace_slice(tagged, 0, 1, b"")  # (binary_slice fails in Arrow 26)

@@ -287,9 +287,10 @@ def _fresh_batches(
     plan = plan_scan(view, ScanRequest.resolve(view.schema, level=level))
     if within is not None:
         plan = narrow(plan, within)
-    for b in run_scan(ScanContext(plan, fmt, key_cache, blobcopy.ref_options(scan, plan))):
+    scan = blobcopy.ref_options(scan, plan, view)
+    for b in run_scan(ScanContext(plan, fmt, key_cache, scan)):
         if b.num_rows:
-            yield blobcopy.as_sources(_flatten(pa.Table.from_batches([b]), view.schema, level), plan)
+            yield blobcopy.as_sources(_flatten(pa.Table.from_batches([b]), view.schema, level), plan, scan)
 
 
 def _flatten(t: pa.Table, schema: Schema, level: str) -> pa.Table:
