@@ -77,6 +77,8 @@ def _batches(source: Any, state: TableState, task: BuildTask) -> Any:
     col = next(c for c in state.schema.columns if c.id == d.column_id)
     keys = state.schema.key_names(col.level)
     reader = RunView(source, state.key_spaces[task.key_space]).scan(*keys, col.path, level=col.level)
+    # the general path cuts a fragment into batches of `batch_bytes`; the fast one yields it whole
+    reader = reader.with_options(fast_paths=False)
     for batch in reader.to_record_batches():
         values = batch.column(batch.schema.get_field_index(col.path))
         valid = values.is_valid()
@@ -131,8 +133,10 @@ def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes
     if not keys:
         return None
     key_table = pa.concat_tables(keys).combine_chunks()
-    data = encode_file(structure, key_table)
-    del structure
+    blob = vectors.faiss().serialize_index(structure)
+    del structure  # the serialised copy replaces it: never three copies of the index at once
+    data = encode_file(blob, key_table)
+    del blob
     fid = new_id()
     path = f"{log.files.table_id}/idx/{fid}.cix"
     log.files.storage.write(path, data)

@@ -120,12 +120,18 @@ def read_run(source: Any, key_space: KeySpace, definition: IndexDef) -> RunVecto
 
 
 # ----- files ----------------------------------------------------------------------------------
-def encode_file(structure: Any, keys: pa.Table) -> bytes:
+def encode_file(blob: Any, keys: pa.Table) -> bytearray:
+    """The file's bytes around a serialised index (`faiss.serialize_index`'s uint8 array),
+    assembled in one buffer."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, keys.schema) as w:
         w.write_table(keys)
-    blob = vectors.serialize(structure)
-    return MAGIC + struct.pack("<Q", len(blob)) + blob + sink.getvalue().to_pybytes()
+    tail = sink.getvalue()
+    out = bytearray(16 + len(blob) + tail.size)
+    out[:8], out[8:16] = MAGIC, struct.pack("<Q", len(blob))
+    out[16 : 16 + len(blob)] = memoryview(blob)
+    out[16 + len(blob) :] = memoryview(tail)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
