@@ -34,7 +34,7 @@ from conch.files.storage import new_id
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import AddIndexFile, Transaction
-from conch.search import runs, vectors
+from conch.search import runs, textfiles, vectors
 from conch.search.runs import LogVersion, RunView, encode_file, run_fragments, runs_of
 
 SAMPLE_PER_LIST = 256  # training vectors per IVF list: faiss's k-means uses at most 256 per centroid
@@ -51,20 +51,20 @@ class BuildTask:
 
 
 def plan(state: TableState, names: Sequence[str] | None = None, min_rows: int | None = None) -> list[BuildTask]:
-    """The missing or stale files of the vector indexes `names` (default all) over runs of at
+    """The missing or stale files of the indexes `names` (default all) over runs of at
     least `min_rows` rows (default `runs.MIN_ROWS`), in a stable order."""
     floor = max(runs.MIN_ROWS if min_rows is None else min_rows, 1)
     return [
         BuildTask(d.name, ks.id, ks.rows, state.seq)
         for d in sorted(state.indexes.values(), key=lambda i: i.name)
-        if d.kind == "vector" and (names is None or d.name in names)
+        if names is None or d.name in names
         for ks, current in sorted(runs_of(state, d), key=lambda r: r[0].id)
         if current is None and ks.rows >= floor
     ]
 
 
 def needs_training(definition: IndexDef) -> bool:
-    return bool(vectors.json_options(definition)["index"] == "ivf")
+    return definition.kind == "vector" and bool(vectors.json_options(definition)["index"] == "ivf")
 
 
 def sample_size(definition: IndexDef) -> int:
@@ -73,6 +73,13 @@ def sample_size(definition: IndexDef) -> int:
 
 def _batches(source: Any, state: TableState, task: BuildTask) -> Any:
     """(keys, vectors) of the run's non-null vectors, one scan batch at a time."""
+    d = state.indexes[task.index]
+    for keys, values in cells(source, state, task):
+        yield keys, vectors.as_matrix(values, d.dim)
+
+
+def cells(source: Any, state: TableState, task: BuildTask) -> Any:
+    """(keys, values) of the run's non-null cells of the index's column, one scan batch at a time."""
     d = state.indexes[task.index]
     col = next(c for c in state.schema.columns if c.id == d.column_id)
     keys = state.schema.key_names(col.level)
@@ -86,7 +93,7 @@ def _batches(source: Any, state: TableState, task: BuildTask) -> Any:
             batch = batch.filter(valid)
             values = batch.column(batch.schema.get_field_index(col.path))
         if batch.num_rows:
-            yield pa.Table.from_batches([batch]).select(keys), vectors.as_matrix(values, d.dim)
+            yield pa.Table.from_batches([batch]).select(keys), values
 
 
 def sample(source: Any, state: TableState, task: BuildTask, quota: int) -> np.ndarray:
@@ -120,8 +127,13 @@ def train(definition: IndexDef, samples: Sequence[np.ndarray]) -> bytes | None:
 
 def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes | None) -> AddIndexFile | None:
     """Write the task's index file (vectors streamed into the structure); its operation, or None
-    for a run without vectors. Writes nothing else and commits nothing."""
+    for a run without vectors. A text index's file is a tantivy index (`textfiles`). Writes
+    nothing else and commits nothing."""
     d = state.indexes[task.index]
+    if d.kind == "text":
+        frs = run_fragments(state, task.key_space, d.column_id)
+        texts = cells(LogVersion(log, state), state, task)
+        return textfiles.build_file(log.files.storage, log.files.table_id, d.name, task.key_space, frs, texts)
     opts = vectors.json_options(d)
     structure = vectors.deserialize(trained) if trained is not None else vectors.empty(d.dim, d.metric, opts, task.rows)
     if not structure.is_trained:  # a structure planned without training (a lone IVF run)
