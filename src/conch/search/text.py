@@ -17,7 +17,10 @@ Two paths, one ranking: tantivy's own BM25 over the fresh corpus.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -109,33 +112,10 @@ def _from_files(source: Any, d: IndexDef, col: Any, query: str, k: int) -> _Foun
         return None
     if any(hiders(state, ks, col.level) for ks, _ in text_runs):
         return None
-    storage = source.log.files.storage
     key_names = state.schema.key_names(col.level)
+    files = sum(1 for _, f in text_runs if f is not None)
     with tempfile.TemporaryDirectory(prefix="conch-search-text-") as tmp:
-        parts: dict[str, textfiles.Extracted] = {}
-        for ks, f in text_runs:
-            if f is not None:
-                parts[ks.id] = textfiles.extract(storage, f)
-                continue
-            directory = os.path.join(tmp, ks.id)
-            os.mkdir(directory)
-            keys: list[pa.Table] = []
-            task = build.BuildTask(d.name, ks.id, ks.rows, state.seq)
-
-            def docs(task: build.BuildTask = task, keys: list[pa.Table] = keys) -> Any:
-                rows = 0
-                for key_table, texts in build.cells(source, state, task):
-                    for i, text in enumerate(texts.to_pylist()):
-                        yield rows + i, text
-                    rows += key_table.num_rows
-                    keys.append(key_table)
-
-            textfiles.write_index(directory, ks.id, docs())
-            table = pa.concat_tables(keys) if keys else pa.table({n: [] for n in key_names})
-            parts[ks.id] = textfiles.extracted_dir(directory, table)
-        merged = os.path.join(tmp, "union")
-        os.mkdir(merged)
-        index = textfiles.union(list(parts.values()), merged)
+        index, parts = _union(source, d, text_runs, tmp)
         searcher = index.searcher()
         hits = []
         for score, addr in searcher.search(_parse(index, query), k).hits:
@@ -143,13 +123,63 @@ def _from_files(source: Any, d: IndexDef, col: Any, query: str, k: int) -> _Foun
             keys_of_run = parts[doc["run"][0]].keys
             row = doc["row"][0]
             hits.append((score, tuple(keys_of_run.column(n)[row].as_py() for n in key_names)))
-        files = sum(1 for _, f in text_runs if f is not None)
-        plan = (
-            f"search_text {query!r} on {col.full_path} (index {d.name!r}): BM25 by tantivy over the segments of "
-            f"{files} index files and {len(text_runs) - files} runs indexed now, {searcher.num_docs} documents, "
-            "statistics summed over all (no run hides another's cell)"
-        )
-        return _Found(hits, plan)
+    plan = (
+        f"search_text {query!r} on {col.full_path} (index {d.name!r}): BM25 by tantivy over the segments of "
+        f"{files} index files and {len(text_runs) - files} runs indexed now, {searcher.num_docs} documents, "
+        "statistics summed over all (no run hides another's cell)"
+    )
+    return _Found(hits, plan)
+
+
+_unions: OrderedDict[tuple[str, ...], tuple[Any, dict[str, textfiles.Extracted], str]] = OrderedDict()
+_unions_lock = threading.Lock()
+CACHED_UNIONS = 8  # opened union indexes of runs that all have files, per process
+
+
+def _union(source: Any, d: IndexDef, text_runs: list[Any], tmp: str) -> tuple[Any, dict[str, textfiles.Extracted]]:
+    """The tantivy index over every run's segments, and each run's part (its keys). Where every
+    run has a file, the opened index is kept (keyed by the file ids: a new file is a new key)."""
+    ids = tuple(f.id for _, f in text_runs if f is not None)
+    whole = len(ids) == len(text_runs)
+    if whole:
+        with _unions_lock:
+            hit = _unions.get(ids)
+            if hit is not None:
+                _unions.move_to_end(ids)
+                return hit[0], hit[1]
+    state = source.state
+    storage = source.log.files.storage
+    key_names = state.schema.key_names(d.level)
+    parts: dict[str, textfiles.Extracted] = {}
+    for ks, f in text_runs:
+        if f is not None:
+            parts[ks.id] = textfiles.extract(storage, f)
+            continue
+        directory = os.path.join(tmp, ks.id)
+        os.mkdir(directory)
+        keys: list[pa.Table] = []
+        task = build.BuildTask(d.name, ks.id, ks.rows, state.seq)
+
+        def docs(task: build.BuildTask = task, keys: list[pa.Table] = keys) -> Any:
+            rows = 0
+            for key_table, texts in build.cells(source, state, task):
+                for i, text in enumerate(texts.to_pylist()):
+                    yield rows + i, text
+                rows += key_table.num_rows
+                keys.append(key_table)
+
+        textfiles.write_index(directory, ks.id, docs())
+        table = pa.concat_tables(keys) if keys else pa.table({n: [] for n in key_names})
+        parts[ks.id] = textfiles.extracted_dir(directory, table)
+    merged = tempfile.mkdtemp(prefix="union-", dir=textfiles.cache_root()) if whole else os.path.join(tmp, "union")
+    os.makedirs(merged, exist_ok=True)
+    index = textfiles.union(list(parts.values()), merged)
+    if whole:
+        with _unions_lock:
+            _unions[ids] = (index, parts, merged)
+            while len(_unions) > CACHED_UNIONS:
+                shutil.rmtree(_unions.popitem(last=False)[1][2], ignore_errors=True)  # open files stay readable
+    return index, parts
 
 
 def _records(

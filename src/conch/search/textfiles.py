@@ -119,6 +119,11 @@ _cache: OrderedDict[str, Extracted] = OrderedDict()
 _lock = threading.Lock()
 
 
+def cache_root() -> str:
+    """This process's directory of extracted files and kept unions (removed at exit)."""
+    return _root.name
+
+
 def extract(storage: Storage, f: IndexFile) -> Extracted:
     """A text index file, verified and unpacked into this process's cache directory."""
     with _lock:
