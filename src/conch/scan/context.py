@@ -20,7 +20,7 @@ from conch.expr.tree import Expr
 from conch.expr.tree import mask as filter_mask
 from conch.files.format import FileRef, FragmentFormat, column_name
 from conch.files.keycache import KeyCache, KeyIndex
-from conch.files.manifest import Fragment
+from conch.files.manifest import Fragment, KeySpace
 from conch.model.budget import ScanOptions
 from conch.model.schema import Column, join_path
 from conch.scan.keymask import KeyMask, key_mask
@@ -244,6 +244,11 @@ class CountedKeys:
 
     def cached(self, ks: FileRef) -> bool:
         return self.cache.cached(ks)
+
+    def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field]) -> bool:
+        """Whether two key spaces hold identical keys (`KeyCache.same_keys`: decided once)."""
+        with self.format.counted(a, self.on_bytes), self.format.counted(b, self.on_bytes):
+            return self.cache.same_keys(a, b, fields, self.keep)
 
     def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
         with self.format.counted(ks, self.on_bytes):

@@ -155,6 +155,8 @@ _DECODED_LOCK = threading.Lock()
 def _decoded_set(pred: KeySet, fields: list[pa.Field]) -> np.ndarray:
     """A numeric key set's keys as numpy (timestamps: int64), decoded once per key set, not once
     per key space it is looked up in (a take over 1,000 runs decoded every key 1,000 times)."""
+    if pred.numeric is not None:  # built from numbers (`to_key_predicate`): nothing to decode
+        return pred.numeric
     with _DECODED_LOCK:
         hit = _DECODED.get(id(pred))
     if hit is not None and hit[0] is pred:

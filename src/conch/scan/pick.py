@@ -44,8 +44,7 @@ def picked(ctx: ScanContext) -> Iterator[pa.RecordBatch] | None:
     keys_of = ctx.keys()
     if not keys_of.keep and not all(keys_of.cached(k) for k in kss):
         return None  # key tables too large to cache: the general path's sparse-index lookup
-    num = keys_of.numeric(kss[-1], fields)
-    if any(not np.array_equal(num, keys_of.numeric(k, fields)) for k in kss[:-1]):
+    if any(not keys_of.same_keys(kss[-1], k, fields) for k in kss[:-1]):
         return None
     pos = {k.id: i for i, k in enumerate(kss)}
     n = kss[0].rows
