@@ -106,8 +106,10 @@ def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: 
     if isinstance(pred, KeySet):
         if numeric_key(fields):
             keys = cache.numeric(ks, fields)
-            want = _decoded_set(pred, fields).astype(keys.dtype)
-            return np.unique(_exact(keys, want)).astype(np.int64)
+            want = _decoded_set(pred, fields).astype(keys.dtype, copy=False)
+            pos = _exact(keys, want).astype(np.int64, copy=False)
+            # a key set is sorted and unique, and so is a key space: the rows are ascending
+            return pos if (pos[1:] > pos[:-1]).all() else np.unique(pos)
         m = predicate_mask(pred, cache.encoded(ks, fields), fields)
         return np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]
     r = predicate_bounds(pred, fields)
