@@ -281,9 +281,14 @@ def _empty() -> pa.Scalar:
 
 
 def _as_binary(part: np.ndarray | pa.Array) -> pa.Array:
-    if isinstance(part, np.ndarray):
+    if isinstance(part, np.ndarray):  # fixed-width rows: the offsets are a multiple of the width
         n, width = part.shape
-        return pa.Array.from_buffers(pa.binary(width), n, [None, pa.py_buffer(part.tobytes())]).cast(pa.binary())
+        if n * width >= 1 << 31:  # beyond 32-bit offsets: Arrow's cast names the limit
+            return pa.Array.from_buffers(pa.binary(width), n, [None, pa.py_buffer(part.tobytes())]).cast(pa.binary())
+        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+        return pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(part))]
+        )
     return part
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -133,9 +132,8 @@ class ScanContext:
         tables = []
         for blob_ids, run in itertools.groupby(parts, key=lambda p: p[0].blob_columns):
             frs = [(fr, self.mask(fr).to_file_rows(rows) if fr.mask else rows) for fr, rows in run]
-            with ExitStack() as counting:
-                for fr in {fr.path: fr for fr, _ in frs}.values():  # a file shared by fragments: once
-                    counting.enter_context(self.format.counted(fr, gm.add_bytes_read))
+            files = list({fr.path: fr for fr, _ in frs}.values())  # a file shared by fragments: once
+            with self.format.counted(files[0], gm.add_bytes_read, *files[1:]):
                 blobs = [column_name(i) for i in blob_ids]
                 tables.append(self.format.read_many(frs, schema.names, schema, blobs, self._refs(schema)))
         t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -247,7 +245,7 @@ class CountedKeys:
 
     def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field]) -> bool:
         """Whether two key spaces hold identical keys (`KeyCache.same_keys`: decided once)."""
-        with self.format.counted(a, self.on_bytes), self.format.counted(b, self.on_bytes):
+        with self.format.counted(a, self.on_bytes, b):
             return self.cache.same_keys(a, b, fields, self.keep)
 
     def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
