@@ -95,6 +95,13 @@ def _first_inexact(values: Sequence[Any], t: pa.DataType) -> Any:
     for v in values:
         if v is None:
             continue
+        if isinstance(v, int | np.integer) and pa.types.is_integer(t):
+            # by range, not through Arrow: an int above 2**63 has no inferred type of its own,
+            # and a uint64 key 2**63 was refused as "not exactly a value" of uint64
+            lo, hi = _int_range(t)
+            if not lo <= int(v) <= hi:
+                return v
+            continue
         try:
             pa.array([v]).cast(t, safe=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
@@ -418,7 +425,7 @@ def _integer_key_set(keys: Any, fields: Sequence[pa.Field]) -> KeySet | None:
         return None
     t = fields[0].type
     dtype = np.dtype(t.to_pandas_dtype())
-    lo, hi = _INT_RANGE.get(t.bit_width, (0, 0)) if pa.types.is_signed_integer(t) else (0, (1 << t.bit_width) - 1)
+    lo, hi = _int_range(t)
     if isinstance(keys, np.ndarray):
         if keys.ndim != 1 or keys.dtype.kind not in "iu" or not len(keys):
             return None
@@ -438,7 +445,10 @@ def _integer_key_set(keys: Any, fields: Sequence[pa.Field]) -> KeySet | None:
     return KeySet(_as_binary(enc), num)
 
 
-_INT_RANGE = {w: (-(1 << (w - 1)), (1 << (w - 1)) - 1) for w in (8, 16, 32, 64)}
+def _int_range(t: pa.DataType) -> tuple[int, int]:
+    """The smallest and largest value of integer type `t`."""
+    w = t.bit_width
+    return (-(1 << (w - 1)), (1 << (w - 1)) - 1) if pa.types.is_signed_integer(t) else (0, (1 << w) - 1)
 
 
 def key_table(keys: Any, fields: Sequence[pa.Field]) -> pa.Table:
