@@ -156,7 +156,8 @@ def _work_out_layout(ctx: ScanContext) -> _Layout | None:
 def _batches(ctx: ScanContext, rows: np.ndarray, layout: _Layout) -> Iterator[pa.RecordBatch]:
     plan = ctx.plan
     schema = layout.schema
-    keys = ctx.keys().keys(plan.key_spaces[-1], plan.key_fields)
+    field = plan.key_fields[0]  # one numeric key column: its cached numpy values, not an Arrow take
+    keys = ctx.keys().numeric(plan.key_spaces[-1], [field])
     emitted = False
     for a in range(0, len(rows), layout.step):
         r = rows[a : a + layout.step]
@@ -170,7 +171,8 @@ def _batches(ctx: ScanContext, rows: np.ndarray, layout: _Layout) -> Iterator[pa
             ]
             got = ctx.read_many(u.group, parts, u.schema)
             arrays.update((c.id, one_array(got.column(j))) for j, c in enumerate(u.columns))
-        batch = assemble(schema, keys.take(pa.array(r)), plan.columns, arrays)
+        key_column = pa.Table.from_arrays([pa.array(keys[r], field.type)], names=[field.name])
+        batch = assemble(schema, key_column, plan.columns, arrays)
         ctx.metrics.rows_out += batch.num_rows
         ctx.metrics.bytes_out += batch.nbytes
         emitted = True
