@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile Conch's calls (after the timed runs)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--out", type=Path, default=RESULTS / "selective.json")
+    ap.add_argument("--shapes-out", type=Path, default=RESULTS / "selective_shapes.json")
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -275,16 +276,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"bench.selective: scale={args.scale} reps={args.reps}; load average {load[0]:.2f}")
 
     if "shapes" in parts:
-        out = args.out.with_name("selective_shapes.json")
+        out = args.shapes_out
         before: list[dict[str, Any]] = []
         if args.before is not None:  # the other checkout's Conch first, same data, same run
             print(f"Conch of {args.before}:", flush=True)
             tmp = out.with_name("selective_shapes-before.json")
             cmd = [sys.executable, "-m", "bench.selective", "--parts", "shapes", "--reps", str(args.reps)]
-            cmd += ["--work", str(args.work), "--out", str(tmp.with_name("selective_shapes-child.json"))]
+            cmd += ["--work", str(args.work), "--shapes-out", str(tmp)]
             env = {**os.environ, "PYTHONPATH": str(args.before / "src")}
             subprocess.run(cmd, env=env, check=True)
-            before = json.loads(tmp.with_name("selective_shapes-child.json").read_text())["rows"]
+            before = json.loads(tmp.read_text())["rows"]
             print("this checkout's Conch:", flush=True)
         print(SHAPES_HEADER, flush=True)
         matrix = read_shapes(args.work, args.reps, args.rebuild)
