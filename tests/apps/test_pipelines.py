@@ -59,8 +59,8 @@ def test_ingest_files(spark: Any, tmp_path: Path, fmt: str) -> None:
 def test_ingest_csv_comments_and_timestamp_format_on_spark(spark: Any, tmp_path: Path) -> None:
     """`conch ingest --spark`: a leading `#` block is skipped, `--timestamp-format` (strptime) is
     translated to Spark's pattern (`%d-%b-%y` → `dd-MMM-yy`)."""
-    from conch.apps.pipelines.ingest import ingest, spark_pattern
-    from conch.apps.pipelines.spark_csv import CsvOptions
+    from conch.apps.pipelines.ingest import ingest
+    from conch.apps.pipelines.spark_csv import CsvOptions, spark_pattern
 
     assert spark_pattern("%Y-%m-%dT%H:%M:%S") == "yyyy-MM-dd'T'HH:mm:ss"
     src = tmp_path / "prices.csv"

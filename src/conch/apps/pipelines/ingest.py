@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from conch.apps.pipelines.spark_csv import CsvOptions, explained, read_csv
-from conch.errors import ConchError, InvalidArgumentError
+from conch.errors import ConchError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}
 
@@ -41,30 +41,6 @@ def detect_format(source: str) -> str:
         if path.endswith(ext):
             return fmt
     raise ConchError(f"cannot tell the format of {source!r}: pass format='parquet' | 'json' | 'csv'")
-
-
-# strptime directives → Spark datetime pattern letters (https://spark.apache.org/docs/latest/sql-ref-datetime-pattern.html)
-_SPARK_PATTERN = {
-    "d": "dd", "m": "MM", "y": "yy", "Y": "yyyy", "b": "MMM", "B": "MMMM", "H": "HH", "I": "hh", "M": "mm",
-    "S": "ss", "f": "SSSSSS", "p": "a", "z": "Z", "j": "DDD", "a": "EEE", "A": "EEEE", "%": "%",
-}  # fmt: skip
-
-
-def spark_pattern(fmt: str) -> str:
-    """A strptime format as a Spark datetime pattern: `%d-%b-%y` → `dd-MMM-yy` (letters quoted)."""
-    out, i = [], 0
-    while i < len(fmt):
-        c = fmt[i]
-        if c == "%":
-            d = fmt[i + 1 : i + 2]
-            if d not in _SPARK_PATTERN:
-                raise InvalidArgumentError(f"timestamp format {fmt!r}: %{d} has no Spark equivalent; write it apart")
-            out.append(_SPARK_PATTERN[d])
-            i += 2
-        else:
-            out.append(f"'{c}'" if c.isalpha() else ("''" if c == "'" else c))
-            i += 1
-    return "".join(out)
 
 
 def read_source(

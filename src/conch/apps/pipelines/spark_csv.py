@@ -50,12 +50,34 @@ class CsvOptions:
             raise InvalidArgumentError("--spark reads one --timestamp-format; give one, or ingest without --spark")
 
     def spark_options(self) -> dict[str, str]:
-        from conch.apps.pipelines.ingest import spark_pattern
-
         out = {} if self.comment is None else {"comment": self.comment}
         if self.timestamp_formats:
             out["timestampFormat"] = spark_pattern(self.timestamp_formats[0])
         return out
+
+
+# strptime directives → Spark datetime pattern letters (https://spark.apache.org/docs/latest/sql-ref-datetime-pattern.html)
+_SPARK_PATTERN = {
+    "d": "dd", "m": "MM", "y": "yy", "Y": "yyyy", "b": "MMM", "B": "MMMM", "H": "HH", "I": "hh", "M": "mm",
+    "S": "ss", "f": "SSSSSS", "p": "a", "z": "Z", "j": "DDD", "a": "EEE", "A": "EEEE", "%": "%",
+}  # fmt: skip
+
+
+def spark_pattern(fmt: str) -> str:
+    """A strptime format as a Spark datetime pattern: `%d-%b-%y` → `dd-MMM-yy` (letters quoted)."""
+    out, i = [], 0
+    while i < len(fmt):
+        c = fmt[i]
+        if c == "%":
+            d = fmt[i + 1 : i + 2]
+            if d not in _SPARK_PATTERN:
+                raise InvalidArgumentError(f"timestamp format {fmt!r}: %{d} has no Spark equivalent; write it apart")
+            out.append(_SPARK_PATTERN[d])
+            i += 2
+        else:
+            out.append(f"'{c}'" if c.isalpha() else ("''" if c == "'" else c))
+            i += 1
+    return "".join(out)
 
 
 def read_csv(spark: Any, paths: Sequence[str], options: CsvOptions, key: Sequence[str] = ()) -> Any:
