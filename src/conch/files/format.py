@@ -152,7 +152,9 @@ class FragmentFormat(Protocol):
 
     def clear_cache(self) -> None: ...
 
-    def counted(self, ref: FileRef, on_bytes: Callable[[int], None]) -> contextlib.AbstractContextManager[None]: ...
+    def counted(
+        self, ref: FileRef, on_bytes: Callable[[int], None], *more: FileRef
+    ) -> contextlib.AbstractContextManager[None]: ...
 
     def write(
         self, table: pa.Table, path: str, blob_columns: Sequence[str] = (), ordinal: bool = False

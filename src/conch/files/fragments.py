@@ -111,14 +111,14 @@ class VortexFormat:
         self.segment_cache = vx.SegmentCache(self._segment_bytes)
         self.hot.clear()
 
-    def counted(self, ref: FileRef, on_bytes: Callable[[int], None]) -> _Counting:
-        """Report every byte read from storage for `ref` (its Vortex file and blob file) to
-        `on_bytes` while the block runs: a scan's own byte count, not a process-wide one.
+    def counted(self, ref: FileRef, on_bytes: Callable[[int], None], *more: FileRef) -> _Counting:
+        """Report every byte read from storage for `ref` and `more` (their Vortex files and blob
+        files) to `on_bytes` while the block runs: a scan's own byte count, not a process-wide one.
 
         Vortex reads on its own threads, so the reader cannot be known from the thread: bytes
         are attributed by file. Two scans reading the same file at the same moment are each
         charged the bytes of both (the shared segment cache makes that rare and small)."""
-        return _Counting(self, ref.path, on_bytes)
+        return _Counting(self, (ref.path, *(r.path for r in more)) if more else (ref.path,), on_bytes)
 
     def _count(self, path: str, n: int) -> None:
         with self._lock:
@@ -298,6 +298,9 @@ class VortexFormat:
                 self._takes.clear()
             self._takes[path] = self._takes.get(path, 0) + 1
             cached = self._takes[path] > 1 or all((path, c) in self._blob_idx for c in blobs)
+        if cached and not inline:  # a repeated take of blobs only: no Vortex read at all
+            assert indices is not None
+            return _NO_COLUMNS, {c: self._index(ref, c).take(indices) for c in blobs}
         fields = [schema.field(c) for c in inline]
         if not cached:
             for c in blobs:
@@ -553,25 +556,31 @@ class VortexFormat:
             return r
 
 
+_NO_COLUMNS = pa.table({})
+
+
 class _Counting(contextlib.AbstractContextManager[None]):
-    """`VortexFormat.counted`'s block: a listener of one file's reads while it runs (a class,
-    not a generator: a take enters ~30 of these, and a generator's set-up was a visible share)."""
+    """`VortexFormat.counted`'s block: a listener of some files' reads while it runs (a class,
+    not a generator: a take enters ~30 of these, and a generator's set-up was a visible share;
+    one block for all the files of a take, not one each)."""
 
-    __slots__ = ("_fmt", "_on_bytes", "_path")
+    __slots__ = ("_fmt", "_on_bytes", "_paths")
 
-    def __init__(self, fmt: VortexFormat, path: str, on_bytes: Callable[[int], None]) -> None:
-        self._fmt, self._path, self._on_bytes = fmt, path, on_bytes
+    def __init__(self, fmt: VortexFormat, paths: tuple[str, ...], on_bytes: Callable[[int], None]) -> None:
+        self._fmt, self._paths, self._on_bytes = fmt, paths, on_bytes
 
     def __enter__(self) -> None:
         with self._fmt._lock:
-            self._fmt._counters.setdefault(self._path, []).append(self._on_bytes)
+            for path in self._paths:
+                self._fmt._counters.setdefault(path, []).append(self._on_bytes)
 
     def __exit__(self, *exc: object) -> None:
         with self._fmt._lock:
-            listeners = self._fmt._counters[self._path]
-            listeners.remove(self._on_bytes)
-            if not listeners:
-                del self._fmt._counters[self._path]
+            for path in self._paths:
+                listeners = self._fmt._counters[path]
+                listeners.remove(self._on_bytes)
+                if not listeners:
+                    del self._fmt._counters[path]
 
 
 def _damage(verified: VerifiedReader | None, what: str, e: Exception) -> CorruptFileError:

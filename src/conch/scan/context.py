@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from conch.expr.tree import Expr
 from conch.expr.tree import mask as filter_mask
 from conch.files.format import FileRef, FragmentFormat, column_name
 from conch.files.keycache import KeyCache, KeyIndex
-from conch.files.manifest import Fragment
+from conch.files.manifest import Fragment, KeySpace
 from conch.model.budget import ScanOptions
 from conch.model.schema import Column, join_path
 from conch.scan.keymask import KeyMask, key_mask
@@ -133,9 +132,8 @@ class ScanContext:
         tables = []
         for blob_ids, run in itertools.groupby(parts, key=lambda p: p[0].blob_columns):
             frs = [(fr, self.mask(fr).to_file_rows(rows) if fr.mask else rows) for fr, rows in run]
-            with ExitStack() as counting:
-                for fr in {fr.path: fr for fr, _ in frs}.values():  # a file shared by fragments: once
-                    counting.enter_context(self.format.counted(fr, gm.add_bytes_read))
+            files = list({fr.path: fr for fr, _ in frs}.values())  # a file shared by fragments: once
+            with self.format.counted(files[0], gm.add_bytes_read, *files[1:]):
                 blobs = [column_name(i) for i in blob_ids]
                 refs = self._refs(schema)
                 tables.append(self.format.read_many(frs, schema.names, schema, blobs, refs, self._ref_min))
@@ -253,6 +251,11 @@ class CountedKeys:
 
     def cached(self, ks: FileRef) -> bool:
         return self.cache.cached(ks)
+
+    def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field]) -> bool:
+        """Whether two key spaces hold identical keys (`KeyCache.same_keys`: decided once)."""
+        with self.format.counted(a, self.on_bytes, b):
+            return self.cache.same_keys(a, b, fields, self.keep)
 
     def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
         with self.format.counted(ks, self.on_bytes):
