@@ -24,9 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.errors import CorruptFileError
 from conch.files.format import FragmentFormat
-from conch.files.integrity import verify
 from conch.files.keycache import KeyCache
 from conch.files.manifest import FrozenMap, IndexDef, IndexFile, KeySpace, TableState
 from conch.files.storage import Storage
@@ -35,6 +33,7 @@ from conch.model.budget import ScanOptions
 from conch.scan import Scan
 from conch.scan.request import ScanRequest
 from conch.search import vectors
+from conch.search.framing import read_frame
 
 MAGIC = b"CONCHIX1"
 # A run with fewer rows than this is searched exactly (a scan of its vectors and numpy) unless
@@ -152,15 +151,8 @@ def load(storage: Storage, f: IndexFile) -> LoadedIndex:
         if hit is not None:
             _cache.move_to_end(f.id)
             return hit
-    data = storage.read(f.path)
-    if f.checksum:
-        verify(data, f.checksum, f.path)
-    if data[:8] != MAGIC:
-        raise CorruptFileError(f"index file {f.path} does not start with {MAGIC!r}")
-    (n,) = struct.unpack("<Q", data[8:16])
-    view = memoryview(data)
-    keys = pa.ipc.open_stream(pa.py_buffer(view[16 + n :])).read_all()
-    loaded = LoadedIndex(vectors.deserialize(view[16 : 16 + n]), keys, len(data))
+    payload, keys, size = read_frame(storage, f, MAGIC, "index file")
+    loaded = LoadedIndex(vectors.deserialize(payload), keys, size)
     with _cache_lock:
         _cache[f.id] = loaded
         while sum(v.nbytes for v in _cache.values()) > CACHE_BYTES and len(_cache) > 1:

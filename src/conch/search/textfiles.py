@@ -34,12 +34,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from conch.errors import CorruptFileError
-from conch.files.integrity import digest, verify
+from conch.files.integrity import digest
 from conch.files.manifest import IndexFile
 from conch.files.storage import Storage, new_id
 from conch.log.wal import AddIndexFile
 from conch.model.deps import optional_import
+from conch.search.framing import read_frame
 
 MAGIC = b"CONCHTX1"
 WRITER_HEAP = 64 << 20  # tantivy's indexing buffer: a big run is flushed as several segments
@@ -131,17 +131,11 @@ def extract(storage: Storage, f: IndexFile) -> Extracted:
         if hit is not None:
             _cache.move_to_end(f.id)
             return hit
-    data = storage.read(f.path)
-    if f.checksum:
-        verify(data, f.checksum, f.path)
-    if data[:8] != MAGIC:
-        raise CorruptFileError(f"text index file {f.path} does not start with {MAGIC!r}")
-    (n,) = struct.unpack("<Q", data[8:16])
+    payload, keys, _ = read_frame(storage, f, MAGIC, "text index file")
     directory = os.path.join(_root.name, f.id)
     shutil.rmtree(directory, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(data[16 : 16 + n])) as tar:
+    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
         tar.extractall(directory, filter="data")
-    keys = pa.ipc.open_stream(pa.py_buffer(memoryview(data)[16 + n :])).read_all()
     out = extracted_dir(directory, keys)
     with _lock:
         _cache[f.id] = out
