@@ -50,21 +50,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    wh = str(tmp_path_factory.mktemp("ui") / "w")
-    # The pages are checked run by run and commit by commit: no automatic compaction commits.
-    cat = conch.connect(wh, maintenance=conch.Policy(auto=False))
-    make_media(cat)
-    make_recordings(cat)
-    make_first_hour(cat)
-    make_huge_and_wide(cat)
-    rec = cat.table("recordings")  # a tag and a branch (the overview lists them)
-    rec.tag("labelled")
-    rec.branch("relabel")
+@contextlib.contextmanager
+def ui_server(warehouse: str) -> Iterator[str]:
+    """`conch ui` on `warehouse` in a subprocess on a free loopback port, until it answers; its URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "conch.apps.cli", "--warehouse", wh, "ui", "--port", str(port)],
+        [sys.executable, "-m", "conch.apps.cli", "--warehouse", warehouse, "ui", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -85,11 +76,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@contextlib.contextmanager
+def chromium_page(profile: Path) -> Iterator[Any]:
+    """A page of Debian's headless Chromium (Playwright), 1280 × 900, 60 s timeouts."""
     from playwright.sync_api import sync_playwright
 
-    profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             str(profile), executable_path=CHROMIUM, args=ARGS, headless=True, viewport={"width": 1280, "height": 900}
@@ -98,6 +89,29 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         pg.set_default_timeout(60_000)
         yield pg
         ctx.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    wh = str(tmp_path_factory.mktemp("ui") / "w")
+    # The pages are checked run by run and commit by commit: no automatic compaction commits.
+    cat = conch.connect(wh, maintenance=conch.Policy(auto=False))
+    make_media(cat)
+    make_recordings(cat)
+    make_first_hour(cat)
+    make_huge_and_wide(cat)
+    rec = cat.table("recordings")  # a tag and a branch (the overview lists them)
+    rec.tag("labelled")
+    rec.branch("relabel")
+    with ui_server(wh) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with chromium_page(profile) as pg:
+        yield pg
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -99,35 +96,10 @@ def test_neighbours_page_and_scan_links(warehouse: str) -> None:
 @pytest.mark.xdist_group("browser")
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="run .ci/install-chromium.sh (make installs it)")
 def test_neighbour_grid_in_chromium(warehouse: str, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-    from test_ui_browser import ARGS, free_port, snap
+    from test_ui_browser import chromium_page, snap, ui_server
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "conch.apps.cli", "--warehouse", warehouse, "ui", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(url + "/", timeout=2).read()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-                time.sleep(0.1)
-        with sync_playwright() as p:
-            ctx = p.chromium.launch_persistent_context(
-                str(tmp_path / "profile"),
-                executable_path=CHROMIUM,
-                args=ARGS,
-                headless=True,
-                viewport={"width": 1280, "height": 900},
-            )
-            pg = ctx.new_page()
-            pg.set_default_timeout(60_000)
+    with ui_server(warehouse) as url:
+        with chromium_page(tmp_path / "profile") as pg:
             pg.goto(url + "/t/photos/scan?where=id%20%3D%2020")
             pg.click("a.near")  # from a scan row to its neighbours
             pg.wait_for_selector("#neighbours figure.nn")
@@ -140,9 +112,5 @@ def test_neighbour_grid_in_chromium(warehouse: str, tmp_path: Path) -> None:
             pg.locator("#neighbours a.nnkey").first.click()  # walk on: the neighbours of 19
             pg.wait_for_url("**key=*")
             assert [int(k) for k in pg.locator("#neighbours a.nnkey").all_inner_texts()] == nearest(19, 12)
-            ctx.close()
         answer = json.loads(urllib.request.urlopen(url + "/t/photos/search?text=tree&k=3").read())
         assert len(answer["rows"]) == 3
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
