@@ -204,3 +204,50 @@ def overlay_values(
     idx[~wins] = null_row  # a stale small-run cell under a newer base cell: never shown
     values = pa.concat_tables(parts).combine_chunks().take(pa.array(idx))
     return values, wins
+
+
+def interleave(ov: OverlayKeys, rows: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Base rows `rows` (ascending, none of them replaced by an overlay cell of the filtered
+    unit) and keys `js` of U (ascending), both passing a filter, in key order: (`order`, the
+    permutation of [rows, js] that sorts them; per output row its base row, -1 for a key the
+    base does not hold; per output row its key of U, -1 for a base row no small run touches). A
+    key of U goes before the base row at its insertion point (`_filtered`'s rule)."""
+    order = np.argsort(np.concatenate([rows * 2 + 1, ov.ins[js] * 2]), kind="stable")
+    base = np.concatenate([rows, np.where(ov.hit[js], ov.ins[js], -1)])[order]
+    hit_at = ov.ins[ov.hit]  # base rows the small runs touch, ascending (U and the base are unique)
+    k = np.minimum(np.searchsorted(hit_at, rows), max(len(hit_at) - 1, 0))
+    touched = np.full(len(rows), -1, dtype=np.int64)
+    if len(hit_at):
+        found = hit_at[k] == rows
+        touched[found] = np.flatnonzero(ov.hit)[k[found]]
+    return order, base, np.concatenate([touched, js.astype(np.int64)])[order]
+
+
+def laid_over(base: pa.Array | None, from_base: np.ndarray, values: OverlayColumn | None, js: np.ndarray) -> pa.Array:
+    """One column of output rows whose cells come from three places: `base` holds the cells of
+    the rows `from_base` marks (in order; None: none does), `values` (aligned with U) those of
+    the other rows whose key of U `js` is >= 0, and every other row is null (a key neither holds)."""
+    if base is not None and from_base.all():
+        return base
+    n = len(from_base)
+    if base is None:
+        from_base = np.zeros(n, dtype=bool)
+    parts = []
+    idx = np.empty(n, dtype=np.int64)
+    off = 0
+    if base is not None:
+        parts.append(base)
+        idx[from_base] = np.arange(len(base), dtype=np.int64)
+        off = len(base)
+    from_values = ~from_base & (js >= 0) if values is not None else np.zeros(n, dtype=bool)
+    if values is not None:
+        parts.append(values.array)
+        idx[from_values] = off + js[from_values]
+        off += len(values.array)
+    rest = ~from_base & ~from_values
+    if rest.any():
+        typ = base.type if base is not None else values.array.type if values is not None else None
+        assert typ is not None
+        parts.append(pa.nulls(1, typ))
+        idx[rest] = off
+    return pa.concat_arrays(parts).take(pa.array(idx))
