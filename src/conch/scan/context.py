@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -147,12 +147,19 @@ class ScanContext:
     def read_decoded(self, group: str, fr: Fragment, schema: pa.Schema) -> pa.Table:
         """Columns `schema` of all of `fr`'s rows, decoded once per scan (the scan's decoded
         cache): for a fragment read again and again (by several units, segments or takes).
-        Keyed by file and mask: fragments sharing a file differ by mask."""
+        Keyed by file and mask: fragments sharing a file differ by mask. A fragment small enough
+        stays decoded across scans (`FragmentFormat.hot`): the small runs of an LSM tree being
+        written are read whole by every scan of it (`overlay.py`)."""
+        hot_key = (fr.path + fr.mask, (*schema.names, *sorted(self._refs(schema))))  # refs are another read
+        t = self.format.hot.get(hot_key)
+        if t is not None:
+            return t
         key = (fr.path + fr.mask, tuple(schema.names))
         t = self.decoded.get(key)
         if t is None:
             t = self.read(group, fr, schema)
-            self.decoded.put(key, t)
+            if not self.format.hot.put(hot_key, t.combine_chunks()):
+                self.decoded.put(key, t)
         return t
 
     def stream(
@@ -244,6 +251,9 @@ class CountedKeys:
 
     def cached(self, ks: FileRef) -> bool:
         return self.cache.cached(ks)
+
+    def derived(self, name: str, build: Callable[[], Any]) -> Any:
+        return self.cache.derived(name, build, self.keep)
 
     def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
         with self.format.counted(ks, self.on_bytes):

@@ -26,6 +26,7 @@ the small runs (numeric keys only):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,6 +47,15 @@ class OverlayKeys:
     @property
     def inserted(self) -> int:
         return int(len(self.hit) - self.hit.sum())
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.ins.nbytes * 2 + sum(p.nbytes * 2 for p in self.pos))
+
+    @functools.cached_property
+    def touched(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the base rows the small runs hold newer keys of, ascending; their keys of U)."""
+        return self.ins[self.hit], np.flatnonzero(self.hit)
 
     def window(self, a: int, b: int, last: bool) -> Window:
         """The output layout of base rows [a, b): which keys of U land there and where. The
@@ -214,12 +224,12 @@ def interleave(ov: OverlayKeys, rows: np.ndarray, js: np.ndarray) -> tuple[np.nd
     key of U goes before the base row at its insertion point (`_filtered`'s rule)."""
     order = np.argsort(np.concatenate([rows * 2 + 1, ov.ins[js] * 2]), kind="stable")
     base = np.concatenate([rows, np.where(ov.hit[js], ov.ins[js], -1)])[order]
-    hit_at = ov.ins[ov.hit]  # base rows the small runs touch, ascending (U and the base are unique)
+    hit_at, hit_u = ov.touched  # ascending: U and the base are unique
     k = np.minimum(np.searchsorted(hit_at, rows), max(len(hit_at) - 1, 0))
     touched = np.full(len(rows), -1, dtype=np.int64)
     if len(hit_at):
         found = hit_at[k] == rows
-        touched[found] = np.flatnonzero(ov.hit)[k[found]]
+        touched[found] = hit_u[k[found]]
     return order, base, np.concatenate([touched, js.astype(np.int64)])[order]
 
 

@@ -41,16 +41,8 @@ from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
-from conch.scan.overlay import (
-    OverlayColumn,
-    OverlayKeys,
-    Window,
-    interleave,
-    laid_over,
-    overlay_keys,
-    overlay_values,
-    splice,
-)
+from conch.scan.overlay import OverlayColumn, OverlayKeys, Window, overlay_keys, overlay_values, splice
+from conch.scan.overtake import overlaid_take
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
 from conch.scan.take import one_array, take_rows
@@ -209,20 +201,28 @@ def _segment(
                 return None
     ov = None
     if small:
-        nums, sel = [], []
-        for i in small:
-            num = keys_of.numeric(plan.key_spaces[i], fields)
-            r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
-            r0, r1 = ranges.get(i, (0, len(num)))
-            r = np.arange(r0, r1, dtype=np.int64) if r is None else r[(r >= r0) & (r < r1)]
-            nums.append(num[r])
-            sel.append(r)
-        ov = overlay_keys(
-            keys_of.numeric(kss[-1], fields),
-            nums,
-            sel,
-            lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)}),
-        )
+
+        def build() -> OverlayKeys:
+            nums, sel = [], []
+            for i in small:
+                num = keys_of.numeric(plan.key_spaces[i], fields)
+                r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
+                r0, r1 = ranges.get(i, (0, len(num)))
+                r = np.arange(r0, r1, dtype=np.int64) if r is None else r[(r >= r0) & (r < r1)]
+                nums.append(num[r])
+                sel.append(r)
+            return overlay_keys(
+                keys_of.numeric(kss[-1], fields),
+                nums,
+                sel,
+                lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)}),
+            )
+
+        if plan.key_predicate is None and plan.within is None:  # the same for every scan: kept
+            placed = ",".join(f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in small)
+            ov = keys_of.derived(f"overlay {fields[0]} {kss[-1].path} {placed}", build)
+        else:
+            ov = build()
         if hi <= lo and ov.inserted:
             return None  # only inserted keys in the range: the general path
     # units: (group, newest base key space holding the column, small runs holding it) → fragments
@@ -319,10 +319,6 @@ def _row_width(cols: list[Column]) -> int | None:
     if not all(pa.types.is_primitive(c.type) or pa.types.is_decimal(c.type) for c in cols):
         return None
     return sum(max(1, c.type.bit_width // 8) for c in cols)
-
-
-def _one(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
 def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
@@ -457,12 +453,11 @@ class Stream:
 
     def _taken(self, s: _Segment) -> Iterator[pa.RecordBatch]:
         """A filter in one unit, columns of others (spec/001: filter the metadata group, project
-        the audio group). A key-space row is the same key in every unit: the filter runs in-file
-        on the first unit (`ordinal`), and the other units' cells are taken at the passing rows
-        by fragment row, in output batches of bounded bytes. No key merge and no fresh-cell
-        location. With small runs (`_overlaid_passing`) the filter still runs in-file on the
-        base, and only the keys the small runs touch are looked at again: an output row's cell
-        of a unit is the small runs' where they hold the newer one, else the base's."""
+        the audio group). The segment's key spaces hold identical key sets and no small run
+        overlays them, so a key-space row is the same key in every unit and each unit's cell there
+        is fresh: the filter runs in-file on the first unit (`ordinal`), and the other units'
+        cells are taken at the passing rows by fragment row, in output batches of bounded
+        bytes. No key merge and no fresh-cell location."""
         u, others = s.units[0], s.units[1:]
         plan = self.ctx.plan
         own = [c for c in u.columns if c in plan.columns]  # filter-only columns are not read
@@ -474,102 +469,22 @@ class Stream:
             per_row += sum(f.bytes for f in v.fragments) / max(1, sum(f.rows for f in v.fragments))
         opts = self.ctx.options
         step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
-        passing = (
-            ((rows, None, cols) for rows, cols in self._passing(s, u, own))
-            if s.overlay is None
-            else self._overlaid_passing(s, u, own)
-        )
-        for rows, touched, own_cols in passing:
+        for rows, own_cols in self._passing(s, u, own):
             for a in range(0, len(rows), step):
                 if self.left <= 0:
                     return
                 r = rows[a : a + min(step, self.left)]
-                js = touched[a : a + len(r)] if touched is not None else None
                 cols = {k: col.slice(a, len(r)) for k, col in own_cols.items()}
                 for v, (los, masks, schema) in zip(others, bounds, strict=True):
-                    values = self._values(s, v) if js is not None and v.overlay else None
-                    from_base = r >= 0
-                    if values is not None:  # where the small runs hold the newer cell, not the base
-                        from_base &= ~((js >= 0) & values[1][np.maximum(js, 0)])
-                    at = r[from_base]
-                    got = None  # no base cells (`null_base`): nulls under the overlay
-                    if v.fragments:
-                        got = self._read_at(v, at, los, masks, schema) if len(at) else schema.empty_table()
-                    for j, c in enumerate(v.columns):
-                        base = one_array(got.column(j)) if got is not None else None
-                        if js is None:
-                            assert base is not None
-                            cols[c.id] = base
-                        else:
-                            col = values[0][j] if values is not None else None
-                            cols[c.id] = laid_over(base, from_base, col, js)
-                keys = self._keys(s)
-                if js is not None:  # keys the base does not hold come from the overlay
-                    keys = self._overlay_keys(s, keys, r, js)
-                else:
-                    keys = take_rows(keys, r)
-                yield self._emit(s, keys, cols)
-
-    def _read_at(self, v: _StreamUnit, r: np.ndarray, los: np.ndarray, masks: list[Any], schema: pa.Schema) -> pa.Table:
-        """`v`'s cells at key-space rows `r` (ascending), by fragment row."""
-        which = np.searchsorted(los, r, "right") - 1  # dense fragments tile the rows
-        cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(r)]
-        parts = [
-            (v.fragments[int(which[i])], masks[int(which[i])].to_fragment_rows(r[i:j]))
-            for i, j in itertools.pairwise(cuts)
-        ]
-        return self.ctx.read_many(v.group, parts, schema)
-
-    def _overlay_keys(self, s: _Segment, keys: pa.Table, r: np.ndarray, js: np.ndarray) -> pa.Table:
-        """Output keys of rows at base rows `r` (-1: a key only the small runs hold, U's `js`)."""
-        assert s.overlay is not None
-        inserted = np.flatnonzero(r < 0)
-        if not len(inserted):
-            return take_rows(keys, r)
-        held = np.flatnonzero(r >= 0)
-        both = pa.concat_tables([take_rows(keys, r[held]), s.overlay.keys.take(pa.array(js[inserted]))])
-        idx = np.empty(len(r), dtype=np.int64)
-        idx[held] = np.arange(len(held))
-        idx[inserted] = len(held) + np.arange(len(inserted))
-        return both.take(pa.array(idx))
-
-    def _overlaid_passing(
-        self, s: _Segment, u: _StreamUnit, own: list[Column]
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, dict[int, pa.Array]]]:
-        """`_passing` with small runs over the filter's unit `u`: the filter runs in-file on the
-        base (pushdown is kept), base rows whose fresh cell of `u` is a small run's are dropped,
-        and the keys of U whose fresh cells of `u` are the small runs' are filtered on those
-        cells, exactly (few: the small runs' keys), then merged in key order. Yields (base rows,
-        -1 for keys the base does not hold; keys of U, -1 for rows no small run touches; `own`
-        columns)."""
-        ov = s.overlay
-        assert ov is not None and self.ctx.plan.filter is not None
-        values, wins = self._values(s, u)
-        dead = ov.ins[ov.hit & wins]  # base rows whose fresh cells of u are the small runs'
-        by_path = {c.full_path: values[j].array for j, c in enumerate(u.columns)}
-        ok = np.array(filter_mask(self.ctx.plan.filter, by_path.__getitem__), dtype=np.bool_)
-        passing = np.flatnonzero(ok & (~ov.hit | wins))
-        fresh = {c.id: values[u.columns.index(c)].array for c in own}
-        done = 0
-
-        def merged(rows: np.ndarray, cols: dict[int, pa.Array], js: np.ndarray) -> tuple[Any, ...]:
-            order, base, touched = interleave(ov, rows, js)
-            idx = pa.array(order)
-            out = {k: pa.concat_arrays([_one(col), fresh[k].take(pa.array(js))]).take(idx) for k, col in cols.items()}
-            return base, touched, out
-
-        for rows, cols in self._passing(s, u, own):
-            if len(dead) and len(rows):
-                keep = ~_member(rows, dead)
-                rows, cols = rows[keep], {k: col.filter(pa.array(keep)) for k, col in cols.items()}
-            if not len(rows):
-                continue
-            upto = done + int(np.searchsorted(ov.ins[passing[done:]], rows[-1], "right"))
-            yield merged(rows, cols, passing[done:upto])
-            done = upto
-        if done < len(passing):
-            empty = {c.id: fresh[c.id].slice(0, 0) for c in own}
-            yield merged(np.zeros(0, dtype=np.int64), empty, passing[done:])
+                    which = np.searchsorted(los, r, "right") - 1  # dense fragments tile the rows
+                    cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(r)]
+                    parts = [
+                        (v.fragments[int(which[i])], masks[int(which[i])].to_fragment_rows(r[i:j]))
+                        for i, j in itertools.pairwise(cuts)
+                    ]
+                    got = self.ctx.read_many(v.group, parts, schema)
+                    cols.update((c.id, one_array(got.column(j))) for j, c in enumerate(v.columns))
+                yield self._emit(s, take_rows(self._keys(s), r), cols)
 
     def _passing(
         self, s: _Segment, u: _StreamUnit, own: list[Column]
@@ -663,6 +578,8 @@ class Stream:
         cells laid in (`overlay.splice`)."""
         ov = s.overlay
         assert ov is not None
+        if not u.overlay and not len(win.new):  # no small run holds these columns: the base's batch
+            return {c.id: batch.column(j) for j, c in enumerate(u.columns)}
         values, wins = self._values(s, u)
         rep_out, rep = win.replaced(wins[win.j0 : win.j1], ov.hit[win.j0 : win.j1])
         if not len(win.new) and not len(rep):
@@ -701,7 +618,10 @@ class Stream:
             if self.filter_expr is None:
                 batches = self._zipped(s)
             else:
-                batches = self._taken(s) if len(s.units) > 1 or s.missing else self._filtered(s)
+                if len(s.units) == 1 and not s.missing:
+                    batches = self._filtered(s)
+                else:  # small runs: the filter stays pushed into the base (`overtake.py`)
+                    batches = self._taken(s) if s.overlay is None else overlaid_take(self, s)
             for batch in batches:
                 emitted = True
                 yield batch

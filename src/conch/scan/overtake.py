@@ -1,0 +1,160 @@
+"""The streamed path's filtered scan with small runs over a filter's unit and columns of others:
+the filter stays pushed into the large run, and only the keys the small runs touch are looked at
+again.
+
+An un-compacted LSM tree being written is one large run (the *base*) plus small runs of partial
+upserts, often of the very column a query filters on (`a < 0.01` after upserts of `a`). Merging
+every key to find each one's fresh cell before filtering (the general path) costs a key merge and
+a fresh-cell location over the whole table for a 1 % filter. Instead (per segment):
+
+1. the filter runs inside the Vortex scan of the base's unit holding its columns (`Stream._passing`,
+   pushdown and statistics pruning kept);
+2. base rows whose fresh cell of that unit is a small run's are dropped (the base's value is
+   stale), and the keys of U (`overlay.OverlayKeys`: the small runs' keys, few) whose fresh cells
+   of the unit are the small runs' are filtered on those cells: candidate keys = the base's
+   passing rows minus U's ∪ U's passing keys, exactly the keys whose fresh record passes;
+3. the two are merged in key order (`overlay.interleave`), and every other unit's cells are taken
+   at the passing rows by fragment row (`Stream._taken`'s take), the small runs' cells laid over
+   where they hold the newer one (`overlay.laid_over`).
+
+The cost over a written-once table is work per small-run key (cached across scans with the
+overlay: `KeyCache.derived`), never per base row.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from conch.expr.tree import mask as filter_mask
+from conch.model.schema import Column
+from conch.scan.context import ScanContext, file_schema
+from conch.scan.overlay import OverlayColumn, interleave, laid_over
+from conch.scan.take import one_array, take_rows
+
+
+class StreamLike(Protocol):
+    """What the overlaid take needs of `stream.Stream` (segments and units are its `_Segment`
+    and `_StreamUnit`)."""
+
+    ctx: ScanContext
+    left: int
+
+    def _values(self, s: Any, u: Any) -> tuple[list[OverlayColumn], np.ndarray]: ...
+
+    def _passing(self, s: Any, u: Any, own: list[Column]) -> Iterator[tuple[np.ndarray, dict[int, pa.Array]]]: ...
+
+    def _keys(self, s: Any) -> pa.Table: ...
+
+    def _emit(self, s: Any, key_part: pa.Table, cols: dict[int, pa.Array], n: int | None = None) -> pa.RecordBatch: ...
+
+
+def overlaid_take(st: StreamLike, s: Any) -> Iterator[pa.RecordBatch]:
+    """Segment `s`'s rows passing the filter of its first unit (module doc), in output batches
+    of bounded bytes."""
+    u, others = s.units[0], s.units[1:]
+    ctx = st.ctx
+    own = [c for c in u.columns if c in ctx.plan.columns]  # filter-only columns are not read
+    bounds = []
+    per_row = 0.0
+    for v in others:
+        masks = [ctx.mask(f) for f in v.fragments]
+        bounds.append((np.array([m.lo for m in masks], dtype=np.int64), masks, file_schema(v.columns)))
+        per_row += sum(f.bytes for f in v.fragments) / max(1, sum(f.rows for f in v.fragments))
+    opts = ctx.options
+    step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
+    for rows, touched, own_cols in _passing(st, s, u, own):
+        for a in range(0, len(rows), step):
+            if st.left <= 0:
+                return
+            r = rows[a : a + min(step, st.left)]
+            js = touched[a : a + len(r)]
+            cols = {k: col.slice(a, len(r)) for k, col in own_cols.items()}
+            for v, (los, masks, schema) in zip(others, bounds, strict=True):
+                values = st._values(s, v) if v.overlay else None
+                from_base = r >= 0
+                if values is not None:  # where the small runs hold the newer cell, not the base
+                    from_base &= ~((js >= 0) & values[1][np.maximum(js, 0)])
+                got = None  # no base cells (`null_base`): nulls under the overlay
+                if v.fragments:
+                    at = r[from_base]
+                    got = _read_at(ctx, v, at, los, masks, schema) if len(at) else schema.empty_table()
+                for j, c in enumerate(v.columns):
+                    base = one_array(got.column(j)) if got is not None else None
+                    cols[c.id] = laid_over(base, from_base, values[0][j] if values is not None else None, js)
+            yield st._emit(s, _keys_at(st, s, r, js), cols)
+
+
+def _passing(
+    st: StreamLike, s: Any, u: Any, own: list[Column]
+) -> Iterator[tuple[np.ndarray, np.ndarray, dict[int, pa.Array]]]:
+    """Steps 1–3 of the module doc over the filter's unit `u`: (per output row its base row, -1
+    for a key the base does not hold; its key of U, -1 for a row no small run touches; `own`
+    columns), batch by batch in key order."""
+    ov = s.overlay
+    filt = st.ctx.plan.filter
+    assert ov is not None and filt is not None
+    values, wins = st._values(s, u)
+    dead = ov.ins[ov.hit & wins]  # base rows whose fresh cells of u are the small runs': stale
+    by_path = {c.full_path: values[j].array for j, c in enumerate(u.columns)}
+    ok = np.asarray(filter_mask(filt, by_path.__getitem__), dtype=np.bool_)
+    passing = np.flatnonzero(ok & (~ov.hit | wins))  # keys of U whose fresh cells of u pass
+    fresh = {c.id: values[u.columns.index(c)].array for c in own}
+    done = 0  # passing keys of U emitted so far
+
+    def merged(rows: np.ndarray, cols: dict[int, Any], js: np.ndarray) -> tuple[Any, ...]:
+        order, base, touched = interleave(ov, rows, js)
+        idx = pa.array(order)
+        taken = pa.array(js)
+        out = {k: pa.concat_arrays([_one(col), fresh[k].take(taken)]).take(idx) for k, col in cols.items()}
+        return base, touched, out
+
+    for rows, cols in st._passing(s, u, own):
+        if len(dead) and len(rows):
+            keep = ~_member(rows, dead)
+            rows, cols = rows[keep], {k: col.filter(pa.array(keep)) for k, col in cols.items()}
+        if not len(rows):
+            continue
+        upto = done + int(np.searchsorted(ov.ins[passing[done:]], rows[-1], "right"))
+        yield merged(rows, cols, passing[done:upto])
+        done = upto
+    if done < len(passing):
+        yield merged(np.zeros(0, dtype=np.int64), {c.id: fresh[c.id].slice(0, 0) for c in own}, passing[done:])
+
+
+def _read_at(ctx: ScanContext, v: Any, r: np.ndarray, los: np.ndarray, masks: list[Any], schema: pa.Schema) -> pa.Table:
+    """Unit `v`'s cells at key-space rows `r` (ascending), by fragment row."""
+    which = np.searchsorted(los, r, "right") - 1  # dense fragments tile the rows
+    cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(r)]
+    parts = [
+        (v.fragments[int(which[i])], masks[int(which[i])].to_fragment_rows(r[i:j])) for i, j in itertools.pairwise(cuts)
+    ]
+    return ctx.read_many(v.group, parts, schema)
+
+
+def _keys_at(st: StreamLike, s: Any, r: np.ndarray, js: np.ndarray) -> pa.Table:
+    """Output keys of rows at base rows `r` (-1: a key only the small runs hold, U's `js`)."""
+    keys = st._keys(s)
+    inserted = np.flatnonzero(r < 0)
+    if not len(inserted):
+        return take_rows(keys, r)
+    held = np.flatnonzero(r >= 0)
+    both = pa.concat_tables([take_rows(keys, r[held]), s.overlay.keys.take(pa.array(js[inserted]))])
+    idx = np.empty(len(r), dtype=np.int64)
+    idx[held] = np.arange(len(held))
+    idx[inserted] = len(held) + np.arange(len(inserted))
+    return both.take(pa.array(idx))
+
+
+def _one(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which of `rows` are in the sorted array `sorted_set`."""
+    i = np.minimum(np.searchsorted(sorted_set, rows), len(sorted_set) - 1)
+    return np.asarray(sorted_set[i] == rows)
