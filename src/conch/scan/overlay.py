@@ -43,6 +43,7 @@ class OverlayKeys:
     hit: np.ndarray  # per key of U: the base holds it (then base[ins] == key)
     pos: list[np.ndarray]  # per small run: its selected rows' positions in U
     rows: list[np.ndarray]  # per small run: its selected rows (a key predicate may exclude some)
+    name: str = ""  # its name in the key cache, where it is kept across scans ("": not kept)
 
     @property
     def inserted(self) -> int:
@@ -146,6 +147,18 @@ class OverlayColumn:
         valid = np.ones(len(array), dtype=bool) if array.null_count == 0 else array.is_valid().to_numpy(False)
         width = fixed_width(array.type)
         return cls(array, valid, primitive_view(array, width) if width else None)
+
+
+@dataclass
+class OverlayCells:
+    """One stream unit's overlay cells (`overlay_values`, per column) and which are shown."""
+
+    columns: list[OverlayColumn]
+    wins: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.wins.nbytes + sum(c.array.nbytes + c.valid.nbytes for c in self.columns))
 
 
 def fixed_width(t: pa.DataType) -> int:

@@ -24,6 +24,7 @@ runs: merge → locate → row mask → take → assemble).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
-from conch.scan.overlay import OverlayColumn, OverlayKeys, Window, overlay_keys, overlay_values, splice
+from conch.scan.overlay import OverlayCells, OverlayColumn, OverlayKeys, Window, overlay_keys, overlay_values, splice
 from conch.scan.overtake import overlaid_take
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
@@ -220,7 +221,8 @@ def _segment(
 
         if plan.key_predicate is None and plan.within is None:  # the same for every scan: kept
             placed = ",".join(f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in small)
-            ov = keys_of.derived(f"overlay {fields[0]} {kss[-1].path} {placed}", build)
+            name = f"overlay {fields[0]} {kss[-1].path} {placed}"
+            ov = keys_of.derived(name, lambda: dataclasses.replace(build(), name=name))
         else:
             ov = build()
         if hi <= lo and ov.inserted:
@@ -600,8 +602,17 @@ class Stream:
                 parts = [self.ctx.read_decoded(u.group, f, schema) for f in frs[i]]
                 return pa.concat_tables(parts) if parts else schema.empty_table()
 
-            values, u.wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
-            u.values = [OverlayColumn.of(c) for c in values.columns]
+            def build() -> OverlayCells:
+                values, wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
+                return OverlayCells([OverlayColumn.of(c) for c in values.columns], wins)
+
+            if ov.name:  # the overlay is kept across scans: so are its cells (immutable files too)
+                files = ",".join(f.path + f.mask for pf in u.overlay_fragments for f in pf)
+                name = f"{ov.name} cells {schema.names} {u.overlay} {u.newer_than} {files}"
+                cells = self.ctx.keys().derived(name, build)
+            else:
+                cells = build()
+            u.values, u.wins = cells.columns, cells.wins
         return u.values, u.wins
 
     def _keys(self, s: _Segment) -> pa.Table:
