@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from conch.expr.tree import mask as filter_mask
+from conch.files.format import column_name
 from conch.model.schema import Column
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.overlay import OverlayColumn, interleave, laid_over
@@ -56,36 +57,55 @@ class StreamLike(Protocol):
 def overlaid_take(st: StreamLike, s: Any) -> Iterator[pa.RecordBatch]:
     """Segment `s`'s rows passing the filter of its first unit (module doc), in output batches
     of bounded bytes."""
-    u, others = s.units[0], s.units[1:]
     ctx = st.ctx
-    own = [c for c in u.columns if c in ctx.plan.columns]  # filter-only columns are not read
-    bounds = []
-    per_row = 0.0
+    if ctx.plan.filter is None:  # a key set's rows (`s.rows`): every unit is taken at them
+        others, passing = s.units, _selected(s)
+    else:
+        u, others = s.units[0], s.units[1:]
+        own = [c for c in u.columns if c in ctx.plan.columns]  # filter-only columns are not read
+        passing = _passing(st, s, u, own)
+    # units holding their base cells in the same fragments (a partial upsert splits one group's
+    # columns into units by the small runs holding them) share one read of those fragments
+    reads: dict[tuple[str, tuple[str, ...]], list[Any]] = {}
     for v in others:
-        masks = [ctx.mask(f) for f in v.fragments]
-        bounds.append((np.array([m.lo for m in masks], dtype=np.int64), masks, file_schema(v.columns)))
-        per_row += sum(f.bytes for f in v.fragments) / max(1, sum(f.rows for f in v.fragments))
+        reads.setdefault((v.group, tuple(f.id for f in v.fragments)), []).append(v)
+    shared = []
+    per_row = 0.0
+    for vs in reads.values():
+        frs = vs[0].fragments
+        masks = [ctx.mask(f) for f in frs]
+        held_cols = [c for v in vs for c in v.columns]
+        shared.append((vs, np.array([m.lo for m in masks], dtype=np.int64), masks, file_schema(held_cols)))
+        per_row += sum(f.bytes for f in frs) / max(1, sum(f.rows for f in frs))
     opts = ctx.options
     step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
-    for rows, touched, own_cols in _passing(st, s, u, own):
+    for rows, touched, own_cols in passing:
         for a in range(0, len(rows), step):
             if st.left <= 0:
                 return
             r = rows[a : a + min(step, st.left)]
             js = touched[a : a + len(r)]
             cols = {k: col.slice(a, len(r)) for k, col in own_cols.items()}
-            for v, (los, masks, schema) in zip(others, bounds, strict=True):
-                values = st._values(s, v) if v.overlay else None
-                from_base = r >= 0
-                if values is not None:  # where the small runs hold the newer cell, not the base
-                    from_base &= ~((js >= 0) & values[1][np.maximum(js, 0)])
+            held = r >= 0
+            for vs, los, masks, schema in shared:
                 got = None  # no base cells (`null_base`): nulls under the overlay
-                if v.fragments:
-                    at = r[from_base]
-                    got = _read_at(ctx, v, at, los, masks, schema) if len(at) else schema.empty_table()
-                for j, c in enumerate(v.columns):
-                    base = one_array(got.column(j)) if got is not None else None
-                    cols[c.id] = laid_over(base, from_base, values[0][j] if values is not None else None, js)
+                if vs[0].fragments:
+                    at = r[held]
+                    got = _read_at(ctx, vs[0], at, los, masks, schema) if len(at) else schema.empty_table()
+                for v in vs:
+                    values = st._values(s, v) if v.overlay else None
+                    from_base = held
+                    if values is not None:  # where the small runs hold the newer cell, not the base
+                        newer = js >= 0
+                        newer[newer] = values[1][js[newer]]
+                        from_base = held & ~newer
+                    keep = None if from_base is held else pa.array(from_base[held])
+                    for j, c in enumerate(v.columns):
+                        base = None
+                        if got is not None:
+                            base = one_array(got.column(column_name(c.id)))
+                            base = base if keep is None else base.filter(keep)
+                        cols[c.id] = laid_over(base, from_base, values[0][j] if values is not None else None, js)
             yield st._emit(s, _keys_at(st, s, r, js), cols)
 
 
@@ -124,6 +144,17 @@ def _passing(
         done = upto
     if done < len(passing):
         yield merged(np.zeros(0, dtype=np.int64), {c.id: fresh[c.id].slice(0, 0) for c in own}, passing[done:])
+
+
+def _selected(s: Any) -> Iterator[tuple[np.ndarray, np.ndarray, dict[int, Any]]]:
+    """A take's output rows: the key set's base rows and the keys of U the base does not hold,
+    in key order, as `_passing` yields them."""
+    ov = s.overlay
+    if ov is None:
+        yield s.rows, np.full(len(s.rows), -1, dtype=np.int64), {}
+        return
+    _, base, touched = interleave(ov, s.rows, np.flatnonzero(~ov.hit))
+    yield base, touched, {}
 
 
 def _read_at(ctx: ScanContext, v: Any, r: np.ndarray, los: np.ndarray, masks: list[Any], schema: pa.Schema) -> pa.Table:

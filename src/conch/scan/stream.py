@@ -79,13 +79,20 @@ class _Segment:
     units: list[_StreamUnit]
     missing: list[Column]  # projected columns with no cells in this segment: nulls
     overlay: OverlayKeys | None = None  # the small runs' keys (None: no small runs)
+    rows: np.ndarray | None = None  # a key set's rows of the base in [lo, hi) (None: all of them)
 
 
 def streamed(ctx: ScanContext) -> Stream | None:
     """The streamed zip path over the plan, or None where it does not apply (module doc)."""
     plan = ctx.plan
-    if plan.tombstones or not plan.key_spaces or isinstance(plan.key_predicate, KeySet) or plan.filter_keys:
+    if plan.tombstones or not plan.key_spaces or plan.filter_keys:
         return None
+    if isinstance(plan.key_predicate, KeySet):  # a take: the key sets differ (else `pick.py`)
+        keys_of = ctx.keys()
+        if plan.filter is not None or not numeric_key(plan.key_fields):
+            return None
+        if not keys_of.keep and not all(keys_of.cached(k) for k in plan.key_spaces):
+            return None  # key tables too large to cache: the general path's sparse-index lookup
     groups: dict[tuple[str, str, int], list[int]] = {}
     for i, ks in enumerate(plan.key_spaces):
         groups.setdefault((ks.min_key, ks.max_key, ks.rows), []).append(i)
@@ -113,7 +120,7 @@ def streamed(ctx: ScanContext) -> Stream | None:
     m = ctx.metrics
     m.key_spaces = len(plan.key_spaces)
     m.keys_merged = sum(ks.rows for ks in plan.key_spaces)
-    m.keys_out = sum(s.hi - s.lo + _inserted(s) for s in segments)
+    m.keys_out = sum(_out(s) for s in segments)
     m.merge = "zip (streamed)"
     return Stream(ctx, segments, expr)
 
@@ -198,7 +205,7 @@ def _segment(
         lo = hi = 0
         if len(rows):
             lo, hi = int(rows[0]), int(rows[-1]) + 1
-            if hi - lo != len(rows):
+            if hi - lo != len(rows) and not isinstance(plan.key_predicate, KeySet):
                 return None
     ov = None
     if small:
@@ -293,7 +300,8 @@ def _segment(
             u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
         # the filter's unit first: `Stream._taken` filters it and takes the others' cells
         return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov)
-    return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov)
+    keyset = rows if isinstance(plan.key_predicate, KeySet) else None
+    return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset)
 
 
 _NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # keys: only inserts
@@ -309,6 +317,11 @@ def _compactable(t: pa.DataType) -> bool:
 def _compact(t: pa.DataType) -> pa.DataType | None:
     """The compact type of a column (`ScanOptions.compact_types`); None: a string (per fragment)."""
     return pa.decimal64(t.precision, t.scale) if isinstance(t, pa.Decimal128Type) else None
+
+
+def _out(s: _Segment) -> int:
+    """Rows the segment outputs without a filter."""
+    return (s.hi - s.lo if s.rows is None else len(s.rows)) + _inserted(s)
 
 
 def _inserted(s: _Segment) -> int:
@@ -335,7 +348,7 @@ class Stream:
     def __init__(self, ctx: ScanContext, segments: list[_Segment], filter_expr: Any) -> None:
         self.ctx, self.segments, self.filter_expr = ctx, segments, filter_expr
         limit = ctx.plan.limit
-        self.left = limit if limit is not None else sum(s.hi - s.lo + _inserted(s) for s in segments)
+        self.left = limit if limit is not None else sum(_out(s) for s in segments)
         plan = ctx.plan
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
         self.out_schema = output_schema(plan.schema, plan.level, plan.columns, ctx.options.with_keys)
@@ -626,7 +639,9 @@ class Stream:
         for s in self.segments:
             if self.left <= 0:
                 break
-            if self.filter_expr is None:
+            if s.rows is not None:  # a take: every unit's cells at the key set's rows
+                batches = overlaid_take(self, s)
+            elif self.filter_expr is None:
                 batches = self._zipped(s)
             else:
                 if len(s.units) == 1 and not s.missing:
