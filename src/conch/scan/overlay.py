@@ -26,12 +26,17 @@ the small runs (numeric keys only):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from conch.files.manifest import KeySpace
+from conch.scan.keyspace import selected_rows
 
 
 @dataclass
@@ -203,6 +208,35 @@ def overlay_keys(
     return OverlayKeys(make_keys(u), ins.astype(np.int64), hit, pos, rows)
 
 
+def placed(
+    keys_of: Any, plan: Any, base: KeySpace, small: list[int], ranges: dict[int, tuple[int, int]]
+) -> OverlayKeys:
+    """The overlay of one segment: the plan's small runs `small` (indices into its key spaces,
+    each at its rows `ranges[i]`, all if absent; the key predicate's rows among them) placed among
+    the keys of `base`. Where no key predicate selects, every scan of the same table version
+    places the same runs: the result is kept across scans in the key cache (`keys_of`, the
+    scan's `CountedKeys`), named by the immutable key spaces it is built from."""
+    fields = plan.key_fields
+
+    def build() -> OverlayKeys:
+        nums, sel = [], []
+        for i in small:
+            num = keys_of.numeric(plan.key_spaces[i], fields)
+            r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
+            r0, r1 = ranges.get(i, (0, len(num)))
+            r = np.arange(r0, r1, dtype=np.int64) if r is None else r[(r >= r0) & (r < r1)]
+            nums.append(num[r])
+            sel.append(r)
+        make = lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)})  # noqa: E731
+        return overlay_keys(keys_of.numeric(base, fields), nums, sel, make)
+
+    if plan.key_predicate is not None or plan.within is not None:
+        return build()
+    runs = ",".join(f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in small)
+    name = f"overlay {fields[0]} {base.path} {runs}"
+    return keys_of.derived(name, lambda: dataclasses.replace(build(), name=name))
+
+
 def overlay_values(
     ov: OverlayKeys, runs: list[int], newer_than: int, tables: Callable[[int], pa.Table], schema: pa.Schema
 ) -> tuple[pa.Table, np.ndarray]:
@@ -274,3 +308,9 @@ def laid_over(base: pa.Array | None, from_base: np.ndarray, values: OverlayColum
         parts.append(pa.nulls(1, typ))
         idx[rest] = off
     return pa.concat_arrays(parts).take(pa.array(idx))
+
+
+def member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which of `rows` are in the sorted array `sorted_set`."""
+    i = np.minimum(np.searchsorted(sorted_set, rows), len(sorted_set) - 1)
+    return np.asarray(sorted_set[i] == rows)

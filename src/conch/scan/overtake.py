@@ -34,7 +34,7 @@ from conch.expr.tree import mask as filter_mask
 from conch.files.format import column_name
 from conch.model.schema import Column
 from conch.scan.context import ScanContext, file_schema
-from conch.scan.overlay import OverlayColumn, interleave, laid_over
+from conch.scan.overlay import OverlayColumn, interleave, laid_over, member
 from conch.scan.take import one_array, take_rows
 
 
@@ -135,7 +135,7 @@ def _passing(
 
     for rows, cols in st._passing(s, u, own):
         if len(dead) and len(rows):
-            keep = ~_member(rows, dead)
+            keep = ~member(rows, dead)
             rows, cols = rows[keep], {k: col.filter(pa.array(keep)) for k, col in cols.items()}
         if not len(rows):
             continue
@@ -183,9 +183,3 @@ def _keys_at(st: StreamLike, s: Any, r: np.ndarray, js: np.ndarray) -> pa.Table:
 
 def _one(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-
-
-def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Which of `rows` are in the sorted array `sorted_set`."""
-    i = np.minimum(np.searchsorted(sorted_set, rows), len(sorted_set) - 1)
-    return np.asarray(sorted_set[i] == rows)

@@ -24,7 +24,6 @@ runs: merge → locate → row mask → take → assemble).
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
-from conch.scan.overlay import OverlayCells, OverlayColumn, OverlayKeys, Window, overlay_keys, overlay_values, splice
+from conch.scan.overlay import OverlayCells, OverlayColumn, OverlayKeys, Window, member, overlay_values, placed, splice
 from conch.scan.overtake import overlaid_take
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
@@ -207,33 +206,9 @@ def _segment(
             lo, hi = int(rows[0]), int(rows[-1]) + 1
             if hi - lo != len(rows) and not isinstance(plan.key_predicate, KeySet):
                 return None
-    ov = None
-    if small:
-
-        def build() -> OverlayKeys:
-            nums, sel = [], []
-            for i in small:
-                num = keys_of.numeric(plan.key_spaces[i], fields)
-                r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
-                r0, r1 = ranges.get(i, (0, len(num)))
-                r = np.arange(r0, r1, dtype=np.int64) if r is None else r[(r >= r0) & (r < r1)]
-                nums.append(num[r])
-                sel.append(r)
-            return overlay_keys(
-                keys_of.numeric(kss[-1], fields),
-                nums,
-                sel,
-                lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)}),
-            )
-
-        if plan.key_predicate is None and plan.within is None:  # the same for every scan: kept
-            placed = ",".join(f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in small)
-            name = f"overlay {fields[0]} {kss[-1].path} {placed}"
-            ov = keys_of.derived(name, lambda: dataclasses.replace(build(), name=name))
-        else:
-            ov = build()
-        if hi <= lo and ov.inserted:
-            return None  # only inserted keys in the range: the general path
+    ov = placed(keys_of, plan, kss[-1], small, ranges) if small else None
+    if ov is not None and hi <= lo and ov.inserted:
+        return None  # only inserted keys in the range: the general path
     # units: (group, newest base key space holding the column, small runs holding it) → fragments
     in_seg = {plan.key_spaces[i].id: i for i in [*members, *small]}
     small_set = set(small)
@@ -334,12 +309,6 @@ def _row_width(cols: list[Column]) -> int | None:
     if not all(pa.types.is_primitive(c.type) or pa.types.is_decimal(c.type) for c in cols):
         return None
     return sum(max(1, c.type.bit_width // 8) for c in cols)
-
-
-def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Which of `rows` are in the sorted array `sorted_set`."""
-    i = np.minimum(np.searchsorted(sorted_set, rows), len(sorted_set) - 1)
-    return np.asarray(sorted_set[i] == rows)
 
 
 class Stream:
@@ -451,7 +420,7 @@ class Stream:
                 return
             rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + start
             if len(dead) and len(rows):
-                keep = ~_member(rows, dead)
+                keep = ~member(rows, dead)
                 rows, batch = rows[keep], batch.filter(pa.array(keep))
             if ov is not None and len(rows):
                 upto = done + int(np.searchsorted(ov.ins[ov_rows[done:]], rows[-1], "right"))
