@@ -148,15 +148,18 @@ class CountingMetastore:
         return n
 
 
-def run_spark_job(job: Path, targets: list[dict[str, Any]], driver_cwd: Path) -> Any:
-    """Run a Spark job script (`tests/*_job.py`) as its own driver process in `driver_cwd`, with
+CLUSTER_JOB = Path(__file__).parent / "engines" / "cluster_job.py"
+
+
+def run_spark_job(job: str, targets: list[dict[str, Any]], driver_cwd: Path) -> Any:
+    """Run the `job` of `engines/cluster_job.py` (`write` or `read`) as its own driver process in `driver_cwd`, with
     the `conch` under test on its path and no `AWS_*` variables (only the targets' options reach
     S3); returns the JSON its last output line holds."""
     driver_cwd.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(conch.__file__).parents[1]), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, str(job), json.dumps(targets)],
+        [sys.executable, str(CLUSTER_JOB), job, json.dumps(targets)],
         cwd=driver_cwd,
         env=env,
         capture_output=True,

@@ -17,7 +17,6 @@ from helpers import run_spark_job
 from services import MotoS3, ServerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-JOB = Path(__file__).with_name("snapshot_spark_job.py")
 TOKEN = "snap-spark-token"
 KID = pa.struct([("$", pa.uint64()), ("v", pa.int64())])
 
@@ -39,7 +38,7 @@ def test_local_cluster_reads_with_the_connection_options(moto_s3: MotoS3, tmp_pa
             {"warehouse": server.url, "table": "t", "token": TOKEN, "storageOptions": json.dumps(moto_s3.options)},
         ]
         driver_cwd = tmp_path / "driver"
-        out = run_spark_job(JOB, targets, driver_cwd)
+        out = run_spark_job("read", targets, driver_cwd)
         want = {"parents": 50, "parent_sum": 100, "kids": 150, "kid_sum": 300}
         assert out["results"] == [want, want]
         cwds = {cwd for _, cwd in out["workers"]}

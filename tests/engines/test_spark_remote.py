@@ -17,7 +17,6 @@ from helpers import run_spark_job
 from services import MotoS3, Postgres, ServerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-JOB = Path(__file__).with_name("spark_remote_job.py")
 
 
 def test_local_cluster_on_s3_through_http_and_postgres(moto_s3: MotoS3, postgres: Postgres, tmp_path: Path) -> None:
@@ -30,7 +29,7 @@ def test_local_cluster_on_s3_through_http_and_postgres(moto_s3: MotoS3, postgres
             {"warehouse": pg_wh, "table": "events", "metastore": pg_dsn, "storageOptions": storage_options},
         ]
         driver_cwd = tmp_path / "driver"
-        out = run_spark_job(JOB, targets, driver_cwd)
+        out = run_spark_job("write", targets, driver_cwd)
         assert out["results"] == [{"total": 2000, "updated": 20}] * 2
         cwds = {cwd for _, cwd in out["workers"]}
         assert len(cwds) == 2 and str(driver_cwd) not in cwds  # two executors, none in the driver's directory

@@ -75,6 +75,19 @@ def test_where_takes_t_attr_t_item_and_underscore_as_one_tree(table: conch.Table
     assert [r["id"] for r in table.scan().to_pylist()] == list(range(7))
 
 
+def test_core_and_nested_filters_combine_either_way_round(table: conch.Table) -> None:
+    # before: t["id"] < 5 & t.x > 2 wrapped the nested side as a literal: ArrowInvalid or IndexError at scan
+    want = [{"id": i, "x": float(i)} for i in (3, 4)]
+    for where in ((table["id"] < 5) & (table.x > 2), (table.x > 2) & (table["id"] < 5), (_.x > 2) & (table["id"] < 5)):
+        assert table.scan(where=where).to_pylist() == want
+    assert len(table.scan(where=(table["id"] < 1) | (table.x > 8)).to_pylist()) == 2
+    assert len(table.scan(where=(table.x > 8) | (table["id"] < 1)).to_pylist()) == 2
+    with pytest.raises(conch.ExpressionError, match="not a row filter"):
+        (table["id"] < 5) & (table.x + 1)
+    with pytest.raises(conch.ExpressionError, match="combines filters; got int"):
+        (table["id"] < 5) & 5
+
+
 def test_nested_where_takes_core_filters(table: conch.Table) -> None:
     assert table.where(table["x"] > 7).select(y=_.x).scan().to_arrow().column("y").to_pylist() == [8.0, 9.0]
     assert table.where(table["id"].isin([1, 3])).select(y=_.x).scan().to_arrow().column("y").to_pylist() == [1.0, 3.0]

@@ -35,10 +35,16 @@ class Expr:
     __slots__ = ()
 
     def __and__(self, other: Expr) -> Expr:
-        return And(self, _expr(other))
+        return And(self, _operand(other, "&"))
 
     def __or__(self, other: Expr) -> Expr:
-        return Or(self, _expr(other))
+        return Or(self, _operand(other, "|"))
+
+    def __rand__(self, other: Any) -> Expr:  # `t.x < 0 & t["id"] > 1`: the nested side on the left
+        return And(_operand(other, "&"), self)
+
+    def __ror__(self, other: Any) -> Expr:
+        return Or(_operand(other, "|"), self)
 
     def __invert__(self) -> Expr:
         return Not(self)
@@ -199,6 +205,18 @@ class IsIn(Expr):
 
 def _expr(v: Any) -> Expr:
     return v if isinstance(v, Expr) else Lit(v)
+
+
+def _operand(v: Any, op: str) -> Expr:
+    """The other side of `&` / `|`: a filter of this tree, or a nested filter lowered to one
+    (`t["id"] > 1 & t.x < 0`). Anything else is an `ExpressionError` now, not an Arrow error
+    when the scan evaluates it."""
+    v = as_expr(v)
+    if isinstance(v, bool):
+        return Lit(v)
+    if not isinstance(v, Expr):
+        raise ExpressionError(f"{op} combines filters; got {type(v).__name__} {v!r}")
+    return v
 
 
 def as_expr(v: Any) -> Any:

@@ -99,6 +99,8 @@ def _binop(op: str, reflected: bool = False) -> Callable[[Expr, Any], Any]:
     def f(self: Expr, other: Any) -> Any:
         if isinstance(other, Deferred | RekeyPath):
             return NotImplemented
+        if op in ("&", "|") and isinstance(other, core_expr.Expr):
+            return NotImplemented  # the core side lowers this one: `t.x < 0 & t["id"] > 1` is a core filter
         o = to_node(other)
         left, right = (o, self.node) if reflected else (self.node, o)
         return Expr(Binary.make(op, left, right, _root_keyed(left, right)))

@@ -3,6 +3,7 @@ the deferred expressions built from it, resolved against that level when the cal
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -52,9 +53,32 @@ class Deferred:
     __hash__ = object.__hash__
 
 
+_REFLECTED = {
+    "radd": "add",
+    "rsub": "sub",
+    "rmul": "mul",
+    "rtruediv": "truediv",
+    "rfloordiv": "floordiv",
+    "rand": "and_",
+    "ror": "or_",
+}
+_OPERATOR = {**_REFLECTED, "and": "and_", "or": "or_"}
+
+
 def _deferred_op(name: str) -> Callable[..., Deferred]:
+    """`_ <op> other` applied once `_` is bound: through the `operator` function, not the bound
+    dunder, so Python's reflected-operand rule holds (`_.x > 2 & t["id"] < 5` lets the core side
+    lower the nested one)."""
+    base = name.strip("_")
+    reflected = base in _REFLECTED
+    fn = getattr(operator, _OPERATOR.get(base, base))
+
     def op(self: Deferred, *other: Any) -> Deferred:
-        return Deferred(lambda p: getattr(self._fn(p), name)(*[resolve(o, p) for o in other]), f"{self._repr} {name}")
+        def apply(p: Any) -> Any:
+            operands = [self._fn(p), *[resolve(o, p) for o in other]]
+            return fn(*reversed(operands)) if reflected else fn(*operands)
+
+        return Deferred(apply, f"{self._repr} {name}")
 
     return op
 

@@ -13,6 +13,9 @@ pushed into the core scan (where key terms become key ranges, `conch.scan.filter
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Callable
 from typing import Any
 
 from conch.errors import ExpressionError
@@ -24,40 +27,57 @@ _CMP = ("==", "!=", "<", "<=", ">", ">=")
 _ARITH = ("+", "-", "*", "/")
 
 
+# ----- nested -> core: one `functools.singledispatch` case per node class, as in `conch.expr.tree` ----
+@functools.singledispatch
 def lower_at(e: Node, level: str) -> core.Expr | None:
     """`e` as a core tree on rows of `level` (a filter, or arithmetic of the level's own
     columns: `t.price * 2`), or None when it is not one (it reads another level, reduces)."""
-    if isinstance(e, Field) and e.key and isinstance(e.domain, Domain) and is_ancestor(e.domain.level, level):
-        return core.Col(e.path)  # a root key column: every level's scan carries it (a key range)
-    if isinstance(e, Field) and isinstance(e.domain, Domain) and e.domain.level == level:
-        return core.Col(join_path(level, e.path))
-    if isinstance(e, Lit):
-        return core.Lit(e.value)
-    if isinstance(e, Binary) and e.op == "in" and isinstance(e.right, Lit):
-        operand = lower_at(e.left, level)
-        return None if operand is None else core.IsIn(operand, tuple(e.right.value))
-    if isinstance(e, Binary) and e.op in (*_CMP, *_ARITH, "&", "|"):
-        left, right = lower_at(e.left, level), lower_at(e.right, level)
-        if left is None or right is None:
-            return None
-        if e.op in _ARITH:
-            return None if isinstance(left, core.Lit) and isinstance(right, core.Lit) else core.Arith(e.op, left, right)
-        if e.op == "&":
-            return core.And(left, right)
-        if e.op == "|":
-            return core.Or(left, right)
-        if isinstance(left, core.Lit) and isinstance(right, core.Lit):
-            return None
-        return core.Cmp(e.op, left, right)
-    if isinstance(e, Unary) and e.op == "neg":
-        inner = lower_at(e.operand, level)
-        return None if inner is None or isinstance(inner, core.Lit) else core.Arith("-", core.Lit(0), inner)
-    if isinstance(e, Unary) and e.op in ("not", "is_null"):
-        inner = lower_at(e.operand, level)
-        if inner is None:
-            return None
-        return core.Not(inner) if e.op == "not" else core.IsNull(inner)
     return None
+
+
+@lower_at.register
+def _(e: Field, level: str) -> core.Expr | None:
+    if not isinstance(e.domain, Domain):
+        return None
+    if e.key and is_ancestor(e.domain.level, level):
+        return core.Col(e.path)  # a root key column: every level's scan carries it (a key range)
+    return core.Col(join_path(level, e.path)) if e.domain.level == level else None
+
+
+@lower_at.register
+def _(e: Lit, level: str) -> core.Expr | None:
+    return core.Lit(e.value)
+
+
+@lower_at.register
+def _(e: Binary, level: str) -> core.Expr | None:
+    if e.op == "in":
+        operand = lower_at(e.left, level) if isinstance(e.right, Lit) else None
+        return None if operand is None else core.IsIn(operand, tuple(e.right.value))  # type: ignore[attr-defined]
+    if e.op not in (*_CMP, *_ARITH, "&", "|"):
+        return None
+    left, right = lower_at(e.left, level), lower_at(e.right, level)
+    if left is None or right is None:
+        return None
+    if e.op == "&":
+        return core.And(left, right)
+    if e.op == "|":
+        return core.Or(left, right)
+    if isinstance(left, core.Lit) and isinstance(right, core.Lit):  # a constant is not a row's value
+        return None
+    return core.Arith(e.op, left, right) if e.op in _ARITH else core.Cmp(e.op, left, right)
+
+
+@lower_at.register
+def _(e: Unary, level: str) -> core.Expr | None:
+    if e.op not in ("neg", "not", "is_null"):
+        return None
+    inner = lower_at(e.operand, level)
+    if inner is None or (e.op == "neg" and isinstance(inner, core.Lit)):
+        return None
+    if e.op == "neg":
+        return core.Arith("-", core.Lit(0), inner)
+    return core.Not(inner) if e.op == "not" else core.IsNull(inner)
 
 
 def lower(e: Node) -> core.Expr:
@@ -84,43 +104,67 @@ def lower_value(e: Node, level: str) -> core.Expr:
     return out
 
 
+# ----- core -> nested ------------------------------------------------------------------------------
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+@functools.singledispatch
 def lift(e: Any, at: Any) -> Any:
     """A core filter (`t["x"] > 1`, a `conch.Col` tree) as a nested expression at path `at`
     (a `conch.nested.api.Path`), so nested `where()` / `select()` take it too."""
-    if isinstance(e, core.Col):
-        level = at.level
-        rel = e.path[len(level) + 1 :] if level and e.path.startswith(level + ".") else e.path
-        return at.col(rel)
-    if isinstance(e, core.Lit):
-        return e.value
-    if isinstance(e, core.Cmp):
-        left, right = lift(e.left, at), lift(e.right, at)
-        ops = {
-            "==": lambda a, b: a == b,
-            "!=": lambda a, b: a != b,
-            "<": lambda a, b: a < b,
-            "<=": lambda a, b: a <= b,
-            ">": lambda a, b: a > b,
-            ">=": lambda a, b: a >= b,
-        }
-        if not hasattr(left, "node"):  # `1 < t.x`: keep a nested expression on the left
-            flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
-            return ops[flip[e.op]](right, left)
-        return ops[e.op](left, right)
-    if isinstance(e, core.And):
-        return lift(e.left, at) & lift(e.right, at)
-    if isinstance(e, core.Or):
-        return lift(e.left, at) | lift(e.right, at)
-    if isinstance(e, core.Not):
-        return ~lift(e.operand, at)
-    if isinstance(e, core.IsNull):
-        return lift(e.operand, at).is_null()
-    if isinstance(e, core.IsIn):
-        operand = lift(e.operand, at)
-        if not e.values:
-            raise ExpressionError(f"{e!r}: an empty isin() is not a nested filter")
-        out = operand == e.values[0]
-        for v in e.values[1:]:
-            out = out | (operand == v)
-        return out
     raise ExpressionError(f"cannot use {e!r} in a nested expression")
+
+
+@lift.register
+def _(e: core.Col, at: Any) -> Any:
+    level = at.level
+    return at.col(e.path[len(level) + 1 :] if level and e.path.startswith(level + ".") else e.path)
+
+
+@lift.register
+def _(e: core.Lit, at: Any) -> Any:
+    return e.value
+
+
+@lift.register
+def _(e: core.Cmp, at: Any) -> Any:
+    left, right = lift(e.left, at), lift(e.right, at)
+    if not hasattr(left, "node"):  # `1 < t.x`: keep a nested expression on the left
+        return _COMPARE[_FLIP[e.op]](right, left)
+    return _COMPARE[e.op](left, right)
+
+
+@lift.register
+def _(e: core.And, at: Any) -> Any:
+    return lift(e.left, at) & lift(e.right, at)
+
+
+@lift.register
+def _(e: core.Or, at: Any) -> Any:
+    return lift(e.left, at) | lift(e.right, at)
+
+
+@lift.register
+def _(e: core.Not, at: Any) -> Any:
+    return ~lift(e.operand, at)
+
+
+@lift.register
+def _(e: core.IsNull, at: Any) -> Any:
+    return lift(e.operand, at).is_null()
+
+
+@lift.register
+def _(e: core.IsIn, at: Any) -> Any:
+    if not e.values:
+        raise ExpressionError(f"{e!r}: an empty isin() is not a nested filter")
+    operand = lift(e.operand, at)
+    return functools.reduce(operator.or_, [operand == v for v in e.values])
