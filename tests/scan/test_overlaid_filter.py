@@ -139,15 +139,18 @@ def test_filter_over_partially_upserted_columns(ops: list[tuple[str, list[int], 
             model.write(t.write(pa.table(cols)).seq, rows)
 
         step = -(-len(BASE) // chunks)
+        spans = [(BASE[i], BASE[min(i + step, len(BASE)) - 1]) for i in range(0, len(BASE), step)]
         for i in range(0, len(BASE), step):
             write("all", BASE[i : i + step], 1)
         deleted = False
+        apart = False  # a run overlapping no base run is a base of its own: it may lack `a`
         for kind, keys, seed in ops:
             if kind == "delete":
                 model.delete(t.delete(keys).seq, keys)
                 deleted = True
             else:
                 write(kind, keys, seed)
+                apart |= not any(lo <= max(keys) and min(keys) <= hi for lo, hi in spans)
             x = data.draw(st.sampled_from([0.05, 0.3, 0.7, 2.0]))
             how = data.draw(st.sampled_from(["lt", "lt", "ge", "null"]))
             cols = tuple(c for c in COLUMNS if data.draw(st.booleans()))
@@ -156,7 +159,7 @@ def test_filter_over_partially_upserted_columns(ops: list[tuple[str, list[int], 
             got = scan.to_pylist()
             assert _same(got, _expected(model.rows, x, how, cols or COLUMNS)), (kind, x, how, cols)
             assert _same(got, scan.with_options(fast_paths=False).to_pylist()), (kind, x, how, cols)
-            if not deleted and how != "null":
+            if not deleted and not apart and how != "null":
                 assert scan.metrics().merge == "zip (streamed)", (kind, x, how, cols)
             want = data.draw(st.lists(st.integers(-6, 132), min_size=1, max_size=12), label="take")
             limit = data.draw(st.sampled_from([None, None, 3]))
