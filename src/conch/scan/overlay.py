@@ -253,13 +253,21 @@ def overlay_values(
         best[p] = k
         row[p] = ov.rows[i]
     wins = (best >= 0) & (~ov.hit | (best >= newer_than))
-    parts = [tables(i) for i in runs]
-    parts.append(pa.table({nm: pa.nulls(1, t) for nm, t in zip(schema.names, schema.types, strict=True)}))
-    starts = np.cumsum([0] + [p.num_rows for p in parts[:-1]]).astype(np.int64)
-    null_row = int(starts[-1])
-    idx = np.where(best >= 0, starts[np.maximum(best, 0)] + row, null_row)
-    idx[~wins] = null_row  # a stale small-run cell under a newer base cell: never shown
-    values = pa.concat_tables(parts).combine_chunks().take(pa.array(idx))
+    # each run gives only the cells shown (a take of a few keys decodes and copies no more of
+    # the small runs than those; a run showing none is not read), then one take aligns them
+    shown = np.flatnonzero(wins)
+    order = shown[np.argsort(best[shown], kind="stable")]  # by run, ascending keys within one
+    cuts = np.searchsorted(best[order], np.arange(len(runs) + 1), "left")
+    pieces = []
+    idx = np.empty(n, dtype=np.int64)
+    for k, i in enumerate(runs):
+        sel = order[cuts[k] : cuts[k + 1]]
+        if len(sel):
+            idx[sel] = cuts[k] + np.arange(len(sel))
+            pieces.append(tables(i).take(pa.array(row[sel])))
+    idx[~wins] = len(shown)  # a stale small-run cell under a newer base cell, or none: null
+    pieces.append(pa.table({nm: pa.nulls(1, t) for nm, t in zip(schema.names, schema.types, strict=True)}))
+    values = pa.concat_tables(pieces).combine_chunks().take(pa.array(idx))
     return values, wins
 
 
