@@ -6,12 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench docs clean
 
-$(STAMP): pyproject.toml .ci/install-postgres.sh .ci/install-chromium.sh .ci/install-azurite.sh
+$(STAMP): pyproject.toml .ci/install-postgres.sh .ci/install-chromium.sh .ci/install-azurite.sh .ci/install-ffmpeg.sh
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[dev,spark]"
 	bash .ci/install-postgres.sh
 	bash .ci/install-chromium.sh
+	bash .ci/install-ffmpeg.sh
 	bash .ci/install-azurite.sh
 	touch $(STAMP)
 

@@ -117,8 +117,7 @@ def reads(t: conch.Table, probe: pa.Table, reps: int, once: conch.Table) -> dict
         "50-key take": lambda x: x.scan(keys=keys).to_arrow(),
     }
     out = {}
-    for case, q in queries.items():
-        mine, base, got, _ = S.interleaved(lambda q=q: q(t), lambda q=q: q(once), reps)
+    for case, (mine, base, got, _) in S.alternated_reads(t, once, queries, reps).items():
         if case == "full scan":
             assert got.num_rows == probe.num_rows, (got.num_rows, probe.num_rows)
         if case == "50-key take":

@@ -242,8 +242,7 @@ def read_ratios(t: Any, once: Any, reps: int) -> dict[str, float]:
     """Full scan, 1 % filter and 50-key take of `t` as ratios to `once` (alternated medians)."""
     queries = _queries(once)
     out = {}
-    for case, q in queries.items():
-        mine, base, got, want = S.interleaved(lambda q=q: q(t), lambda q=q: q(once), reps)
+    for case, (mine, base, got, want) in S.alternated_reads(t, once, queries, reps).items():
         assert got.num_rows == want.num_rows, (case, got.num_rows, want.num_rows)
         out[case] = round(mine / base, 2)
     return out
@@ -335,16 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     for family in args.families.split(","):
         for n in sizes:
             out += shape(args.work, family.strip(), n, commits, args.reps, args.before)
-    args.out.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "machine": S.machine(),
-        "args": {k: str(v) for k, v in vars(args).items() if k != "child"},
-        "seconds": round(time.perf_counter() - t0, 1),
-        "rows": out,
-    }
-    name = "lsm_shapes-small.json" if args.small else "lsm_shapes.json"
-    (args.out / name).write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {args.out / name}")
+    S.write_results(args.out, "lsm_shapes-small.json" if args.small else "lsm_shapes.json", args, out, t0)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,15 @@
   in memory: the only way before).
 - `scan 5 as files`: peak RSS of reading 1 MB of each of 5 values of `--scan-mb` through
   `Scan.blob_files`, against `scan(limit=5).to_arrow()` of the same rows.
+- `open_blob` under load: the same with `--hogs` busy processes beside it.
+- `compact`: 4 values of `--scan-mb` in two runs, compacted in a fresh process: the peak RSS the
+  rewrite adds (big values are copied between blob files in parts).
 - `hf`: a `datasets.Dataset` of `--images` PNG images (32x32) with ClassLabel labels, made here:
   `conch.engines.hf.write` against `Dataset.save_to_disk` (median of `--reps`, alternated), then
-  read back through `conch.engines.hf.dataset` and compared byte for byte.
+  read back through `conch.engines.hf.dataset` and compared byte for byte; the ingest also at
+  the `--hf-sizes` multiples of `--images` (5x smaller and larger by default).
+
+It ends with the goals table (measured, goal, met).
 
 Peak RSS includes the interpreter and imports: the `imports and open` step measures that floor
 (a 5-row scan of the key column). Results:
@@ -73,6 +79,21 @@ def _child(step: str, work: Path, size: int) -> dict[str, Any]:
         for row in t.scan("video", limit=5).blob_files():
             got += len(row["video"].read(MB))
         assert got == 5 * MB
+    elif step == "import conch":
+        pass  # the package alone (`import conch` loads no engine: pandas, torch, datasets, Spark)
+    elif step == "compact":  # two runs of 2 values each, compacted: the peak RSS the rewrite adds
+        t = conch.connect(work / "wh-compact", maintenance=conch.Policy(auto=False)).table("v")
+        t.scan("id").to_arrow()
+        base = peak_rss()
+        r = t.compact()
+        assert r.runs_in == 2 and r.runs_out == 1, r
+        return {
+            "step": step,
+            "value_mb": size / MB,
+            "seconds": time.perf_counter() - t0,
+            "peak_rss_mb": peak_rss() / MB,
+            "added_rss_mb": (peak_rss() - base) / MB,
+        }
     elif step == "imports and open":  # the floor every other step's peak RSS includes
         t = conch.connect(work / "wh-scan").table("v")
         assert t.scan("id", limit=5).to_arrow().num_rows == 5
@@ -90,6 +111,37 @@ def _run_child(step: str, work: Path, size: int) -> dict[str, Any]:
         check=True,
     )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _hogs(n: int) -> list[subprocess.Popen[bytes]]:
+    """`n` busy processes: the machine under load while a latency is measured."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def open_blob_loaded(work: Path, size: int, reps: int, hogs: int) -> dict[str, Any]:
+    """Median open + seek + read 1 MB with `hogs` busy processes beside it."""
+    import conch
+
+    t = conch.connect(work / "wh-write path").table("v")
+    busy = _hogs(hogs)
+    try:
+        time.sleep(0.5)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            with t.open_blob(1, "video") as f:
+                f.seek(size // 2)
+                f.read(MB)
+            times.append(time.perf_counter() - t0)
+    finally:
+        for h in busy:
+            h.kill()
+            h.wait()
+    return {
+        "case": f"open_blob + seek + read 1 MB, {hogs} busy processes beside",
+        "seconds": median(times),
+        "load": os.getloadavg()[0],
+    }
 
 
 def open_blob_side(work: Path, size: int, reps: int) -> list[dict[str, Any]]:
@@ -130,7 +182,8 @@ def open_blob_side(work: Path, size: int, reps: int) -> list[dict[str, Any]]:
             "case": "open_blob + seek + read 1 MB",
             "seconds": median(times[1:]),
             "bytes_read": f.bytes_read,
-            "requests": f.requests,
+            "requests": f.requests,  # the last open's: the blob file's block table was read by the first
+            "load": os.getloadavg()[0],
         },
         {"case": "Snapshot.open_blob + seek + read 1 MB", "seconds": median(snap_times[1:])},
         {"case": "seek + read 1 MB on an open BlobFile", "seconds": median(reads)},
@@ -152,6 +205,34 @@ def _images(n: int) -> Any:
     feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
     plain = datasets.Dataset.from_dict({"image": imgs, "label": rng.integers(0, 10, n).tolist()})
     return plain.cast(feats)
+
+
+def hf_ingest(work: Path, n: int, reps: int) -> list[dict[str, Any]]:
+    """Ingest only (a dataset of `n` images), conch against save_to_disk, alternated."""
+    import datasets
+
+    import conch
+    import conch.engines.hf as hf
+
+    datasets.disable_progress_bars()
+    ds = _images(n)
+    cat = conch.connect(work / f"wh-hf-{n}", maintenance=conch.Policy(auto=False))
+    hf.write(cat, ds, table="warm", progress=False)
+    conch_s, disk_s = [], []
+    for i in range(reps):
+        t0 = time.perf_counter()
+        hf.write(cat, ds, table=f"images{i}", progress=False)
+        conch_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ds.save_to_disk(str(work / f"hf-disk-{n}-{i}"))
+        disk_s.append(time.perf_counter() - t0)
+    shutil.rmtree(work / f"wh-hf-{n}", ignore_errors=True)
+    for i in range(reps):
+        shutil.rmtree(work / f"hf-disk-{n}-{i}", ignore_errors=True)
+    return [
+        {"case": f"ingest {n} images", "system": "conch hf.write", "seconds": median(conch_s)},
+        {"case": f"ingest {n} images", "system": "datasets save_to_disk", "seconds": median(disk_s)},
+    ]
 
 
 def hf_side(work: Path, n: int, reps: int) -> list[dict[str, Any]]:
@@ -190,12 +271,99 @@ def hf_side(work: Path, n: int, reps: int) -> list[dict[str, Any]]:
     ]
 
 
+def goals(rows: list[dict[str, Any]], hogs: int) -> list[dict[str, Any]]:
+    """Issue 33's goals against what this run measured (one row each: measured, goal, met)."""
+    by = {(r["step"], r.get("case"), r.get("system")): r for r in rows}
+    step = {r["step"]: r for r in rows if "case" not in r}
+    out: list[dict[str, Any]] = []
+
+    def goal(what: str, measured: str, target: str, met: bool) -> None:
+        out.append({"goal": what, "measured": measured, "target": target, "met": met})
+
+    ob = by.get(("open_blob", "open_blob + seek + read 1 MB", None))
+    whole = by.get(("open_blob", "whole value by scan(keys=[k])", None))
+    if ob and whole:
+        mb = ob["bytes_read"] / MB
+        goal(
+            "open_blob: 1 MB at offset size/2 reads ~1 MB",
+            f"{mb:.2f} MB, {ob['requests']} requests (whole value: {whole['bytes_read'] / MB:.0f} MB)",
+            "<= 1.2 MB",
+            mb <= 1.2,
+        )
+        goal(
+            "open_blob latency (open + locate + seek + read 1 MB), no load added",
+            f"{ob['seconds'] * 1e3:.2f} ms (load {ob['load']:.0f})",
+            "<= 5 ms",
+            ob["seconds"] <= 0.005,
+        )
+    loaded = next((r for r in rows if r.get("case", "").startswith("open_blob + seek + read 1 MB, ")), None)
+    if loaded:
+        goal(
+            f"open_blob latency, {hogs} busy processes beside (load {loaded['load']:.0f})",
+            f"{loaded['seconds'] * 1e3:.2f} ms",
+            "<= 5 ms",
+            loaded["seconds"] <= 0.005,
+        )
+    if "write path" in step:
+        r = step["write path"]
+        goal(
+            f"write a {r['value_mb']:.0f} MB value from a path: peak RSS",
+            f"{r['peak_rss_mb']:.0f} MB",
+            "<= 300 MB",
+            r["peak_rss_mb"] <= 300,
+        )
+    if "scan 5 as files" in step:
+        r, floor, imp = step["scan 5 as files"], step.get("imports and open"), step.get("import conch")
+        extra = (
+            f" (import conch {imp['peak_rss_mb']:.0f} MB, connect + 5-row key scan {floor['peak_rss_mb']:.0f} MB)"
+            if floor and imp
+            else ""
+        )
+        goal(
+            f"scan 5 rows of {r['value_mb']:.0f} MB values as files: peak RSS",
+            f"{r['peak_rss_mb']:.0f} MB{extra}",
+            "<= 100 MB",
+            r["peak_rss_mb"] <= 100,
+        )
+    if "compact" in step:
+        r = step["compact"]
+        goal(
+            f"compact 4 x {r['value_mb']:.0f} MB values in 2 runs: peak RSS added",
+            f"{r['added_rss_mb']:.0f} MB (peak {r['peak_rss_mb']:.0f} MB)",
+            "<= 100 MB",
+            r["added_rss_mb"] <= 100,
+        )
+    for case in sorted(
+        {c for (s, c, _) in by if s == "hf" and c and c.startswith("ingest")}, key=lambda c: int(c.split()[1])
+    ):
+        a, b = by[("hf", case, "conch hf.write")], by[("hf", case, "datasets save_to_disk")]
+        ratio = a["seconds"] / b["seconds"]
+        goal(
+            f"hf {case}: time / save_to_disk",
+            f"{ratio:.2f}x ({a['seconds']:.3f} s vs {b['seconds']:.3f} s)",
+            "<= 1.0x",
+            ratio <= 1.0,
+        )
+    back = next((r for r in rows if r.get("system") == "conch hf.dataset"), None)
+    if back:
+        goal("hf round trip: identical bytes and labels", str(back["identical"]), "True", bool(back["identical"]))
+    return out
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    lines = ["| goal | measured | target | met |", "|---|---|---|---|"]
+    lines += [f"| {g['goal']} | {g['measured']} | {g['target']} | {'yes' if g['met'] else 'NO'} |" for g in rows]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=1.0, help="size of the large value (GB, 2**30 bytes)")
     ap.add_argument("--bytes-mb", type=int, default=100, help="size of the value written as bytes (MB)")
     ap.add_argument("--scan-mb", type=int, default=300, help="size of each of the 5 scanned values (MB)")
     ap.add_argument("--images", type=int, default=10_000)
+    ap.add_argument("--hf-sizes", default="0.2,5", help="ingest also at these multiples of --images")
+    ap.add_argument("--hogs", type=int, default=2, help="busy processes for open_blob under load")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--child")
     ap.add_argument("--work")
@@ -221,26 +389,34 @@ def main() -> None:
         )
         for i in range(5):
             t.write([{"id": i, "video": conch.Blob.from_path(scan_src)}])
+        rows.append(
+            {"step": "open_blob", "value_mb": size / MB, **open_blob_loaded(work, size, args.reps * 5, args.hogs)}
+        )
         rows += [
-            _run_child(s, work, args.scan_mb * MB) for s in ("imports and open", "scan 5 as files", "scan 5 as bytes")
+            _run_child(s, work, args.scan_mb * MB)
+            for s in ("import conch", "imports and open", "scan 5 as files", "scan 5 as bytes")
         ]
+        c = conch.connect(work / "wh-compact", maintenance=conch.Policy(auto=False)).create_table(
+            "v", [("id", pa.int64())]
+        )
+        for i in range(2):
+            c.write(
+                [
+                    {"id": i, "video": conch.Blob.from_path(scan_src)},
+                    {"id": 10 + i, "video": conch.Blob.from_path(scan_src)},
+                ]
+            )
+        rows.append(_run_child("compact", work, args.scan_mb * MB))
         rows += [{"step": "hf", **r} for r in hf_side(work, args.images, args.reps)]
+        for f in (float(x) for x in args.hf_sizes.split(",") if x):
+            rows += [{"step": "hf", **r} for r in hf_ingest(work, max(1, int(args.images * f)), args.reps)]
         out["rows"] = rows
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for r in out["rows"]:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
-    by = {(r["step"], r.get("case"), r.get("system")): r for r in out["rows"]}
-    ingest = [r for r in out["rows"] if r["step"] == "hf" and r["case"].startswith("ingest")]
-    if len(ingest) == 2:
-        print(f"hf ingest / save_to_disk: {ingest[0]['seconds'] / ingest[1]['seconds']:.2f}x")
-    ob = by.get(("open_blob", "open_blob + seek + read 1 MB", None))
-    whole = by.get(("open_blob", "whole value by scan(keys=[k])", None))
-    if ob and whole:
-        print(
-            f"open_blob 1 MB vs whole value: {whole['seconds'] / ob['seconds']:.0f}x faster, "
-            f"{ob['bytes_read'] / MB:.2f} MB read of {whole['bytes_read'] / MB:.0f} MB"
-        )
+    out["goals"] = goals(out["rows"], args.hogs)
+    print(render(out["goals"]))
     results = Path(__file__).parent / "results"
     results.mkdir(exist_ok=True)
     (results / "media.json").write_text(json.dumps(out, indent=1))

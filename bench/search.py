@@ -2,7 +2,9 @@
 `bench/results/search.json`.
 
 Data: `--rows` × `--dim` float32 vectors in 256 Gaussian clusters (the issue's shape is 200,000 ×
-128), `--queries` queries drawn from the same clusters, k=10, one query at a time. Ground truth
+128; `--rows 1000000` is the 1M shape), `--queries` queries drawn from the same clusters, k=10,
+one query at a time; or `--data digits`, real vectors a package ships: scikit-learn's 1,797
+handwritten digits (64 pixel features), the last `--queries` of them as queries. Ground truth
 is numpy brute force over every vector (its rate is reported too).
 
 - **conch hnsw / flat**: `t.create_index("emb", metric="l2", index=...)`, `t.build_indexes()`
@@ -13,6 +15,11 @@ is numpy brute force over every vector (its rate is reported too).
   `prefilter=True`;
 - **fresh**: 10,000 rows written after the build are searched for their own vectors (Conch: the
   next search finds each at distance 0, exactly, with no rebuild).
+
+- **full text** (`--text`): the lines of CPython's `pydoc_data.topics` (the language reference's
+  help topics, real English, about 10k documents) × `--text-copies`, Conch `search_text` from its
+  persisted per-run text files (global BM25) beside Lance's `INVERTED` index
+  (`full_text_query`); p50 latency and queries/s over 24 queries, and the overlap of their top-10.
 
 Systems alternate query by query (a load burst on the shared machine hits both). Figures: recall@10
 against exact search, p50 latency, queries/s (1 / mean latency), build seconds, index bytes.
@@ -45,6 +52,72 @@ def dataset(rows: int, dim: int, queries: int, seed: int = 0) -> tuple[np.ndarra
     data = centers[rng.integers(0, 256, rows)] + rng.normal(0, 0.35, (rows, dim)).astype(np.float32)
     qs = centers[rng.integers(0, 256, queries)] + rng.normal(0, 0.35, (queries, dim)).astype(np.float32)
     return data, qs
+
+
+def digits(queries: int) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits (shipped with the package): rows, and the last `queries` as queries."""
+    from sklearn.datasets import load_digits
+
+    x = load_digits().data.astype(np.float32)
+    return np.ascontiguousarray(x[:-queries]), np.ascontiguousarray(x[-queries:])
+
+
+TEXT_QUERIES = [
+    "exception", "class method", "return value", "generator expression", "keyword argument",
+    "import module", "syntax error", "default value", "iterator protocol", "string literal",
+    "attribute reference", "comparison operators", "context manager", "global statement",
+    "lambda", "coroutine await", "slice object", "unicode character", "integer division",
+    "boolean operations", "name binding", "descriptor", "metaclass", "try finally",
+]  # fmt: skip
+
+
+def text_bench(work: Path, copies: int, lance_too: bool) -> dict[str, Any]:
+    """Full-text latency: Conch `search_text` (persisted files) beside Lance's INVERTED index."""
+    import pydoc_data.topics
+
+    lines = [ln.strip() for text in pydoc_data.topics.topics.values() for ln in text.splitlines() if ln.strip()]
+    docs = [f"{ln} [{c}]" if c else ln for c in range(copies) for ln in lines]
+    table = pa.table({"id": np.arange(len(docs), dtype=np.int64), "text": docs})
+    cat = conch.connect(work / "conch_text")
+    t = cat.create_table("text", [("id", pa.int64())])
+    t.write(table)
+    t.create_index("text", kind="text")
+    t0 = time.perf_counter()
+    t.build_indexes(min_rows=0)
+    out: dict[str, Any] = {"documents": len(docs), "builds": {"conch text files": round(time.perf_counter() - t0, 2)}}
+    snap = t.snapshot()
+    sides: dict[str, Callable[[str], list[int]]] = {
+        "conch search_text": lambda q: snap.search_text(q, k=K, columns=[]).to_arrow().column("id").to_pylist()
+    }
+    if lance_too:
+        import lance
+
+        ds = lance.write_dataset(table, str(work / "lance_text"))
+        t0 = time.perf_counter()
+        ds.create_scalar_index("text", "INVERTED")
+        out["builds"]["lance INVERTED"] = round(time.perf_counter() - t0, 2)
+        sides["lance full_text_query"] = lambda q: (
+            ds.to_table(full_text_query=q, columns=["id"], limit=K, disable_scoring_autoprojection=True)
+            .column("id")
+            .to_pylist()
+        )
+    lat: dict[str, list[float]] = {n: [] for n in sides}
+    tops: dict[str, list[set[int]]] = {n: [] for n in sides}
+    for f in sides.values():
+        f(TEXT_QUERIES[0])  # warm
+    for q in TEXT_QUERIES:
+        for name, f in sides.items():
+            t0 = time.perf_counter()
+            got = f(q)
+            lat[name].append(time.perf_counter() - t0)
+            tops[name].append(set(got))
+    out["search"] = {
+        n: {"p50_ms": round(median(lat[n]) * 1e3, 3), "qps": round(len(TEXT_QUERIES) / sum(lat[n]), 1)} for n in sides
+    }
+    if lance_too:
+        a, b = tops["conch search_text"], tops["lance full_text_query"]
+        out["top10_overlap"] = round(sum(len(x & y) for x, y in zip(a, b)) / max(1, sum(len(x) for x in a)), 3)
+    return out
 
 
 def truth(data: np.ndarray, qs: np.ndarray, mask: np.ndarray | None = None) -> tuple[list[set[int]], float]:
@@ -93,13 +166,28 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench-search"))
     ap.add_argument("--no-lance", action="store_true")
+    ap.add_argument("--data", choices=["clusters", "digits"], default="clusters")
+    ap.add_argument("--text", action="store_true", help="also the full-text comparison")
+    ap.add_argument("--text-only", action="store_true", help="only the full-text comparison")
+    ap.add_argument("--text-copies", type=int, default=1)
     args = ap.parse_args()
-    data, qs = dataset(args.rows, args.dim, args.queries)
+    shutil.rmtree(args.work, ignore_errors=True)
+    if args.text_only:
+        text = text_bench(args.work, args.text_copies, not args.no_lance)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "search_text.json").write_text(json.dumps({**text, "machine": S.machine()}, indent=2))
+        print_text(text)
+        return
+    if args.data == "digits":
+        data, qs = digits(args.queries)
+        args.rows, args.dim = data.shape
+    else:
+        data, qs = dataset(args.rows, args.dim, args.queries)
     bucket = np.arange(args.rows) % 100
     want, numpy_qps = truth(data, qs)
-    shutil.rmtree(args.work, ignore_errors=True)
     table = pa.table({"id": np.arange(args.rows, dtype=np.int64), "bucket": bucket, "emb": vectors(data)})
     results: dict[str, Any] = {
+        "data": args.data,
         "rows": args.rows,
         "dim": args.dim,
         "queries": args.queries,
@@ -174,15 +262,21 @@ def main() -> None:
     t = cat.table("hnsw")
     extra = min(10_000, args.rows)
     new, _ = dataset(extra, args.dim, 1, seed=1)
+    if args.data == "digits":  # the query digits, as new rows
+        new, extra = qs, len(qs)
     t.write(pa.table({"id": np.arange(args.rows, args.rows + extra, dtype=np.int64), "emb": vectors(new)}))
     snap = t.snapshot()
     probe = np.random.default_rng(2).choice(extra, 50, replace=False)
     found = sum(snap.search(new[i], k=1, columns=[]).to_pylist()[0]["id"] == args.rows + i for i in probe)
     results["fresh_found"] = f"{found}/{len(probe)}"
+    if args.text:
+        results["text"] = text_bench(args.work, args.text_copies, not args.no_lance)
     results["machine"] = S.machine()
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "search.json").write_text(json.dumps(results, indent=2))
-    print(f"{args.rows} x {args.dim}, {args.queries} queries, k={K}; numpy brute force {numpy_qps:.0f} queries/s")
+    (RESULTS / f"search_{args.data}_{args.rows}.json").write_text(json.dumps(results, indent=2))
+    print(
+        f"{args.data}: {args.rows} x {args.dim}, {args.queries} queries, k={K}; numpy brute force {numpy_qps:.0f} queries/s"
+    )
     print(f"{'side':32} {'build s':>8} {'index MB':>9} {'recall@10':>9} {'p50 ms':>8} {'q/s':>8}")
     for part in ("search", "filtered_1pct"):
         for name, m in results[part].items():
@@ -190,6 +284,18 @@ def main() -> None:
             mb = f"{b['index_bytes'] / 1e6:.1f}" if b else ""
             print(f"{name:32} {b.get('build_s', ''):>8} {mb:>9} {m['recall@10']:>9} {m['p50_ms']:>8} {m['qps']:>8}")
     print(f"fresh: {results['fresh_found']} of the rows written after the build found at distance 0 by the next search")
+    if args.text:
+        print_text(results["text"])
+
+
+def print_text(text: dict[str, Any]) -> None:
+    print(f"full text over {text['documents']} documents (pydoc topics lines), k={K}, {len(TEXT_QUERIES)} queries")
+    print(f"{'side':32} {'build s':>8} {'p50 ms':>8} {'q/s':>8}")
+    builds = dict(zip(text["search"], text["builds"].values()))
+    for name, m in text["search"].items():
+        print(f"{name:32} {builds.get(name, ''):>8} {m['p50_ms']:>8} {m['qps']:>8}")
+    if "top10_overlap" in text:
+        print(f"top-10 overlap (two BM25 implementations): {text['top10_overlap']}")
 
 
 if __name__ == "__main__":

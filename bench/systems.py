@@ -48,6 +48,32 @@ def interleaved(a: Callable[[], Any], b: Callable[[], Any], reps: int) -> tuple[
     return median(ta), median(tb), out_a, out_b
 
 
+def alternated_reads(
+    mine: Any, base: Any, queries: dict[str, Callable[[Any], pa.Table]], reps: int
+) -> dict[str, tuple[float, float, pa.Table, pa.Table]]:
+    """Each query of `queries` on `mine` and on `base` (two tables), alternated rep by rep
+    (`interleaved`): case → (median seconds of `mine`, of `base`, their last outputs)."""
+    out = {}
+    for case, q in queries.items():
+        out[case] = interleaved(lambda q=q: q(mine), lambda q=q: q(base), reps)
+    return out
+
+
+def write_results(out_dir: Path, name: str, args: Any, rows: list[dict[str, Any]], started: float) -> Path:
+    """A benchmark's results file `out_dir/name`: the machine (`machine`), its arguments (but
+    the internal `--child`), the seconds since `started` (`perf_counter`) and its rows."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "machine": machine(),
+        "args": {k: str(v) for k, v in vars(args).items() if k != "child"},
+        "seconds": round(time.perf_counter() - started, 1),
+        "rows": rows,
+    }
+    (out_dir / name).write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out_dir / name}")
+    return out_dir / name
+
+
 def process_cpu() -> float:
     """CPU seconds of this process so far, every thread (Vortex's encoders run on their own)."""
     import resource

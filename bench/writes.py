@@ -310,16 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     t0 = time.perf_counter()
     rows = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "machine": S.machine(),
-        "args": {k: str(v) for k, v in vars(args).items() if k != "child"},
-        "seconds": round(time.perf_counter() - t0, 1),
-        "rows": rows,
-    }
-    name = "writes-quick.json" if args.quick else "writes.json"
-    (args.out / name).write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {args.out / name}")
+    S.write_results(args.out, "writes-quick.json" if args.quick else "writes.json", args, rows, t0)
 
 
 if __name__ == "__main__":

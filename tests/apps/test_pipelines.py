@@ -59,12 +59,13 @@ def test_ingest_files(spark: Any, tmp_path: Path, fmt: str) -> None:
 def test_ingest_csv_comments_and_timestamp_format_on_spark(spark: Any, tmp_path: Path) -> None:
     """`conch ingest --spark`: a leading `#` block is skipped, `--timestamp-format` (strptime) is
     translated to Spark's pattern (`%d-%b-%y` → `dd-MMM-yy`)."""
-    from conch.apps.pipelines.ingest import csv_options, ingest, spark_pattern
+    from conch.apps.pipelines.ingest import ingest
+    from conch.apps.pipelines.spark_csv import CsvOptions, spark_pattern
 
     assert spark_pattern("%Y-%m-%dT%H:%M:%S") == "yyyy-MM-dd'T'HH:mm:ss"
     src = tmp_path / "prices.csv"
     src.write_text("# Daily prices\n# source: a, b\nDate,Open\n19-Sep-03,1.5\n# later\n22-Sep-03,2.25\n")
-    res = ingest(spark, str(src), str(tmp_path / "wh"), "p", key=["Date"], csv=csv_options(None, ["%d-%b-%y"]))
+    res = ingest(spark, str(src), str(tmp_path / "wh"), "p", key=["Date"], csv=CsvOptions(None, ("%d-%b-%y",)))
     t = conch.connect(tmp_path / "wh").table("p")
     assert res.rows == 2 and pa.types.is_timestamp(t.key_schema.field("Date").type)
     rows = t.scan().to_pylist()
@@ -164,3 +165,41 @@ def test_demo_on_s3(tmp_path: Path) -> None:
     # nothing of the table on local disk: only the generated input is
     assert sorted(p.name for p in local.iterdir()) == ["_input"]
     assert "Start a local S3 server" in proc.stdout
+
+
+def test_ingest_csv_on_spark_reads_by_the_rules_of_conch_write(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ingest --spark` and `conch write` make the same table of a CSV file: null markers are null
+    in text columns too, and a value that would change a column's type, an empty key field and a
+    malformed line are `SchemaError`s naming the line (before: Spark made `lat` text without a
+    word, read `NA` as the text "NA", and wrote an empty key)."""
+    from conch.apps.pipelines import spark_csv
+    from conch.apps.pipelines.ingest import ingest
+    from conch.write.file_input import FileInput, read_files
+
+    good = tmp_path / "good.csv"
+    good.write_text("id,lat,sex\n1,1.5,F\n2,NA,NA\n3,2.5,\n4,-0.5,M\n")
+    ingest(spark, str(good), str(tmp_path / "wh"), "good", key=["id"])
+    spark_rows = conch.connect(tmp_path / "wh").table("good").scan().to_arrow()
+    local = read_files(FileInput([good], key=("id",))).read_all()
+    assert spark_rows.column("lat").type == local.column("lat").type == pa.float64()
+    assert spark_rows.to_pylist() == local.to_pylist()
+    assert spark_rows.column("sex").null_count == 2  # "NA" and the empty field
+
+    def refused(name: str, text: str, match: str) -> None:
+        path = tmp_path / f"{name}.csv"
+        path.write_text(text)
+        with pytest.raises(conch.SchemaError, match=match):
+            ingest(spark, str(path), str(tmp_path / "wh"), name, key=["id"])
+        with pytest.raises(conch.errors.TableNotFoundError):
+            conch.connect(tmp_path / "wh").table(name)  # nothing was committed
+
+    numbers = "".join(f"{i},{i / 4}\n" for i in range(1, 40))
+    refused(
+        "odd", f"id,lat\n{numbers}40,not_a_number\n", r"column 'lat' holds numbers, but line 41 holds 'not_a_number'"
+    )
+    refused("nokey", "id,lat\n1,1.5\nNA,2.5\n", r"no value for key column 'id'")
+    refused("short", "id,lat,name\n1,1.5,a\n2,2.5\n", r"line 3 has another number of fields than the header's 3")
+    monkeypatch.setattr(spark_csv, "SAMPLE_ROWS", 5)  # a bad value past the rows the types come from
+    refused("later", f"id,lat\n{numbers}40,n/a\n41,north\n", r"column 'lat' is double .* line 42 holds 'north'")

@@ -3,9 +3,12 @@ and read back as an `IterableDataset` with identical bytes, labels and typed fea
 
 from __future__ import annotations
 
+import io
+import wave
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -26,7 +29,6 @@ FEATURES = datasets.Features(
 
 
 def _split(n: int, seed: int) -> datasets.Dataset:
-    # made without `features=` and cast: encoding Audio values needs torchcodec, casting does not
     plain = datasets.Dataset.from_dict(
         {
             "img": [{"bytes": png(seed + i), "path": None} for i in range(n)],
@@ -59,9 +61,16 @@ def test_dataset_dict_round_trip(tmp_path: Path) -> None:
         assert it.features["img"] == datasets.Image()
         assert it.features["label"] == datasets.ClassLabel(names=LABELS)
         assert _got(it) == _expected(dd[split])
-    # decoded as the features say: a PIL image, a label index
-    first = next(iter(hf.dataset(t.scan(where=t["split"] == "test"))))
+    # decoded as the features say: a PIL image, audio by torchcodec (FFmpeg), a label index
+    it = hf.dataset(t.scan(where=t["split"] == "test"))
+    assert it.features["snd"] == datasets.Audio()
+    first = next(iter(it))
     assert first["img"].size == (48, 32) and first["label"] == 100 % 3
+    samples = first["snd"].get_all_samples()
+    with wave.open(io.BytesIO(wav(300.0))) as w:  # split "test" starts at seed 100: 200 + 100 Hz
+        pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2") / 32768
+        assert samples.sample_rate == w.getframerate() and samples.data.shape == (1, len(pcm))
+    assert np.allclose(samples.data[0].numpy(), pcm, atol=1e-6)
     # header metadata beside the bytes
     meta = t.scan("img.width", "img.height", "img.format", "snd.sampling_rate", "snd.channels", limit=1).to_pylist()
     assert meta[0]["img"] == {"width": 48, "height": 32, "format": "PNG"}

@@ -26,6 +26,7 @@ from conch.errors import ConchError, CorruptFileError, TableNotFoundError
 from conch.files import integrity
 from conch.files.format import StoredFile
 from conch.files.fragments import VortexFormat
+from conch.files.integrity import SealingWriter, seal_file
 from conch.files.storage import LocalStorage
 
 N = 300
@@ -357,3 +358,23 @@ def test_untyped_errors_are_conch_errors(pristine: Built, tmp_path: Path) -> Non
             f.write(b"\xff\xfe\x00garbage\x00" * 8)
         with contextlib.suppress(ConchError):  # anything else fails the test
             _outcome(b.root, b.expected, b.taken)
+
+
+@settings(max_examples=80)
+@given(parts=st.lists(st.integers(0, 200_000), max_size=8), seed=st.integers(0, 99))
+def test_sealing_while_writing_equals_sealing_the_written_file(
+    tmp_path_factory: pytest.TempPathFactory, parts: list[int], seed: int
+) -> None:
+    """A blob file sealed as it is written (any cut of its writes, across 64 KiB blocks) gets
+    the same block table and checksum as one sealed by reading it back."""
+    rng = np.random.default_rng(seed)
+    chunks = [rng.bytes(n) for n in parts]
+    d = tmp_path_factory.mktemp("seal")
+    with open(d / "a", "wb") as raw:
+        w = SealingWriter(raw)
+        for c in chunks:
+            w.write(memoryview(c))
+        streamed = w.seal()
+    (d / "b").write_bytes(b"".join(chunks))
+    assert seal_file(str(d / "b")) == streamed
+    assert (d / "a").read_bytes() == (d / "b").read_bytes()

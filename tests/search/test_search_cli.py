@@ -20,7 +20,7 @@ def test_search_commands(tmp_path: Path) -> None:
         t.write(pa.table({"id": np.arange(5), "emb": emb, "cap": ["red car", "blue sky", "red sea", "cat", "car"]}))
     assert "created vector index" in run_cli(w, "create-index", "img", "emb", "--metric", "l2").stdout
     run_cli(w, "create-index", "img", "cap", "--kind", "text")
-    assert "built 1 index files" in run_cli(w, "build-indexes", "img", "--min-rows", "0").stdout
+    assert "built 2 index files" in run_cli(w, "build-indexes", "img", "--min-rows", "0").stdout  # vector + text
     listed = run_cli(w, "indexes", "img").stdout
     assert "emb_vector: vector on emb" in listed and "cap_text: text on cap" in listed
     out = run_cli(w, "search", "img", "--like", "0", "-k", "2", "--columns", "cap", "--explain").stdout

@@ -173,11 +173,15 @@ def _media(col: pa.Array, meta: Any, t: pa.StructType) -> pa.Array:
     known: dict[str, Any] = {}
     rest: Sequence[int] = range(len(data))
     if png is not None:  # PNG headers read for the whole column at once
-        known = {"width": png[1], "height": png[2], "format": np.full(len(data), "PNG", dtype=object)}
+        known = {"width": png[1], "height": png[2], "format": np.full(len(data), "PNG")}
         rest = np.flatnonzero(~png[0]).tolist()
     metas = {i: meta(data[i].as_buffer()) for i in rest if data[i].is_valid}
     fields = [data, paths.cast(pa.string())]
     for f in list(t)[2:]:
+        if f.name in known and not metas:  # every value a PNG (or null): Arrow from NumPy, no Python per row
+            assert png is not None
+            fields.append(pa.array(known[f.name], mask=~png[0]).cast(f.type))
+            continue
         if f.name in known:
             values = known[f.name].astype(object)
             values[~png[0]] = None  # type: ignore[index]
@@ -275,8 +279,9 @@ def dataset(source: Scan | Snapshot | Table, n_shards: int | None = None) -> Any
     shard per split of the scan (`Scan.splits(n_shards)`), with typed features (module doc).
     Image and Audio values come back as `{"bytes", "path"}` (what those features decode; the
     path's file name only, as `datasets` embeds files: the table's `path` column has it whole).
-    `datasets` encodes `Audio` values only with `torchcodec` installed: without it, audio
-    columns are typed as that struct of `bytes` and `path` (cast them once it is there)."""
+    `datasets` decodes `Audio` values with `torchcodec` (the `torch` extra; it needs FFmpeg's
+    libraries): without it installed, audio columns are typed as that struct of `bytes` and
+    `path` (cast them once it is there)."""
     ds = _datasets()
     scan = source if isinstance(source, Scan) else source.scan()
     features = _features(ds, scan)

@@ -9,6 +9,7 @@ SQL-like, and a superset of the Python-like syntax Conch accepted first:
     id in (1, 2, 3)                      -- `[...]` too; `not in`
     name is null / name is not null      -- `is None` / `is not None` too
     name like 'abc%'                     -- prefix patterns only (they are pushed down as ranges)
+    caption matches 'red car'            -- full text (`conch.expr.textmatch`); `not matches` too
     `Adj. Close*` > 10                   -- backticks quote a column name with odd characters
     d >= date '1994-01-01'               -- typed literals: date '...', timestamp '...', decimal '...'
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conch.errors import FilterSyntaxError
-from conch.expr.tree import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Not, Or
+from conch.expr.tree import And, Cmp, Col, Expr, IsIn, IsNull, Lit, Matches, Not, Or
 
 _TOKEN = re.compile(
     r"""
@@ -42,7 +43,7 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
-_KEYWORDS = {"and", "or", "not", "in", "is", "null", "none", "between", "like", "true", "false"}
+_KEYWORDS = {"and", "or", "not", "in", "is", "null", "none", "between", "like", "matches", "true", "false"}
 _CMP = {"=": "==", "==": "==", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
@@ -145,11 +146,15 @@ class _Parser:
             self.take()
             inner = self.or_()
             self.expect("op", ")", "`)`")
-            if self.at("op", *_CMP) or self.at("kw", "between", "in", "like", "is"):
+            if self.at("op", *_CMP) or self.at("kw", "between", "in", "like", "matches", "is"):
                 self.fail("a parenthesised condition cannot be compared")
             return inner
         left = self.operand()
-        negate = self.at("kw", "not") and self.peek(1).kind == "kw" and self.peek(1).value in ("between", "in", "like")
+        negate = (
+            self.at("kw", "not")
+            and self.peek(1).kind == "kw"
+            and self.peek(1).value in ("between", "in", "like", "matches")
+        )
         if negate:
             self.take()
         tok = self.peek()
@@ -165,6 +170,12 @@ class _Parser:
         elif tok.kind == "kw" and tok.value == "like":
             self.take()
             e = self.like(left)
+        elif tok.kind == "kw" and tok.value == "matches":
+            self.take()
+            query = self.literal()
+            if not isinstance(left, Col):
+                self.fail("`matches` needs a column on its left")
+            e = left.matches(query)
         elif tok.kind == "kw" and tok.value == "is":
             self.take()
             is_not = self.at("kw", "not")
@@ -177,7 +188,7 @@ class _Parser:
         elif tok.kind == "op" and tok.value in _CMP:
             e = self.comparisons(left)
         else:
-            return self.fail("expected a comparison (=, !=, <, <=, >, >=, between, in, is null, like)")
+            return self.fail("expected a comparison (=, !=, <, <=, >, >=, between, in, is null, like, matches)")
         return Not(e) if negate else e
 
     def comparisons(self, left: Expr) -> Expr:
@@ -330,6 +341,8 @@ def to_text(e: Expr) -> str:
         return f"(not {to_text(e.operand)})"
     if isinstance(e, IsNull):
         return f"({to_text(e.operand)} is null)"
+    if isinstance(e, Matches):
+        return f"({to_text(e.operand)} matches {_literal_text(e.query)})"
     if isinstance(e, IsIn):
         return f"({to_text(e.operand)} in ({', '.join(_literal_text(v) for v in e.values)}))"
     raise FilterSyntaxError(f"cannot write {e!r} as filter text")

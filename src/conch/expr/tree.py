@@ -108,6 +108,14 @@ class Expr:
         """True where the value is not null."""
         return Not(IsNull(self))
 
+    def matches(self, query: str) -> Expr:
+        """True where the text matches a full-text `query` (`conch.expr.textmatch`): `t["caption"].matches("red car")`."""
+        from conch.expr.textmatch import check_query
+
+        e = Matches(self, check_query(query))
+        check_types(e, lambda c: c.dtype())
+        return e
+
     def isin(self, values: Iterable[Any]) -> Expr:
         """True where the value is one of `values` (null stays null, as in SQL)."""
         e = IsIn(self, tuple(values))
@@ -203,6 +211,17 @@ class IsIn(Expr):
         return f"{self.operand!r}.isin({list(self.values)!r})"
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Matches(Expr):
+    """A full-text match of a string column (`conch.expr.textmatch`)."""
+
+    operand: Expr
+    query: str
+
+    def __repr__(self) -> str:
+        return f"{self.operand!r}.matches({self.query!r})"
+
+
 def _expr(v: Any) -> Expr:
     return v if isinstance(v, Expr) else Lit(v)
 
@@ -247,7 +266,7 @@ def _(e: Cmp | Arith | And | Or) -> tuple[Expr, ...]:
 
 
 @children.register
-def _(e: Not | IsNull | IsIn) -> tuple[Expr, ...]:
+def _(e: Not | IsNull | IsIn | Matches) -> tuple[Expr, ...]:
     return (e.operand,)
 
 
@@ -309,6 +328,15 @@ def _(e: IsIn, type_of: Callable[[Col], pa.DataType | None]) -> None:
         t = type_of(e.operand)
         for v in e.values:
             _check_literal(e.operand, t, v, e)
+
+
+@check_types.register
+def _(e: Matches, type_of: Callable[[Col], pa.DataType | None]) -> None:
+    if not isinstance(e.operand, Col):
+        raise ExpressionError(f"{e!r}: matches() applies to a string column")
+    t = type_of(e.operand)
+    if t is not None and not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        raise ExpressionError(f"{e!r}: column {e.operand.path!r} has type {t}; matches() needs a string column")
 
 
 _NUMBERS = (int, float, np.integer, np.floating, Decimal)
@@ -470,6 +498,13 @@ def _(e: IsIn, get: Callable[[str], pa.Array]) -> pa.Array:
     res = pc.is_in(computable(arr), value_set=computable(values))
     # SQL: `null IN (...)` is null, not false.
     return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), res)
+
+
+@evaluate.register
+def _(e: Matches, get: Callable[[str], pa.Array]) -> pa.Array:
+    from conch.expr.textmatch import match
+
+    return match(evaluate(e.operand, get), e.query)
 
 
 _ARITH = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked}

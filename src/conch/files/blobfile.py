@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import io
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -34,7 +36,7 @@ from conch.errors import CorruptFileError, InvalidArgumentError
 from conch.files.blobs import BLOB_SUFFIX, BlobIndex
 from conch.files.blobsource import PART_BYTES
 from conch.files.format import FileRef
-from conch.files.integrity import BLOCK, PREFIX, VerifiedReader
+from conch.files.integrity import BLOCK, PREFIX, BlockTable, VerifiedReader
 from conch.files.storage import RangeReader, Storage
 
 INLINE, REF = 0, 1
@@ -92,6 +94,37 @@ def from_tagged(value: bytes | None, storage: Storage) -> BlobFile | None:
         f"{PREFIX}{table_hash:016x}" if flags & 2 else "",
     )
     return BlobFile(storage, ref)
+
+
+class _Tables:
+    """Verified block tables of blob files by (path, table checksum), most recent first, up to
+    `max_bytes` of hashes: opening a value of a blob file opened before reads no table (on object
+    storage: one request less). The checksum is the table's own, so a table kept is the file's."""
+
+    def __init__(self, max_bytes: int = 16 << 20) -> None:
+        self.max_bytes, self.bytes = max_bytes, 0
+        self.lock = threading.Lock()
+        self.tables: OrderedDict[tuple[str, str], BlockTable] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> BlockTable | None:
+        with self.lock:
+            known = self.tables.get(key)
+            if known is not None:
+                self.tables.move_to_end(key)
+            return known
+
+    def put(self, key: tuple[str, str], table: BlockTable) -> None:
+        with self.lock:
+            if key in self.tables:
+                return
+            self.tables[key] = table
+            self.bytes += 36 * len(table.hashes)  # a Python int per block
+            while self.bytes > self.max_bytes and len(self.tables) > 1:
+                _, old = self.tables.popitem(last=False)
+                self.bytes -= 36 * len(old.hashes)
+
+
+_tables = _Tables()
 
 
 class _Counted:
@@ -220,9 +253,12 @@ class BlobFile(io.RawIOBase):
             return bytes(cached[1][lo - cached[0] : hi - cached[0]])
         reader = self._open()
         first, end = lo // BLOCK * BLOCK, min(-(-hi // BLOCK) * BLOCK, reader.size())
-        data = memoryview(reader.read_at(first, end - first))
-        if len(data) != end - first or end < hi:
+        got = reader.read_at(first, end - first)
+        if len(got) != end - first or end < hi:
             raise CorruptFileError(f"{self.ref.path} is damaged: shorter than its index says")
+        if isinstance(got, bytes) and (lo, hi) == (first, end):
+            return got  # a read of whole blocks: the bytes read, not a copy (1 MB: ~1 ms less)
+        data = memoryview(got)
         self._blocks = (first, data) if end - first <= _KEEP else None
         return bytes(data[lo - first : hi - first])
 
@@ -236,7 +272,10 @@ class BlobFile(io.RawIOBase):
             raise CorruptFileError(f"{self.ref.path} is missing: the table references it") from e
         reader: RangeReader | VerifiedReader = self._counted
         if self.ref.table_checksum:
-            reader = VerifiedReader(self._counted, self.ref.path, self.ref.table_checksum)
+            key = (self.ref.path, self.ref.table_checksum)
+            verified = VerifiedReader(self._counted, self.ref.path, self.ref.table_checksum, _tables.get(key))
+            _tables.put(key, verified.table())
+            reader = verified
         elif self.ref.value_hash is not None:
             self._verify_whole()
         self._reader = reader

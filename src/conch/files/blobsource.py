@@ -135,13 +135,21 @@ class Sources:
         if not self.blobs:
             yield
             return
-        with _registry.lock:
-            _registry.writes[self.nonce] = self.blobs
+        self.open()
         try:
             yield
         finally:
-            with _registry.lock:
-                _registry.writes.pop(self.nonce, None)
+            self.close()
+
+    def open(self) -> None:
+        """Tokens resolve from now until `close` (a writer that makes tokens as it goes opens
+        once it has one: an empty registry keeps `token_rows` free)."""
+        with _registry.lock:
+            _registry.writes[self.nonce] = self.blobs
+
+    def close(self) -> None:
+        with _registry.lock:
+            _registry.writes.pop(self.nonce, None)
 
 
 def source(value: bytes) -> Blob | None:

@@ -152,7 +152,9 @@ class FragmentFormat(Protocol):
 
     def clear_cache(self) -> None: ...
 
-    def counted(self, ref: FileRef, on_bytes: Callable[[int], None]) -> contextlib.AbstractContextManager[None]: ...
+    def counted(
+        self, ref: FileRef, on_bytes: Callable[[int], None], *more: FileRef
+    ) -> contextlib.AbstractContextManager[None]: ...
 
     def write(
         self, table: pa.Table, path: str, blob_columns: Sequence[str] = (), ordinal: bool = False
@@ -176,6 +178,7 @@ class FragmentFormat(Protocol):
         indices: np.ndarray | None = None,
         blob_columns: Sequence[str] = (),
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> pa.Table: ...
 
     def read_many(
@@ -185,6 +188,7 @@ class FragmentFormat(Protocol):
         schema: pa.Schema,
         blob_columns: Sequence[str] = (),
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> pa.Table: ...
 
     def stream(
@@ -197,6 +201,7 @@ class FragmentFormat(Protocol):
         expr: Any = None,
         ordinal: bool = False,
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> Iterator[pa.RecordBatch]: ...
 
     def dictionary_columns(self, ref: FileRef, columns: Sequence[str]) -> frozenset[str]:

@@ -22,6 +22,7 @@ recorded) have neither and are read unverified.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import threading
 from collections import OrderedDict
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from conch.errors import CorruptFileError
 from conch.files.blobfile import ref_array, tag_inline
@@ -109,14 +111,14 @@ class VortexFormat:
         self.segment_cache = vx.SegmentCache(self._segment_bytes)
         self.hot.clear()
 
-    def counted(self, ref: FileRef, on_bytes: Callable[[int], None]) -> _Counting:
-        """Report every byte read from storage for `ref` (its Vortex file and blob file) to
-        `on_bytes` while the block runs: a scan's own byte count, not a process-wide one.
+    def counted(self, ref: FileRef, on_bytes: Callable[[int], None], *more: FileRef) -> _Counting:
+        """Report every byte read from storage for `ref` and `more` (their Vortex files and blob
+        files) to `on_bytes` while the block runs: a scan's own byte count, not a process-wide one.
 
         Vortex reads on its own threads, so the reader cannot be known from the thread: bytes
         are attributed by file. Two scans reading the same file at the same moment are each
         charged the bytes of both (the shared segment cache makes that rare and small)."""
-        return _Counting(self, ref.path, on_bytes)
+        return _Counting(self, (ref.path, *(r.path for r in more)) if more else (ref.path,), on_bytes)
 
     def _count(self, path: str, n: int) -> None:
         with self._lock:
@@ -162,8 +164,8 @@ class VortexFormat:
         """Encode one file into its scratch path(s); returns (blob bytes, checksum, after(job))."""
         table, total, blob_checksum = job.table, 0, ""
         if job.blob_columns:
-            table, total = write_blobs(table, blob_local, job.blob_columns)
-            blob_checksum = seal_file(blob_local)  # ranged reads verify its blocks (conch.files.blobfile)
+            # sealed as written: ranged reads verify its blocks (conch.files.blobfile)
+            table, total, blob_checksum = write_blobs(table, blob_local, job.blob_columns)
         if job.ordinal:
             table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
         # Through Vortex's object-store writer, not its local-file one: that one issues ~50
@@ -243,9 +245,10 @@ class VortexFormat:
         indices: np.ndarray | None = None,
         blob_columns: Sequence[str] = (),
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> pa.Table:
         """Read `columns` (all rows, or the sorted row `indices`) cast to `schema`."""
-        return self.read_many([(ref, indices)], columns, schema, blob_columns, refs)
+        return self.read_many([(ref, indices)], columns, schema, blob_columns, refs, ref_min_bytes)
 
     def read_many(
         self,
@@ -254,12 +257,14 @@ class VortexFormat:
         schema: pa.Schema,
         blob_columns: Sequence[str] = (),
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> pa.Table:
         """Read `columns` cast to `schema` from several files with the same blob columns (all
         rows, or the sorted row indices, of each), concatenated in order. A take over many
         fragments costs one Arrow array per column, not one per fragment: the blob values of
         every file are read straight into one buffer and checked in one pass. Binary columns
-        named in `refs` come back as tagged references instead (`conch.files.blobfile`)."""
+        named in `refs` come back as tagged references instead (`conch.files.blobfile`), those of
+        values shorter than `ref_min_bytes` as tagged bytes."""
         parts = [(ref, idx) for ref, idx in parts if idx is None or len(idx)]
         if not parts:
             return schema.empty_table()
@@ -276,9 +281,8 @@ class VortexFormat:
             got = {c: tag_inline(t.column(c)) if c in refs else t.column(c) for c in inline}
         for c in blobs:
             where = [(ref, idx[c]) for (ref, _), idx in zip(parts, indexes, strict=True)]
-            got[c] = (
-                ref_array(where, self.blob_checksum) if c in refs else self._read_values(where, schema.field(c).type)
-            )
+            t = schema.field(c).type
+            got[c] = self._refs(where, t, ref_min_bytes) if c in refs else self._read_values(where, t)
         return pa.Table.from_arrays([got[c] for c in columns], schema=schema)
 
     def _locate(
@@ -294,6 +298,9 @@ class VortexFormat:
                 self._takes.clear()
             self._takes[path] = self._takes.get(path, 0) + 1
             cached = self._takes[path] > 1 or all((path, c) in self._blob_idx for c in blobs)
+        if cached and not inline:  # a repeated take of blobs only: no Vortex read at all
+            assert indices is not None
+            return _NO_COLUMNS, {c: self._index(ref, c).take(indices) for c in blobs}
         fields = [schema.field(c) for c in inline]
         if not cached:
             for c in blobs:
@@ -386,6 +393,7 @@ class VortexFormat:
         expr: Any = None,
         ordinal: bool = False,
         refs: Sequence[str] = (),
+        ref_min_bytes: int = 0,
     ) -> Iterator[pa.RecordBatch]:
         """Stream `columns` (all rows, or the sorted row `indices`, rows where the Vortex `expr`
         holds) as record batches cast to `schema`, one Vortex chunk at a time. With `ordinal`,
@@ -423,11 +431,27 @@ class VortexFormat:
             for c in out_schema.names:
                 if c in blobs:
                     where = [(ref, blob_index(batch, c))]
-                    values = ref_array(where, self.blob_checksum) if c in refs else None
-                    arrays.append(values if values is not None else self._read_values(where, schema.field(c).type))
+                    t = schema.field(c).type
+                    arrays.append(self._refs(where, t, ref_min_bytes) if c in refs else self._read_values(where, t))
                 else:
                     arrays.append(tag_inline(batch.column(c)) if c in refs else batch.column(c))
             yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+    def _refs(self, parts: list[tuple[FileRef, BlobIndex]], t: pa.DataType, min_bytes: int) -> pa.Array:
+        """Tagged references to the values `parts` point at (`conch.files.blobfile`); values
+        shorter than `min_bytes` are read, in one coalesced pass, and come back tagged inline."""
+        if not min_bytes:
+            return ref_array(parts, self.blob_checksum)
+        big = [idx.valid & (idx.lengths >= min_bytes) for _, idx in parts]
+        refs = ref_array(
+            [(r, dataclasses.replace(i, valid=b)) for (r, i), b in zip(parts, big, strict=True)], self.blob_checksum
+        )
+        small = [
+            (r, dataclasses.replace(i, valid=i.valid & ~b, lengths=np.where(b, 0, i.lengths)))
+            for (r, i), b in zip(parts, big, strict=True)
+        ]
+        values = tag_inline(self._read_values(small, t))
+        return pc.if_else(pa.array(np.concatenate(big)), refs.cast(values.type), values)
 
     def _index(self, ref: FileRef, c: str) -> BlobIndex:
         key = (ref.path, c)
@@ -532,25 +556,31 @@ class VortexFormat:
             return r
 
 
+_NO_COLUMNS = pa.table({})
+
+
 class _Counting(contextlib.AbstractContextManager[None]):
-    """`VortexFormat.counted`'s block: a listener of one file's reads while it runs (a class,
-    not a generator: a take enters ~30 of these, and a generator's set-up was a visible share)."""
+    """`VortexFormat.counted`'s block: a listener of some files' reads while it runs (a class,
+    not a generator: a take enters ~30 of these, and a generator's set-up was a visible share;
+    one block for all the files of a take, not one each)."""
 
-    __slots__ = ("_fmt", "_on_bytes", "_path")
+    __slots__ = ("_fmt", "_on_bytes", "_paths")
 
-    def __init__(self, fmt: VortexFormat, path: str, on_bytes: Callable[[int], None]) -> None:
-        self._fmt, self._path, self._on_bytes = fmt, path, on_bytes
+    def __init__(self, fmt: VortexFormat, paths: tuple[str, ...], on_bytes: Callable[[int], None]) -> None:
+        self._fmt, self._paths, self._on_bytes = fmt, paths, on_bytes
 
     def __enter__(self) -> None:
         with self._fmt._lock:
-            self._fmt._counters.setdefault(self._path, []).append(self._on_bytes)
+            for path in self._paths:
+                self._fmt._counters.setdefault(path, []).append(self._on_bytes)
 
     def __exit__(self, *exc: object) -> None:
         with self._fmt._lock:
-            listeners = self._fmt._counters[self._path]
-            listeners.remove(self._on_bytes)
-            if not listeners:
-                del self._fmt._counters[self._path]
+            for path in self._paths:
+                listeners = self._fmt._counters[path]
+                listeners.remove(self._on_bytes)
+                if not listeners:
+                    del self._fmt._counters[path]
 
 
 def _damage(verified: VerifiedReader | None, what: str, e: Exception) -> CorruptFileError:

@@ -38,7 +38,7 @@ import re
 import sqlite3
 import struct
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -119,16 +119,67 @@ def seal_file(local_path: str, blob_bytes: int = 0, blob_checksum: str = "") -> 
         while block := f.read(BLOCK):
             hashes.append(_hash(block))
             payload += len(block)
-        table = np.asarray(hashes, dtype="<u8").tobytes()
-        if blob_checksum:
-            footer = _FOOTER2.pack(
-                payload, blob_bytes, BLOCK, len(hashes), int(blob_checksum[len(PREFIX) :], 16), _MAGIC2
-            )
-        else:
-            footer = _FOOTER.pack(payload, blob_bytes, BLOCK, len(hashes), _MAGIC)
-        trailer = table + footer
+        trailer = _trailer(hashes, payload, blob_bytes, blob_checksum)
         f.write(trailer)
     return digest(trailer)
+
+
+def _trailer(hashes: list[int], payload: int, blob_bytes: int, blob_checksum: str) -> bytes:
+    table = np.asarray(hashes, dtype="<u8").tobytes()
+    if blob_checksum:
+        footer = _FOOTER2.pack(payload, blob_bytes, BLOCK, len(hashes), int(blob_checksum[len(PREFIX) :], 16), _MAGIC2)
+    else:
+        footer = _FOOTER.pack(payload, blob_bytes, BLOCK, len(hashes), _MAGIC)
+    return table + footer
+
+
+class SealingWriter:
+    """A file written front to back whose block table is computed from the bytes as they are
+    written (`seal` appends it): what `seal_file` makes, without reading the file back (a blob
+    file: its values were in memory or streamed through anyway; issue 33)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self._hashes: list[int] = []
+        self._carry = bytearray()  # the written bytes of the current, unfinished block
+        self._payload = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        mv = memoryview(data).cast("B")
+        self._f.write(mv)
+        self._payload += len(mv)
+        pos = 0
+        if self._carry:
+            take = min(BLOCK - len(self._carry), len(mv))
+            self._carry += mv[:take]
+            pos = take
+            if len(self._carry) < BLOCK:
+                return
+            self._hashes.append(_hash(self._carry))
+            self._carry = bytearray()
+        end = pos + (len(mv) - pos) // BLOCK * BLOCK
+        for at in range(pos, end, BLOCK):
+            self._hashes.append(_hash(mv[at : at + BLOCK]))
+        self._carry += mv[end:]
+
+    def seal(self) -> str:
+        """Append the block table; the checksum to record for the file."""
+        if self._carry:
+            self._hashes.append(_hash(self._carry))
+            self._carry = bytearray()
+        trailer = _trailer(self._hashes, self._payload, 0, "")
+        self._f.write(trailer)
+        return digest(trailer)
+
+
+class BlockTable(NamedTuple):
+    """What a `VerifiedReader` read from a sealed file's end and verified."""
+
+    payload: int
+    blob_bytes: int
+    block: int
+    blob_checksum: str
+    hashes: list[int]
 
 
 class VerifiedReader:
@@ -139,9 +190,14 @@ class VerifiedReader:
     ~8 bytes per 64 KiB) and checks it against the recorded `checksum`.
     """
 
-    def __init__(self, inner: RangeReader, name: str, checksum: str) -> None:
+    def __init__(self, inner: RangeReader, name: str, checksum: str, known: BlockTable | None = None) -> None:
         self._inner = inner
         self.name = name
+        self.failure: CorruptFileError | None = None
+        self._hashes: list[int]
+        if known is not None:  # the same file's table, read and verified before: no read
+            self.payload, self.blob_bytes, self.block, self.blob_checksum, self._hashes = known
+            return
         size = inner.size()
         table_max = _FOOTER2.size + 8 * -(-size // BLOCK)
         tail = inner.read_at(max(0, size - table_max), min(size, table_max))
@@ -157,13 +213,16 @@ class VerifiedReader:
         trailer = tail[-trailer_len:]
         verify(trailer, checksum, f"{name} (block table)")
         self.payload = payload
-        self._hashes: list[int] = np.frombuffer(trailer, dtype="<u8", count=n).tolist()
+        self._hashes = np.frombuffer(trailer, dtype="<u8", count=n).tolist()
         # Vortex turns an exception raised in a read into its own RuntimeError: the reader keeps
-        # the real one so the caller can raise it instead.
-        self.failure: CorruptFileError | None = None
+        # the real one (`failure`) so the caller can raise it instead.
 
     def size(self) -> int:
         return self.payload
+
+    def table(self) -> BlockTable:
+        """The verified block table, to open the same file again without reading it."""
+        return BlockTable(self.payload, self.blob_bytes, self.block, self.blob_checksum, self._hashes)
 
     def read_at(self, offset: int, length: int) -> bytes | memoryview:
         # a view, not a copy, of the verified blocks (Vortex accepts any buffer)

@@ -38,6 +38,7 @@ class KeyCache:
         self.max_bytes = max_bytes
         self._used = 0
         self._lock = threading.Lock()
+        self._same: dict[tuple[str, str], bool] = {}  # (path, path) → identical keys
 
     def keys(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.Table:
         """The key space's keys as a table named like `fields`; `keep=False`: not cached (see
@@ -80,6 +81,23 @@ class KeyCache:
             if keep:
                 self._put("derived", name, v)
         return v
+
+    def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field], keep: bool = True) -> bool:
+        """Whether two key spaces hold identical keys (a table written group by group: the
+        direct take and the zip merge then need no merge). Decided once per pair and
+        remembered: comparing 200k keys on every take was a third of a 20-key take's time."""
+        pair = (a.path, b.path) if a.path <= b.path else (b.path, a.path)
+        with self._lock:
+            hit = self._same.get(pair)
+        if hit is None:
+            hit = (a.min_key, a.max_key, a.rows) == (b.min_key, b.max_key, b.rows) and self.keys(
+                a, fields, keep
+            ).equals(self.keys(b, fields, keep))
+            with self._lock:
+                if len(self._same) > 65536:
+                    self._same.clear()
+                self._same[pair] = hit
+        return hit
 
     def fits(self, key_spaces: Sequence[KeySpace], fields: list[pa.Field]) -> bool:
         """The admission rule: whether these key spaces' keys fill at most half the cache. Then

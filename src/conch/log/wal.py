@@ -376,7 +376,7 @@ class _Replay:
                 self.index_files.pop(op.id, None)
         if removed and self.index_files:
             # an index file lives as long as its run (a move re-adds the run under its id and
-            # keeps it); a compaction's output gets its own from `conch.search.runs.build_indexes`
+            # keeps it); a compaction's output gets its own from `conch.search.build.build_indexes`
             self.index_files = {i: f for i, f in self.index_files.items() if f.key_space in self.key_spaces}
         self.seq, self.time = seq, time
         return self

@@ -75,6 +75,9 @@ class ScanOptions:
     # file columns (`c<id>`, binary) whose values come back as tagged references to where they are
     # stored instead of their bytes: what `Scan.blob_files` and `open_blob` read (conch.files.blobfile)
     blob_refs: frozenset[str] = frozenset()
+    # of those, values shorter than this come back as tagged bytes, not references: compaction
+    # streams only the values worth streaming (`conch.maintain.compaction.blobcopy`)
+    blob_ref_min_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.batch_rows is not None and self.batch_rows < 1:

@@ -171,6 +171,8 @@ class Schema:
     next_column_id: int = 1  # legacy: ids of tables created before hashed ids (see `column_id_for`)
     dropped_ids: frozenset[int] = frozenset()  # ids of dropped columns: never reused
     _by_path: dict[str, Column] = field(default_factory=dict, compare=False, repr=False)
+    # level → its key fields, worked out on first use (a take asked for them nine times)
+    _key_fields: dict[str, tuple[pa.Field, ...]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._by_path.update({c.full_path: c for c in self.columns})
@@ -282,12 +284,16 @@ class Schema:
 
     def key_fields(self, level: str) -> list[pa.Field]:
         """The full key of `level`, root key columns first, one column per child level."""
+        known = self._key_fields.get(level)
+        if known is not None:
+            return list(known)
         out: list[pa.Field] = []
         for lvl in self.ancestry(level):
             if lvl.path == "":
                 out.extend(lvl.own_key)
             else:
                 out.append(pa.field(lvl.path, lvl.own_key[0].type, nullable=False))
+        self._key_fields[level] = tuple(out)
         return out
 
     def key_names(self, level: str) -> list[str]:

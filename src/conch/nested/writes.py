@@ -13,6 +13,7 @@ the table's schema; fields not in the schema extend it (their type is inferred).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ import pyarrow as pa
 from conch.errors import InvalidKeyError, SchemaError
 from conch.model.schema import CHILD_KEY, Schema, join_path
 from conch.nested.nodes import Domain, TableHandle
+from conch.write.blobinputs import swap_sources
 
 
 def _schema(table: TableHandle) -> Schema:
@@ -104,6 +106,14 @@ def _type_error(schema: Schema, level: str, t: pa.StructType, rows: list[dict[st
     return SchemaError(f"records of level {level or '<root>'!r} do not match the schema's types {t}")
 
 
+def _write(table: TableHandle, rows: list[dict[str, Any]], arrow: Callable[[Any], pa.Table], level: str) -> Any:
+    """Write `rows` made Arrow by `arrow`: values given as files (`conch.Blob`, a `Path`, a
+    binary file object) are streamed, as by `Table.write` (`conch.write.blobinputs`)."""
+    swapped, sources = swap_sources(rows)
+    with sources.active():
+        return table.write(arrow(swapped), level=level)
+
+
 def _key_row(d: Domain) -> dict[str, Any]:
     names = _schema(d.table).key_names(d.level)
     if d.keys is not None or len(d.pins) != len(names):
@@ -117,7 +127,7 @@ def write_record(d: Domain, value: Any) -> None:
         raise SchemaError(f"a record is written as a dict of fields, got {type(value).__name__}")
     schema = _schema(d.table)
     row = {**_key_row(d), **{k: v for k, v in value.items() if k != CHILD_KEY}}
-    d.table.write(rows_table(schema, d.level, [row]), level=d.level)
+    _write(d.table, [row], lambda rows: rows_table(schema, d.level, rows), d.level)
 
 
 def write_member(d: Domain, name: str, value: Any) -> None:
@@ -125,10 +135,13 @@ def write_member(d: Domain, name: str, value: Any) -> None:
     schema = _schema(d.table)
     child = join_path(d.level, name)
     if child in schema.levels:
-        d.table.write(child_rows(schema, d, child, value), level=child)
+        if isinstance(value, list):
+            _write(d.table, value, lambda rows: child_rows(schema, d, child, rows), child)
+        else:
+            d.table.write(child_rows(schema, d, child, value), level=child)
         return
     row = {**_key_row(d), name: value}
-    d.table.write(rows_table(schema, d.level, [row]), level=d.level)
+    _write(d.table, [row], lambda rows: rows_table(schema, d.level, rows), d.level)
 
 
 def child_rows(schema: Schema, d: Domain, child: str, value: Any) -> pa.Table:
@@ -227,7 +240,7 @@ class BatchWriter:
         schema = _schema(self._table)
         rows = list(self._roots.values())
         self._roots = {}
-        self.commit = self._table.write(rows_table(schema, "", rows))
+        self.commit = _write(self._table, rows, lambda rows: rows_table(schema, "", rows), "")
         return self.commit
 
 

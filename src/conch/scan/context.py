@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from conch.expr.tree import Expr
 from conch.expr.tree import mask as filter_mask
 from conch.files.format import FileRef, FragmentFormat, column_name
 from conch.files.keycache import KeyCache, KeyIndex
-from conch.files.manifest import Fragment
+from conch.files.manifest import Fragment, KeySpace
 from conch.model.budget import ScanOptions
 from conch.model.schema import Column, join_path
 from conch.scan.keymask import KeyMask, key_mask
@@ -119,7 +118,7 @@ class ScanContext:
         if fr.mask:
             rows = self.mask(fr).to_file_rows(rows)
         with self.format.counted(fr, gm.add_bytes_read):
-            t = self.format.read(fr, schema.names, schema, rows, blobs, self._refs(schema))
+            t = self.format.read(fr, schema.names, schema, rows, blobs, self._refs(schema), self._ref_min)
         gm.rows_read += t.num_rows
         gm.bytes_decoded += t.nbytes
         gm.fragments_read += 1
@@ -133,11 +132,11 @@ class ScanContext:
         tables = []
         for blob_ids, run in itertools.groupby(parts, key=lambda p: p[0].blob_columns):
             frs = [(fr, self.mask(fr).to_file_rows(rows) if fr.mask else rows) for fr, rows in run]
-            with ExitStack() as counting:
-                for fr in {fr.path: fr for fr, _ in frs}.values():  # a file shared by fragments: once
-                    counting.enter_context(self.format.counted(fr, gm.add_bytes_read))
+            files = list({fr.path: fr for fr, _ in frs}.values())  # a file shared by fragments: once
+            with self.format.counted(files[0], gm.add_bytes_read, *files[1:]):
                 blobs = [column_name(i) for i in blob_ids]
-                tables.append(self.format.read_many(frs, schema.names, schema, blobs, self._refs(schema)))
+                refs = self._refs(schema)
+                tables.append(self.format.read_many(frs, schema.names, schema, blobs, refs, self._ref_min))
         t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         gm.rows_read += t.num_rows
         gm.bytes_decoded += t.nbytes
@@ -184,7 +183,8 @@ class ScanContext:
         if mask is not None:
             rows = mask.to_file_rows(rows)
         with self.format.counted(fr, gm.add_bytes_read):
-            for batch in self.format.stream(fr, schema.names, schema, rows, blobs, expr, ordinal, self._refs(schema)):
+            refs = self._refs(schema)
+            for batch in self.format.stream(fr, schema.names, schema, rows, blobs, expr, ordinal, refs, self._ref_min):
                 gm.rows_read += batch.num_rows
                 gm.bytes_decoded += batch.nbytes
                 if mask is not None and ordinal:  # ordinals are file rows: back to fragment rows
@@ -200,7 +200,10 @@ class ScanContext:
         columns `schema` (`names`: column path → file column) decoded whole and kept decoded
         across scans by the format (`FragmentFormat.hot`, for fragments small enough): a small
         fragment filtered again and again costs no Vortex scan. Returns the rows and the columns."""
-        key = (fr.path + fr.mask, (*schema.names, *sorted(self._refs(schema))))  # refs are another read
+        key = (
+            fr.path + fr.mask,
+            (*schema.names, *sorted(self._refs(schema)), str(self._ref_min)),
+        )  # refs: another read
         t = self.format.hot.get(key)
         if t is None:
             t = self.read(group, fr, schema).combine_chunks()
@@ -230,6 +233,10 @@ class ScanContext:
         """The columns of `schema` read as references to their values (`ScanOptions.blob_refs`)."""
         refs = self.options.blob_refs
         return tuple(n for n in schema.names if n in refs) if refs else ()
+
+    @property
+    def _ref_min(self) -> int:
+        return self.options.blob_ref_min_bytes
 
     def has_column(self, group: str, fr: Fragment, name: str) -> bool:
         with self.format.counted(fr, self.group(group).add_bytes_read):
@@ -262,6 +269,11 @@ class CountedKeys:
 
     def derived(self, name: str, build: Callable[[], Any]) -> Any:
         return self.cache.derived(name, build, self.keep)
+
+    def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field]) -> bool:
+        """Whether two key spaces hold identical keys (`KeyCache.same_keys`: decided once)."""
+        with self.format.counted(a, self.on_bytes, b):
+            return self.cache.same_keys(a, b, fields, self.keep)
 
     def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
         with self.format.counted(ks, self.on_bytes):

@@ -45,7 +45,10 @@ def execute(ctx: ScanContext) -> Iterator[pa.RecordBatch]:
     """The scan's output batches, in key order (at least one, possibly empty)."""
     pick = picked(ctx) if ctx.options.fast_paths else None  # exact keys from one key set
     if pick is not None:
-        out = output_schema(ctx.plan.schema, ctx.plan.level, ctx.plan.columns, ctx.options.with_keys)
+        if ctx.options.with_keys:  # the batches' schema already
+            yield from pick
+            return
+        out = output_schema(ctx.plan.schema, ctx.plan.level, ctx.plan.columns, with_keys=False)
         yield from (drop_keys(b, out) for b in pick)
         return
     stream = streamed(ctx) if ctx.options.fast_paths else None

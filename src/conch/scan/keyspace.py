@@ -106,8 +106,10 @@ def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: 
     if isinstance(pred, KeySet):
         if numeric_key(fields):
             keys = cache.numeric(ks, fields)
-            want = _decoded_set(pred, fields).astype(keys.dtype)
-            return np.unique(_exact(keys, want)).astype(np.int64)
+            want = _decoded_set(pred, fields).astype(keys.dtype, copy=False)
+            pos = _exact(keys, want).astype(np.int64, copy=False)
+            # a key set is sorted and unique, and so is a key space: the rows are ascending
+            return pos if (pos[1:] > pos[:-1]).all() else np.unique(pos)
         m = predicate_mask(pred, cache.encoded(ks, fields), fields)
         return np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]
     r = predicate_bounds(pred, fields)
@@ -155,6 +157,8 @@ _DECODED_LOCK = threading.Lock()
 def _decoded_set(pred: KeySet, fields: list[pa.Field]) -> np.ndarray:
     """A numeric key set's keys as numpy (timestamps: int64), decoded once per key set, not once
     per key space it is looked up in (a take over 1,000 runs decoded every key 1,000 times)."""
+    if pred.numeric is not None:  # built from numbers (`to_key_predicate`): nothing to decode
+        return pred.numeric
     with _DECODED_LOCK:
         hit = _DECODED.get(id(pred))
     if hit is not None and hit[0] is pred:

@@ -185,19 +185,12 @@ def _segment(
     keys_of = ctx.keys()
     kss = [plan.key_spaces[i] for i in members]
     n = kss[0].rows
-    if len(kss) > 1:
-        if numeric_key(fields):
-            a = keys_of.numeric(kss[-1], fields)
-            same = all(np.array_equal(a, keys_of.numeric(p, fields)) for p in kss[:-1])
-        else:
-            newest = keys_of.keys(kss[-1], fields)
-            same = all(keys_of.keys(p, fields).equals(newest) for p in kss[:-1])
-        if not same:
-            if not numeric_key(fields):
-                return None
-            # same span and count, different keys: the newest is the base, the others overlay it
-            small = sorted([*small, *members[:-1]])
-            members, kss = members[-1:], kss[-1:]
+    if len(kss) > 1 and not all(keys_of.same_keys(kss[-1], p, fields) for p in kss[:-1]):
+        if not numeric_key(fields):
+            return None
+        # same span and count, different keys: the newest is the base, the others overlay it
+        small = sorted([*small, *members[:-1]])
+        members, kss = members[-1:], kss[-1:]
     lo, hi = 0, n
     rows = selected_rows(keys_of, kss[-1], fields, plan.key_predicate, plan.within)
     if rows is not None:

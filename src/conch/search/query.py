@@ -106,7 +106,7 @@ def search(
     opts = vectors.json_options(d)
     sources = []
     for ks, f in runs.runs_of(state, d):
-        alone = where is None and not _hiders(state, ks, col.level)
+        alone = where is None and not hiders(state, ks, col.level)
         if f is not None:
             loaded = runs.load(source.log.files.storage, f)
             sources.append(_Source(loaded.keys, f.rows, structure=loaded.structure, alone=alone))
@@ -167,7 +167,7 @@ def _prefilter(source: Any, read: list[str], where: Any, level: str) -> pa.Table
     return pa.Table.from_batches(batches, schema=reader.schema)
 
 
-def _hiders(state: Any, run: KeySpace, level: str) -> bool:
+def hiders(state: Any, run: KeySpace, level: str) -> bool:
     """Whether any other run may hide a cell of `run`: a data run of its level or a tombstone of
     its level or an ancestor's whose newest cell is not older than `run`'s oldest, over its keys."""
     oldest = run.min_time or run.time

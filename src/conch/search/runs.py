@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import struct
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +26,11 @@ import pyarrow as pa
 
 from conch.errors import CorruptFileError
 from conch.files.format import FragmentFormat
-from conch.files.integrity import digest, verify
+from conch.files.integrity import verify
 from conch.files.keycache import KeyCache
 from conch.files.manifest import FrozenMap, IndexDef, IndexFile, KeySpace, TableState
-from conch.files.storage import Storage, new_id
+from conch.files.storage import Storage
 from conch.log.tablelog import TableLog
-from conch.log.txn import Commit
-from conch.log.wal import AddIndexFile, Transaction
 from conch.model.budget import ScanOptions
 from conch.scan import Scan
 from conch.scan.request import ScanRequest
@@ -124,12 +120,18 @@ def read_run(source: Any, key_space: KeySpace, definition: IndexDef) -> RunVecto
 
 
 # ----- files ----------------------------------------------------------------------------------
-def encode_file(structure: Any, keys: pa.Table) -> bytes:
+def encode_file(blob: Any, keys: pa.Table) -> bytearray:
+    """The file's bytes around a serialised index (`faiss.serialize_index`'s uint8 array),
+    assembled in one buffer."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, keys.schema) as w:
         w.write_table(keys)
-    blob = vectors.serialize(structure)
-    return MAGIC + struct.pack("<Q", len(blob)) + blob + sink.getvalue().to_pybytes()
+    tail = sink.getvalue()
+    out = bytearray(16 + len(blob) + tail.size)
+    out[:8], out[8:16] = MAGIC, struct.pack("<Q", len(blob))
+    out[16 : 16 + len(blob)] = memoryview(blob)
+    out[16 + len(blob) :] = memoryview(tail)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,51 +177,3 @@ class LogVersion:
         self.name, self.uri, self.format = log.name, log.uri, log.format
         self.key_cache, self.scan_options = log.key_cache, log.scan_options
         self.seq, self.time, self.asof = state.seq, state.time, None
-
-
-def build_indexes(
-    log: TableLog, state: TableState | None = None, names: Sequence[str] | None = None, min_rows: int | None = None
-) -> Commit | None:
-    """Build the missing or stale index files of the runs of `state` (default: the newest) with
-    at least `min_rows` rows, for the vector indexes `names` (default: all), and commit them in
-    one `"index"` commit; None when nothing needed building. One run's vectors in memory at a
-    time. Compaction calls it for its outputs (`conch.maintain.compaction.run.commit`)."""
-    state = log.state() if state is None else state
-    source = LogVersion(log, state)
-    min_rows = MIN_ROWS if min_rows is None else min_rows
-    todo = [
-        (d, ks)
-        for d in state.indexes.values()
-        if d.kind == "vector" and (names is None or d.name in names)
-        for ks, current in runs_of(state, d)
-        if current is None and ks.rows >= max(min_rows, 1)
-    ]
-    if not todo:
-        return None
-    started = time.time()
-    added: list[AddIndexFile] = []
-    with log.staging():
-        for d, ks in todo:
-            run = read_run(source, ks, d)
-            if not len(run.vectors):
-                continue
-            structure = vectors.build(vectors.prepare(run.vectors, d.metric), d.metric, vectors.json_options(d))
-            data = encode_file(structure, run.keys)
-            fid = new_id()
-            path = f"{log.files.table_id}/idx/{fid}.cix"
-            log.files.storage.write(path, data)
-            frs = run_fragments(state, ks.id, d.column_id)
-            added.append(
-                AddIndexFile(IndexFile(fid, d.name, ks.id, path, len(run.vectors), frs, len(data), digest(data)))
-            )
-    if not added:
-        return None
-    txn = Transaction(
-        "index",
-        tuple(added),
-        f"built {len(added)} index files",
-        state.seq,
-        files=tuple(op.file.path for op in added),
-        started_us=int(started * 1_000_000),
-    )
-    return log.commit(txn)

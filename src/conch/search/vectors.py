@@ -97,20 +97,18 @@ def exact_distances(queries: np.ndarray, vectors: np.ndarray, metric: str) -> np
     return 1 - ip if metric == "cosine" else -ip
 
 
-def build(vectors: np.ndarray, metric: str, options: dict[str, Any]) -> Any:
-    """A faiss index over prepared `vectors` (ids are row numbers)."""
+def empty(dim: int, metric: str, options: dict[str, Any], train_rows: int) -> Any:
+    """An empty faiss index of the definition's structure (an IVF one still untrained, with no
+    more lists than `train_rows` training vectors allow: 39 per list)."""
     fs = faiss()
     structure = options["index"]
     spec = STRUCTURES[structure].format(**options)
-    if structure == "ivf":  # never more lists than a list's worth of training points allow
-        spec = f"IVF{max(1, min(options['nlist'], len(vectors) // 39))},Flat"
+    if structure == "ivf":
+        spec = f"IVF{max(1, min(options['nlist'], train_rows // 39))},Flat"
     kind = fs.METRIC_L2 if metric == "l2" else fs.METRIC_INNER_PRODUCT
-    index = fs.index_factory(vectors.shape[1], spec, kind)
+    index = fs.index_factory(dim, spec, kind)
     if structure == "hnsw":
         index.hnsw.efConstruction = options["ef_construction"]
-    if not index.is_trained:
-        index.train(vectors)
-    index.add(vectors)
     return index
 
 

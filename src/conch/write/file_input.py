@@ -297,13 +297,13 @@ def _csv_error(path: Path, message: str, schema: pa.Schema | None = None) -> str
     message = message.splitlines()[0]
     bad = re.search(r"Expected \d+ columns, got \d+: (.*)$", message)
     if bad:  # a line with another number of fields: pyarrow quotes it
-        line = _line_of(path, lambda _, raw: raw.rstrip("\r\n") == bad.group(1))
+        line = line_of(path, lambda _, raw: raw.rstrip("\r\n") == bad.group(1))
         return f"line {line}: {_csv_hint(message)}" if line else _csv_hint(message)
     m = re.match(r"In CSV column #(\d+): CSV conversion error to (\S+): invalid value '(.*)'$", message)
     if m and schema is not None:
         index, typ, value = int(m.group(1)), m.group(2), m.group(3)
         name = schema.names[index]
-        line = _line_of(path, _field_is(index, value))
+        line = line_of(path, field_is(index, value))
         return (
             f"column {name!r} is {typ} (from the file's first rows), but line {line or '?'} holds {value!r}: fix the "
             f"value, or read the column as text with --cast {name}=string"
@@ -311,7 +311,7 @@ def _csv_error(path: Path, message: str, schema: pa.Schema | None = None) -> str
     return _csv_hint(message)
 
 
-def _line_of(path: Path, match: Callable[[list[str], str], bool]) -> int | None:
+def line_of(path: Path, match: Callable[[list[str], str], bool]) -> int | None:
     """The number of the first line of CSV `path` (1: the first line) whose row matches (an
     error path: the file is read again, by Python's csv module)."""
     import csv
@@ -324,13 +324,15 @@ def _line_of(path: Path, match: Callable[[list[str], str], bool]) -> int | None:
     return None
 
 
-def _field_is(index: int, value: str) -> Callable[[list[str], str], bool]:
+def field_is(index: int, value: str) -> Callable[[list[str], str], bool]:
     return lambda fields, _: len(fields) > index and fields[index] == value
 
 
-def _refuse_odd_values(batch: pa.RecordBatch, path: Path, text: set[str]) -> None:
-    """`SchemaError` for a text column (as inferred) whose values are numbers but for a few: one
-    `not_a_number` must not turn a column of numbers into text without a word."""
+def odd_value(batch: pa.RecordBatch, text: set[str]) -> tuple[str, str, int] | None:
+    """The first text column (as inferred) of `batch` whose values are numbers but for a few:
+    `(column, the first value that is not a number, how many are not)`, else None. One
+    `not_a_number` must not turn a column of numbers into text without a word (the rule
+    `conch write` and `conch ingest --spark` share)."""
     import pyarrow.compute as pc
 
     for name, col in zip(batch.schema.names, batch.columns, strict=True):
@@ -340,13 +342,23 @@ def _refuse_odd_values(batch: pa.RecordBatch, path: Path, text: set[str]) -> Non
         numeric = pc.match_substring_regex(values, NUMBER)
         odd = len(values) - pc.sum(numeric).as_py() if len(values) else 0
         if 0 < odd <= MAX_ODD_VALUES and odd * 10 <= len(values):
-            value = values.filter(pc.invert(numeric))[0].as_py()
-            index = batch.schema.get_field_index(name)
-            line = _line_of(path, _field_is(index, value))
-            raise SchemaError(
-                f"cannot read {path}: column {name!r} holds numbers, but line {line or '?'} holds {value!r} "
-                f"({odd} value(s) are not numbers): fix the value, or read the column as text with --cast {name}=string"
-            )
+            return name, values.filter(pc.invert(numeric))[0].as_py(), odd
+    return None
+
+
+def odd_value_error(path: str | Path, line: int | str | None, name: str, value: str, odd: int) -> SchemaError:
+    return SchemaError(
+        f"cannot read {path}: column {name!r} holds numbers, but line {line or '?'} holds {value!r} "
+        f"({odd} value(s) are not numbers): fix the value, or read the column as text with --cast {name}=string"
+    )
+
+
+def _refuse_odd_values(batch: pa.RecordBatch, path: Path, text: set[str]) -> None:
+    odd = odd_value(batch, text)
+    if odd is not None:
+        name, value, count = odd
+        line = line_of(path, field_is(batch.schema.get_field_index(name), value))
+        raise odd_value_error(path, line, name, value, count)
 
 
 def _peeked(it: Generator[pa.RecordBatch, None, None]) -> Iterator[pa.RecordBatch]:

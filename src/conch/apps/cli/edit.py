@@ -198,11 +198,11 @@ def ingest(
     if rename or cast:
         raise InvalidArgumentError("--rename and --cast are not supported with --spark: drop --spark")
     import conch.engines.spark
-    from conch.apps.pipelines.ingest import csv_options
     from conch.apps.pipelines.ingest import ingest as run_ingest
+    from conch.apps.pipelines.spark_csv import CsvOptions
 
     session = conch.engines.spark.session("conch-ingest")
-    csv = csv_options(comment, timestamp_format)
+    csv = CsvOptions(comment, tuple(timestamp_format))
     res = run_ingest(
         session,
         source,

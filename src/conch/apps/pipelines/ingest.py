@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from typing import Any
 
-from conch.errors import ConchError, InvalidArgumentError
+from conch.apps.pipelines.spark_csv import CsvOptions, explained, read_csv
+from conch.errors import ConchError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}
 
@@ -41,55 +43,24 @@ def detect_format(source: str) -> str:
     raise ConchError(f"cannot tell the format of {source!r}: pass format='parquet' | 'json' | 'csv'")
 
 
-# strptime directives → Spark datetime pattern letters (https://spark.apache.org/docs/latest/sql-ref-datetime-pattern.html)
-_SPARK_PATTERN = {
-    "d": "dd", "m": "MM", "y": "yy", "Y": "yyyy", "b": "MMM", "B": "MMMM", "H": "HH", "I": "hh", "M": "mm",
-    "S": "ss", "f": "SSSSSS", "p": "a", "z": "Z", "j": "DDD", "a": "EEE", "A": "EEEE", "%": "%",
-}  # fmt: skip
-
-
-def spark_pattern(fmt: str) -> str:
-    """A strptime format as a Spark datetime pattern: `%d-%b-%y` → `dd-MMM-yy` (letters quoted)."""
-    out, i = [], 0
-    while i < len(fmt):
-        c = fmt[i]
-        if c == "%":
-            d = fmt[i + 1 : i + 2]
-            if d not in _SPARK_PATTERN:
-                raise InvalidArgumentError(f"timestamp format {fmt!r}: %{d} has no Spark equivalent; write it apart")
-            out.append(_SPARK_PATTERN[d])
-            i += 2
-        else:
-            out.append(f"'{c}'" if c.isalpha() else ("''" if c == "'" else c))
-            i += 1
-    return "".join(out)
-
-
-def csv_options(comment: str | None, timestamp_formats: Sequence[str] = ()) -> dict[str, str]:
-    """Spark CSV reader options for `--comment` and `--timestamp-format` (Spark takes one format)."""
-    out = {} if comment is None else {"comment": comment}
-    if len(timestamp_formats) > 1:
-        raise InvalidArgumentError("--spark reads one --timestamp-format; give one, or ingest without --spark")
-    if timestamp_formats:
-        out["timestampFormat"] = spark_pattern(timestamp_formats[0])
-    return out
-
-
 def read_source(
-    spark: Any, source: str | Sequence[str], fmt: str | None = None, csv: Mapping[str, str] | None = None
+    spark: Any,
+    source: str | Sequence[str],
+    fmt: str | None = None,
+    csv: CsvOptions | None = None,
+    key: Sequence[str] = (),
 ) -> Any:
-    """A DataFrame of the input files. CSV files need a header row; their types are inferred, and
-    `csv` holds more reader options (`csv_options`). A local CSV whose first line starts with `#`
-    is read with `comment='#'` unless a comment character is given."""
+    """A DataFrame of the input files. CSV files need a header row and are read by the rules of
+    `conch write` (`spark_csv`); `csv` holds `--comment` and `--timestamp-format`. A local CSV whose
+    first line starts with `#` is read with `comment='#'` unless a comment character is given."""
     paths = [source] if isinstance(source, str) else list(source)
     fmt = fmt or detect_format(paths[0])
-    reader = spark.read.format(fmt)
-    if fmt == "csv":
-        options = dict(csv or {})
-        if "comment" not in options and _starts_with_comment(paths[0]):
-            options["comment"] = "#"
-        reader = reader.option("header", "true").option("inferSchema", "true").options(**options)
-    return reader.load(paths)
+    if fmt != "csv":
+        return spark.read.format(fmt).load(paths)
+    csv = csv or CsvOptions()
+    if csv.comment is None and _starts_with_comment(paths[0]):
+        csv = replace(csv, comment="#")
+    return read_csv(spark, paths, csv, key)
 
 
 def _starts_with_comment(path: str) -> bool:
@@ -114,30 +85,28 @@ def ingest(
     partitions: int | None = None,
     merge_schema: bool = False,
     options: Mapping[str, str] | None = None,
-    csv: Mapping[str, str] | None = None,
+    csv: CsvOptions | None = None,
 ) -> IngestResult:
     """Write `source` (paths, or a DataFrame) into `warehouse`/`table` as one commit.
 
     The table is created from the data's schema when it does not exist. `mode="overwrite"`
     replaces its contents (older versions stay readable by time travel). `options` are more
     data source options, e.g. `metastore`, `token`, `storageOptions` (`conch.engines.spark.common.Location`);
-    `csv` more CSV reader options (`csv_options(comment, timestamp_formats)`).
+    `csv`: `--comment` and `--timestamp-format` for CSV files.
     """
     from conch.engines.spark.common import Location
     from conch.engines.spark.writer import committed_rows
 
-    df: Any = source if hasattr(source, "write") else read_source(spark, source, fmt, csv)
+    is_files = not hasattr(source, "write")
+    df: Any = read_source(spark, source, fmt, csv, key) if is_files else source
+    paths = [source] if isinstance(source, str) else list(source) if is_files else []
+    checked = explained(paths) if is_files and (fmt or detect_format(paths[0])) == "csv" else nullcontext()
     n = partitions or max(2, spark.sparkContext.defaultParallelism)
     df = df.repartitionByRange(n, *key)
     where = {**(options or {}), "warehouse": warehouse, "table": table}
-    (
-        df.write.format("conch")
-        .mode(mode)
-        .options(**where)
-        .option("key", ",".join(key))
-        .option("mergeSchema", str(merge_schema).lower())
-        .save()
-    )
+    writer = df.write.format("conch").mode(mode).options(**where).option("key", ",".join(key))
+    with checked:
+        writer.option("mergeSchema", str(merge_schema).lower()).save()
     t = Location.from_options(where).connect().table(table)
     last = next(c for c in reversed(t.history()) if c.kind != "compact")  # not a compaction that followed it
     rows = sum(committed_rows(t, last.seq).values())

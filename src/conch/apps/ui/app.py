@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import conch
-from conch.apps.ui import lsm
+from conch.apps.ui import lsm, neighbours
 from conch.apps.ui.folding import fold_rows
 from conch.apps.ui.values import render
 from conch.errors import ConchError, TableNotFoundError, TimeTravelError
@@ -335,7 +335,9 @@ class Inspector:
         s = t.scan(*cols, where=where, keys=keys, asof=asof, level=level or None, limit=limit)
         result = s.to_arrow()
         children = schema.children(level)
+        near = [i for i in st.indexes.values() if i.kind == "vector" and i.level == level]
         head = "".join(_column_head(n) for n in result.column_names) + "".join(_column_head(c.name) for c in children)
+        head += _column_head("neighbours") if near else ""
         rows = []
         key_names = [f.name for f in fields]
         recs, sizes = fold_rows(result)  # strings and blobs cut in Arrow: the page never holds whole cells
@@ -353,6 +355,9 @@ class Inspector:
             for c in children:
                 href = f"/t/{name}/scan{_q(level=c.path, prefix=khex, asof=asof)}"
                 cells.append(f'<td><a class="child" href="{escape(href)}">{escape(c.name)} →</a></td>')
+            if near:
+                href = f"/t/{name}/neighbours{_q(level=level, key=khex, column=near[0].name, asof=asof)}"
+                cells.append(f'<td><a class="near" href="{escape(href)}">nearest →</a></td>')
             rows.append(f"<tr>{''.join(cells)}</tr>")
         table = (
             f'<div class="scroll"><table class="grid scan" id="results"><tr>{head}</tr>{"".join(rows)}</table></div>'
@@ -375,6 +380,11 @@ class Inspector:
             + f'<div><h2>metrics()</h2><table class="grid metrics">{metrics}</table></div></div>'
         )
         return self.page(f"{name}: scan", body, name, asof, "scan")
+
+    def neighbours(self, name: str, p: dict[str, str]) -> str:
+        asof = int(p["asof"]) if p.get("asof") else None
+        t = self.catalog.table(name)
+        return self.page(f"{name}: nearest neighbours", neighbours.neighbours_body(t, name, p), name, asof, "scan")
 
     def scan_form(self, name: str, schema: Any, p: dict[str, str]) -> str:
         levels = "".join(
@@ -431,7 +441,7 @@ def create_app(warehouse: str) -> Any:
     optional_import("starlette")
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import HTMLResponse, Response
+    from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
 
     ins = Inspector(warehouse)
@@ -464,6 +474,15 @@ def create_app(warehouse: str) -> Any:
             return Response(f"error: {e}", 400, media_type="text/plain")
         return Response(data, media_type=mime)
 
+    async def search(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            return JSONResponse(neighbours.search_json(ins.catalog.table(name), dict(request.query_params)))
+        except TableNotFoundError as e:
+            return JSONResponse({"error": type(e).__name__, "message": str(e)}, 404)
+        except (ConchError, ValueError) as e:
+            return JSONResponse({"error": type(e).__name__, "message": str(e)}, 400)
+
     async def static_file(request: Request) -> Response:
         fname = request.path_params["file"]
         types = {"css": "text/css", "js": "text/javascript"}
@@ -478,6 +497,8 @@ def create_app(warehouse: str) -> Any:
         Route("/t/{name}/manifests", html(lambda n, p: ins.manifests(n, asof(p)))),
         Route("/t/{name}/scan", html(ins.scan)),
         Route("/t/{name}/blob", blob),
+        Route("/t/{name}/neighbours", html(ins.neighbours)),
+        Route("/t/{name}/search", search),
         Route("/static/{file}", static_file),
     ]
     return Starlette(routes=routes)

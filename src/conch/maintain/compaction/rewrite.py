@@ -47,6 +47,7 @@ from conch.files.keycache import INDEX_STEP, KeyCache
 from conch.files.layout import TableFiles
 from conch.files.manifest import KeySpace, TableState
 from conch.log.wal import AddFragment, AddKeySpace, Op
+from conch.maintain.compaction import blobcopy
 from conch.maintain.compaction.displacement import WrittenMap, map_runs, write_map
 from conch.maintain.compaction.plan import CompactionTask, table_ranges
 from conch.maintain.compaction.ranges import change_points, prefix_keys
@@ -101,7 +102,22 @@ def execute(
 ) -> Staged:
     """Write the outputs of `task` (restricted to keys in `within`, a Spark task's part) and
     return them with their operations; removing the inputs is `run.commit`'s job. `scan`: how
-    the inputs are read (the warehouse's, sized by `connect(memory_budget=)`)."""
+    the inputs are read (the warehouse's, sized by `connect(memory_budget=)`). Big blob values
+    are copied in parts, never read whole (`blobcopy`)."""
+    with blobcopy.streamed_values(files.storage):
+        return _execute(files, key_cache, state, task, layout, within, opts, scan)
+
+
+def _execute(
+    files: TableFiles,
+    key_cache: KeyCache,
+    state: TableState,
+    task: CompactionTask,
+    layout: Layout,
+    within: EncodedRange | None = None,
+    opts: WriteOptions | None = None,
+    scan: ScanOptions | None = None,
+) -> Staged:
     opts = opts or WriteOptions()
     scan = scan or ScanOptions()
     started = time.time_ns() // 1000
@@ -271,9 +287,10 @@ def _fresh_batches(
     plan = plan_scan(view, ScanRequest.resolve(view.schema, level=level))
     if within is not None:
         plan = narrow(plan, within)
+    scan = blobcopy.ref_options(scan, plan, view)
     for b in run_scan(ScanContext(plan, fmt, key_cache, scan)):
         if b.num_rows:
-            yield _flatten(pa.Table.from_batches([b]), view.schema, level)
+            yield blobcopy.as_sources(_flatten(pa.Table.from_batches([b]), view.schema, level), plan, scan)
 
 
 def _flatten(t: pa.Table, schema: Schema, level: str) -> pa.Table:

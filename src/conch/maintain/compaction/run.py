@@ -36,7 +36,7 @@ from conch.maintain.compaction.rewrite import Layout, Staged
 from conch.maintain.compaction.rewrite import execute as rewrite
 from conch.model.keys import EncodedRange
 from conch.model.progress import Progress
-from conch.search.runs import build_indexes
+from conch.search.build import build_indexes
 
 
 @dataclass(frozen=True, slots=True)
