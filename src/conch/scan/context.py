@@ -149,7 +149,7 @@ class ScanContext:
         Keyed by file and mask: fragments sharing a file differ by mask. A fragment small enough
         stays decoded across scans (`FragmentFormat.hot`): the small runs of an LSM tree being
         written are read whole by every scan of it (`overlay.py`)."""
-        hot_key = self._hot_key(fr, schema)
+        hot_key = self.decoded_key(fr, schema)
         t = self.format.hot.get(hot_key)
         if t is not None:
             return t
@@ -161,13 +161,18 @@ class ScanContext:
                 self.decoded.put(key, t)
         return t
 
-    def _hot_key(self, fr: Fragment, schema: pa.Schema) -> tuple[str, tuple[str, ...]]:
-        return (fr.path + fr.mask, (*schema.names, *sorted(self._refs(schema))))  # refs are another read
+    def decoded_key(self, fr: Fragment, schema: pa.Schema) -> tuple[str, tuple[str, ...]]:
+        """What names `fr`'s decoded columns `schema` as this scan reads them (blob columns as
+        values or as references, `ScanOptions.blob_refs`), across scans."""
+        return (
+            fr.path + fr.mask,
+            (*schema.names, *sorted(self._refs(schema)), str(self._ref_min)),
+        )  # refs: another read
 
     def hot(self, fr: Fragment, schema: pa.Schema) -> pa.Table | None:
         """Columns `schema` of all of `fr`'s rows if they are kept decoded across scans (a small
         run that scans overlay, `read_decoded`): a take from them costs no Vortex read."""
-        return self.format.hot.get(self._hot_key(fr, schema))
+        return self.format.hot.get(self.decoded_key(fr, schema))
 
     def stream(
         self, group: str, fr: Fragment, schema: pa.Schema, rows: np.ndarray | None, expr: Any, ordinal: bool

@@ -582,7 +582,8 @@ class Stream:
                 return OverlayCells([OverlayColumn.of(c) for c in values.columns], wins)
 
             if ov.name:  # the overlay is kept across scans: so are its cells (immutable files too)
-                files = ",".join(f.path + f.mask for pf in u.overlay_fragments for f in pf)
+                # named as read: a scan reading blob columns as references decodes other cells
+                files = ",".join(str(self.ctx.decoded_key(f, schema)) for pf in u.overlay_fragments for f in pf)
                 name = f"{ov.name} cells {schema.names} {u.overlay} {u.newer_than} {files}"
                 cells = self.ctx.keys().derived(name, build)
             else:
