@@ -28,11 +28,20 @@ from the key, compressible as real measurements are):
 - `deletes`: a base load, then upserts and deletes of random keys, interleaved;
 - `two_groups`: spec/001's shape: one commit of `a`/`b`, one of a second column group `m`.
 
+- `ingest`: issue 30's read shape: sorted appends of 0.2 % of the keys per commit (4 `float64`;
+  500 commits at 1M keys), then commits upserting `a` on 0.2 % of the keys at random.
+
+Read ratios are taken four times: **after** the last commit (the settle postponed), **during**
+the ingest (the default side's ingest run again in its own subprocess with `conch.Policy()` as
+it runs in use, background settle included, and a reader thread scanning the newest version
+again and again, each query alternated with the same query on `once`: `_Reader`), **settled**
+(`wait_for_maintenance()`) and **compacted** (after `compact()`).
+
 `--bulk 50000000,100000000` measures only the one-write bulk load at those key counts, the write
 side (default beside auto off; no `once` side and no reads), in minutes rather than hours.
 
-Not built: a reader thread during the ingest, the Spark family and the Lance read shapes of the
-issue (`bench/selective.py` has those reads).
+Not built: the Spark family (`bench/spark_bench.py` times Spark writes) and the Lance read shapes
+of the issue (`python -m bench.selective --parts shapes` has those reads).
 """
 
 from __future__ import annotations
@@ -53,15 +62,18 @@ from bench.rss import peak_rss
 
 RESULTS = Path(__file__).parent / "results"
 SCHEMA = pa.schema([("id", pa.uint64()), ("a", pa.float64()), ("b", pa.float64())])
-FAMILIES = ("bulk_reader", "unsorted_table", "appends", "upserts", "partial", "deletes", "two_groups")
+FAMILIES = ("bulk_reader", "unsorted_table", "appends", "upserts", "partial", "deletes", "two_groups", "ingest")
 SIZES = {"full": (1_000_000, 5_000_000), "small": (50_000, 250_000)}
 COMMITS = {"full": 100, "small": 40}  # commits of the many-commit families
 
 
-def rows(ids: np.ndarray, seed: int) -> pa.Table:
+def rows(ids: np.ndarray, seed: int, wide: bool = False) -> pa.Table:
     rng = np.random.default_rng(seed)
     a = np.round(rng.random(len(ids)), 2)
-    return pa.table([pa.array(ids, pa.uint64()), a, ids.astype(np.float64) * 0.25], schema=SCHEMA)
+    t = pa.table([pa.array(ids, pa.uint64()), a, ids.astype(np.float64) * 0.25], schema=SCHEMA)
+    if wide:  # issue 30's read shape: 4 float64
+        t = t.append_column("c", pa.array(rng.random(len(ids)))).append_column("d", pa.array(rng.random(len(ids))))
+    return t
 
 
 Op = tuple[str, Any]  # ("write", table | reader factory) or ("delete", keys)
@@ -94,8 +106,15 @@ def history(family: str, n: int, commits: int) -> Iterator[Op]:
         m = pa.StructArray.from_arrays([pa.array(rng.random(n)), pa.array(rng.random(n))], ["x", "y"])
         yield "write", pa.table({"id": pa.array(np.arange(n, dtype=np.uint64)), "m": m})
         return
-    yield "write", rows(np.arange(n, dtype=np.uint64), 1)  # the base of the upsert families
     per = max(1, n // 500)  # 0.2 % of the keys per commit
+    if family == "ingest":  # sorted appends of `per` keys, then `commits` upserts of `a` on random keys
+        for s in range(0, n, per):
+            yield "write", rows(np.arange(s, min(n, s + per), dtype=np.uint64), s, wide=True)
+        for c in range(commits):
+            keys = np.sort(rng.choice(n, per, replace=False)).astype(np.uint64)
+            yield "write", rows(keys, 100 + c).select(["id", "a"])
+        return
+    yield "write", rows(np.arange(n, dtype=np.uint64), 1)  # the base of the upsert families
     for c in range(commits):
         keys = np.sort(rng.choice(n, per, replace=False)).astype(np.uint64)
         if family == "upserts":
@@ -114,9 +133,15 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
     import conch
     from bench.compaction import bytes_by_kind
 
-    policy = conch.Policy(auto=False) if side == "auto-off" else conch.Policy(settle_after=3600.0)
+    if side == "auto-off":
+        policy = conch.Policy(auto=False)
+    elif side == "during":  # the default policy as it runs in use: the background settle too
+        policy = conch.Policy()
+    else:
+        policy = conch.Policy(settle_after=3600.0)
     t = conch.connect(path, maintenance=policy).create_table("t", [("id", pa.uint64())])
     ops = list(history(family, n, commits)) if side != "once" else []
+    during = _Reader(path, source) if side == "during" else None
     if side == "once":  # the final fresh rows of the auto-off table (`source`), in one write
         src = conch.connect(source, maintenance=conch.Policy(auto=False)).table("t")
         ops = [("write", src.scan().to_arrow())]
@@ -130,6 +155,8 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
             written += 0 if isinstance(d, pa.RecordBatchReader) else d.nbytes
             t.write(d)
     wall, cpu = time.perf_counter() - t0, S.process_cpu() - c0
+    if during is not None:
+        return {"during": during.stop(), "reads": during.reads}
     plan = t.maintenance_plan()
     kinds = bytes_by_kind(t)
     return {
@@ -144,16 +171,80 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
     }
 
 
+class _Reader:
+    """A reader thread during the ingest: it scans the table being written (full, 1 % filter,
+    50-key take, each on the newest version) again and again, each query alternated with the
+    same query on the rows written once (`once`: the final rows). Reads are counted once the
+    table holds half its final rows; full and filter ratios are per row out (the table grows
+    under appends), the take's as measured. Returns the median ratio per query."""
+
+    def __init__(self, path: str, once_path: str) -> None:
+        import threading
+
+        import conch
+
+        self.live = conch.connect(path, maintenance=conch.Policy(auto=False)).table("t")
+        self.once = conch.connect(once_path, maintenance=conch.Policy(auto=False)).table("t")
+        self.queries = _queries(self.once)
+        self.final = self.once.scan().to_arrow().num_rows
+        self.samples: dict[str, list[float]] = {k: [] for k in self.queries}
+        self.reads = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lsm-shapes-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._read()
+        except BaseException as e:  # handed to `stop`: a failed read must fail the bench
+            self.error = e
+
+    def _read(self) -> None:
+        from conch.errors import SchemaError
+
+        while not self._stop.is_set():
+            share = 0.0
+            for case, q in self.queries.items():
+                t0 = time.perf_counter()
+                try:
+                    got = q(self.live)
+                except SchemaError:  # before the first commit of the filtered column
+                    time.sleep(0.01)
+                    break
+                mine = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                q(self.once)
+                base = time.perf_counter() - t0
+                if case == "full":
+                    share = got.num_rows / max(1, self.final)
+                if share >= 0.5:
+                    self.samples[case].append(mine / base / (share if case != "take" else 1.0))
+                    self.reads += 1
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return {k: round(float(np.median(v)), 2) if v else float("nan") for k, v in self.samples.items()}
+
+
 # ----- reads, in this process ------------------------------------------------------------------
-def read_ratios(t: Any, once: Any, reps: int) -> dict[str, float]:
-    """Full scan, 1 % filter and 50-key take of `t` as ratios to `once` (alternated medians)."""
+def _queries(once: Any) -> dict[str, Callable[[Any], Any]]:
+    """Full scan, 1 % filter (`a < 0.01`) and a take of 50 keys of the final rows."""
     ids = once.scan().to_arrow().column("id").to_numpy()
     keys = [int(k) for k in np.random.default_rng(50).choice(ids, size=min(50, len(ids)), replace=False)]
-    queries: dict[str, Callable[[Any], Any]] = {
+    return {
         "full": lambda x: x.scan().to_arrow(),
         "filter": lambda x: x.scan(where=x["a"] < 0.01).to_arrow(),
         "take": lambda x: x.scan(keys=keys).to_arrow(),
     }
+
+
+def read_ratios(t: Any, once: Any, reps: int) -> dict[str, float]:
+    """Full scan, 1 % filter and 50-key take of `t` as ratios to `once` (alternated medians)."""
+    queries = _queries(once)
     out = {}
     for case, (mine, base, got, want) in S.alternated_reads(t, once, queries, reps).items():
         assert got.num_rows == want.num_rows, (case, got.num_rows, want.num_rows)
@@ -167,12 +258,17 @@ def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path
     out: list[dict[str, Any]] = []
     sides = ["auto-off", "once", "default"] + (["before"] if before else [])
     got: dict[str, dict[str, Any]] = {}
+    here = work / family / str(n)
     for side in sides:
-        path = S.fresh(work / family / str(n) / side)
+        path = S.fresh(here / side)
         env = {"PYTHONPATH": str(before / "src")} if side == "before" else None
         child_side = "default" if side == "before" else side
-        args = [child_side, family, str(path), str(n), str(commits), str(work / family / str(n) / "auto-off")]
+        args = [child_side, family, str(path), str(n), str(commits), str(here / "auto-off")]
         got[side] = S.child_json("bench.lsm_shapes", args, env)
+        if side in ("default", "before"):  # the same ingest again, read by a thread meanwhile
+            args = ["during", family, str(S.fresh(here / "during")), str(n), str(commits), str(here / "once")]
+            got[side].update(S.child_json("bench.lsm_shapes", args, env))
+            shutil.rmtree(here / "during", ignore_errors=True)
     once = conch.connect(work / family / str(n) / "once", maintenance=conch.Policy(auto=False)).table("t")
     for side in sides:
         r = {"family": family, "keys": n, "side": side, **got[side]}
@@ -185,6 +281,8 @@ def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path
             t.wait_for_maintenance()
             r["settle_s"] = round(time.perf_counter() - t0, 2)
             r["settled"] = read_ratios(t, once, reps)
+            t.compact()
+            r["compacted"] = read_ratios(t, once, reps)
         off = got["auto-off"]
         r["wall_vs_off"] = round(r["wall_s"] / max(off["wall_s"], 1e-9), 2)
         r["cpu_vs_off"] = round(r["cpu_s"] / max(off["cpu_s"], 1e-9), 2)
@@ -225,14 +323,16 @@ def _print(r: dict[str, Any]) -> None:
     print(
         f"  {r['family']:<15} {r['keys']:>10,} {r['side']:<9} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} "
         f"{r['wall_vs_off']:6.2f}x {r['rewritten'] / 2**20:9.1f} {r['written'] / 2**20:8.1f} {r['peak_rss_mb']:6} "
-        f"{r['l0']:3}/{r['l1']:<4} {ratios('after_last_commit'):>16} {ratios('settled'):>16}",
+        f"{r['l0']:3}/{r['l1']:<4} {ratios('after_last_commit'):>16} {ratios('during'):>16} {ratios('settled'):>16} "
+        f"{ratios('compacted'):>16}",
         flush=True,
     )
 
 
 HEADER = (
     f"  {'family':<15} {'keys':>10} {'side':<9} {'wall s':>8} {'CPU s':>8} {'÷off':>7} {'rewr MB':>9} "
-    f"{'wrote MB':>8} {'RSS MB':>6} {'L0/L1':>8} {'after: f/1%/take':>16} {'settled':>16}"
+    f"{'wrote MB':>8} {'RSS MB':>6} {'L0/L1':>8} {'after: f/1%/take':>16} {'during':>16} {'settled':>16} "
+    f"{'compacted':>16}"
 )
 
 

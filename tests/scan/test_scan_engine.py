@@ -71,9 +71,11 @@ def test_zip_and_run_merge_equal_the_sort_merge(tmp_path: Path) -> None:
     t.write({"id": keys, "a": [float(k) for k in keys]})
     t.write({"id": keys, "b": [k * 2 for k in keys]})  # identical key set: zip
     t.write({"id": keys[::-1][:40], "a": [-1.0] * 40})  # identical? no: run merge
-    scan = t.scan(where=t["a"] >= 0)
+    scan = t.scan(where=t["a"] >= 0).with_options(fast_paths=False)
     got = scan.to_arrow()
     assert scan.metrics().merge == "numeric run merge"
+    streamed = t.scan(where=t["a"] >= 0)  # the filter pushed into the base, the small run laid over
+    assert streamed.to_arrow().equals(got) and streamed.metrics().merge == "zip (streamed)"
     want = {k: (float(k), k * 2) for k in keys if k not in keys[::-1][:40]}
     assert got.column("id").to_pylist() == sorted(want)
     assert got.column("b").to_pylist() == [want[k][1] for k in sorted(want)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,18 @@ class KeyCache:
             if keep:
                 self._put("numeric", ks.path, a)
         return a
+
+    def derived(self, name: str, build: Callable[[], Any], keep: bool = True) -> Any:
+        """A value computed from immutable key spaces only, named by their paths (and whatever
+        else it depends on) in `name`, with an `nbytes`: built once and kept like their keys
+        (`keep` as in `keys`). The streamed path's overlays (`conch.scan.overlay`): every scan
+        of a table being written places the same small runs among the same base."""
+        v = self._get("derived", name)
+        if v is None:
+            v = build()
+            if keep:
+                self._put("derived", name, v)
+        return v
 
     def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field], keep: bool = True) -> bool:
         """Whether two key spaces hold identical keys (a table written group by group: the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -146,13 +146,33 @@ class ScanContext:
     def read_decoded(self, group: str, fr: Fragment, schema: pa.Schema) -> pa.Table:
         """Columns `schema` of all of `fr`'s rows, decoded once per scan (the scan's decoded
         cache): for a fragment read again and again (by several units, segments or takes).
-        Keyed by file and mask: fragments sharing a file differ by mask."""
+        Keyed by file and mask: fragments sharing a file differ by mask. A fragment small enough
+        stays decoded across scans (`FragmentFormat.hot`): the small runs of an LSM tree being
+        written are read whole by every scan of it (`overlay.py`)."""
+        hot_key = self.decoded_key(fr, schema)
+        t = self.format.hot.get(hot_key)
+        if t is not None:
+            return t
         key = (fr.path + fr.mask, tuple(schema.names))
         t = self.decoded.get(key)
         if t is None:
             t = self.read(group, fr, schema)
-            self.decoded.put(key, t)
+            if not self.format.hot.put(hot_key, t.combine_chunks()):
+                self.decoded.put(key, t)
         return t
+
+    def decoded_key(self, fr: Fragment, schema: pa.Schema) -> tuple[str, tuple[str, ...]]:
+        """What names `fr`'s decoded columns `schema` as this scan reads them (blob columns as
+        values or as references, `ScanOptions.blob_refs`), across scans."""
+        return (
+            fr.path + fr.mask,
+            (*schema.names, *sorted(self._refs(schema)), str(self._ref_min)),
+        )  # refs: another read
+
+    def hot(self, fr: Fragment, schema: pa.Schema) -> pa.Table | None:
+        """Columns `schema` of all of `fr`'s rows if they are kept decoded across scans (a small
+        run that scans overlay, `read_decoded`): a take from them costs no Vortex read."""
+        return self.format.hot.get(self.decoded_key(fr, schema))
 
     def stream(
         self, group: str, fr: Fragment, schema: pa.Schema, rows: np.ndarray | None, expr: Any, ordinal: bool
@@ -251,6 +271,9 @@ class CountedKeys:
 
     def cached(self, ks: FileRef) -> bool:
         return self.cache.cached(ks)
+
+    def derived(self, name: str, build: Callable[[], Any]) -> Any:
+        return self.cache.derived(name, build, self.keep)
 
     def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field]) -> bool:
         """Whether two key spaces hold identical keys (`KeyCache.same_keys`: decided once)."""

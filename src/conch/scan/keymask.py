@@ -131,13 +131,22 @@ def layout(fr: Fragment, storage: Storage) -> str:
 def covers(frs: Sequence[Fragment], rows: int, storage: Storage) -> list[Fragment] | None:
     """`frs` sorted by key-space row if their masks are dense and tile [0, rows) exactly
     (each key-space row held by exactly one fragment, in order); else None."""
-    masks = sorted(((key_mask(f, storage), f) for f in frs), key=lambda mf: mf[0].lo)
-    at = 0
-    for m, _f in masks:
-        if not m.dense or m.lo != at:
+    spans = []
+    for f in frs:
+        if not f.mask:  # dense without a mask file: its record says where (no mask object per fragment)
+            spans.append((f.start, f.start + f.rows, f))
+            continue
+        m = key_mask(f, storage)
+        if not m.dense:
             return None
-        at = m.hi
-    return [f for _m, f in masks] if at == rows else None
+        spans.append((m.lo, m.hi, f))
+    spans.sort(key=lambda s: s[0])
+    at = 0
+    for lo, hi, _f in spans:
+        if lo != at:
+            return None
+        at = hi
+    return [f for _lo, _hi, f in spans] if at == rows else None
 
 
 def locate(

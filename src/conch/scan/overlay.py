@@ -26,11 +26,17 @@ the small runs (numeric keys only):
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from conch.files.manifest import KeySpace
+from conch.scan.keyspace import selected_rows
 
 
 @dataclass
@@ -42,10 +48,20 @@ class OverlayKeys:
     hit: np.ndarray  # per key of U: the base holds it (then base[ins] == key)
     pos: list[np.ndarray]  # per small run: its selected rows' positions in U
     rows: list[np.ndarray]  # per small run: its selected rows (a key predicate may exclude some)
+    name: str = ""  # its name in the key cache, where it is kept across scans ("": not kept)
 
     @property
     def inserted(self) -> int:
         return int(len(self.hit) - self.hit.sum())
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.ins.nbytes * 2 + sum(p.nbytes * 2 for p in self.pos))
+
+    @functools.cached_property
+    def touched(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the base rows the small runs hold newer keys of, ascending; their keys of U)."""
+        return self.ins[self.hit], np.flatnonzero(self.hit)
 
     def window(self, a: int, b: int, last: bool) -> Window:
         """The output layout of base rows [a, b): which keys of U land there and where. The
@@ -138,6 +154,18 @@ class OverlayColumn:
         return cls(array, valid, primitive_view(array, width) if width else None)
 
 
+@dataclass
+class OverlayCells:
+    """One stream unit's overlay cells (`overlay_values`, per column) and which are shown."""
+
+    columns: list[OverlayColumn]
+    wins: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.wins.nbytes + sum(c.array.nbytes + c.valid.nbytes for c in self.columns))
+
+
 def fixed_width(t: pa.DataType) -> int:
     """Bytes per cell of a type whose cells are one fixed-width value each (integers, floats,
     temporal types, decimals of 64 bits): the types `splice` copies as raw integers. 0 for the
@@ -180,6 +208,35 @@ def overlay_keys(
     return OverlayKeys(make_keys(u), ins.astype(np.int64), hit, pos, rows)
 
 
+def placed(
+    keys_of: Any, plan: Any, base: KeySpace, small: list[int], ranges: dict[int, tuple[int, int]]
+) -> OverlayKeys:
+    """The overlay of one segment: the plan's small runs `small` (indices into its key spaces,
+    each at its rows `ranges[i]`, all if absent; the key predicate's rows among them) placed among
+    the keys of `base`. Where no key predicate selects, every scan of the same table version
+    places the same runs: the result is kept across scans in the key cache (`keys_of`, the
+    scan's `CountedKeys`), named by the immutable key spaces it is built from."""
+    fields = plan.key_fields
+
+    def build() -> OverlayKeys:
+        nums, sel = [], []
+        for i in small:
+            num = keys_of.numeric(plan.key_spaces[i], fields)
+            r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
+            r0, r1 = ranges.get(i, (0, len(num)))
+            r = np.arange(r0, r1, dtype=np.int64) if r is None else r[(r >= r0) & (r < r1)]
+            nums.append(num[r])
+            sel.append(r)
+        make = lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)})  # noqa: E731
+        return overlay_keys(keys_of.numeric(base, fields), nums, sel, make)
+
+    if plan.key_predicate is not None or plan.within is not None:
+        return build()
+    runs = ",".join(f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in small)
+    name = f"overlay {fields[0]} {base.path} {runs}"
+    return keys_of.derived(name, lambda: dataclasses.replace(build(), name=name))
+
+
 def overlay_values(
     ov: OverlayKeys, runs: list[int], newer_than: int, tables: Callable[[int], pa.Table], schema: pa.Schema
 ) -> tuple[pa.Table, np.ndarray]:
@@ -196,11 +253,72 @@ def overlay_values(
         best[p] = k
         row[p] = ov.rows[i]
     wins = (best >= 0) & (~ov.hit | (best >= newer_than))
-    parts = [tables(i) for i in runs]
-    parts.append(pa.table({nm: pa.nulls(1, t) for nm, t in zip(schema.names, schema.types, strict=True)}))
-    starts = np.cumsum([0] + [p.num_rows for p in parts[:-1]]).astype(np.int64)
-    null_row = int(starts[-1])
-    idx = np.where(best >= 0, starts[np.maximum(best, 0)] + row, null_row)
-    idx[~wins] = null_row  # a stale small-run cell under a newer base cell: never shown
-    values = pa.concat_tables(parts).combine_chunks().take(pa.array(idx))
+    # each run gives only the cells shown (a take of a few keys decodes and copies no more of
+    # the small runs than those; a run showing none is not read), then one take aligns them
+    shown = np.flatnonzero(wins)
+    order = shown[np.argsort(best[shown], kind="stable")]  # by run, ascending keys within one
+    cuts = np.searchsorted(best[order], np.arange(len(runs) + 1), "left")
+    pieces = []
+    idx = np.empty(n, dtype=np.int64)
+    for k, i in enumerate(runs):
+        sel = order[cuts[k] : cuts[k + 1]]
+        if len(sel):
+            idx[sel] = cuts[k] + np.arange(len(sel))
+            pieces.append(tables(i).take(pa.array(row[sel])))
+    idx[~wins] = len(shown)  # a stale small-run cell under a newer base cell, or none: null
+    pieces.append(pa.table({nm: pa.nulls(1, t) for nm, t in zip(schema.names, schema.types, strict=True)}))
+    values = pa.concat_tables(pieces).combine_chunks().take(pa.array(idx))
     return values, wins
+
+
+def interleave(ov: OverlayKeys, rows: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Base rows `rows` (ascending, none of them replaced by an overlay cell of the filtered
+    unit) and keys `js` of U (ascending), both passing a filter, in key order: (`order`, the
+    permutation of [rows, js] that sorts them; per output row its base row, -1 for a key the
+    base does not hold; per output row its key of U, -1 for a base row no small run touches). A
+    key of U goes before the base row at its insertion point (`_filtered`'s rule)."""
+    order = np.argsort(np.concatenate([rows * 2 + 1, ov.ins[js] * 2]), kind="stable")
+    base = np.concatenate([rows, np.where(ov.hit[js], ov.ins[js], -1)])[order]
+    hit_at, hit_u = ov.touched  # ascending: U and the base are unique
+    k = np.minimum(np.searchsorted(hit_at, rows), max(len(hit_at) - 1, 0))
+    touched = np.full(len(rows), -1, dtype=np.int64)
+    if len(hit_at):
+        found = hit_at[k] == rows
+        touched[found] = hit_u[k[found]]
+    return order, base, np.concatenate([touched, js.astype(np.int64)])[order]
+
+
+def laid_over(base: pa.Array | None, from_base: np.ndarray, values: OverlayColumn | None, js: np.ndarray) -> pa.Array:
+    """One column of output rows whose cells come from three places: `base` holds the cells of
+    the rows `from_base` marks (in order; None: none does), `values` (aligned with U) those of
+    the other rows whose key of U `js` is >= 0, and every other row is null (a key neither holds)."""
+    if base is not None and from_base.all():
+        return base
+    n = len(from_base)
+    if base is None:
+        from_base = np.zeros(n, dtype=bool)
+    parts = []
+    idx = np.empty(n, dtype=np.int64)
+    off = 0
+    if base is not None:
+        parts.append(base)
+        idx[from_base] = np.arange(len(base), dtype=np.int64)
+        off = len(base)
+    from_values = ~from_base & (js >= 0) if values is not None else np.zeros(n, dtype=bool)
+    if values is not None:
+        parts.append(values.array)
+        idx[from_values] = off + js[from_values]
+        off += len(values.array)
+    rest = ~from_base & ~from_values
+    if rest.any():
+        typ = base.type if base is not None else values.array.type if values is not None else None
+        assert typ is not None
+        parts.append(pa.nulls(1, typ))
+        idx[rest] = off
+    return pa.concat_arrays(parts).take(pa.array(idx))
+
+
+def member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which of `rows` are in the sorted array `sorted_set`."""
+    i = np.minimum(np.searchsorted(sorted_set, rows), len(sorted_set) - 1)
+    return np.asarray(sorted_set[i] == rows)

@@ -41,7 +41,8 @@ from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
-from conch.scan.overlay import OverlayColumn, OverlayKeys, Window, overlay_keys, overlay_values, splice
+from conch.scan.overlay import OverlayCells, OverlayColumn, OverlayKeys, Window, member, overlay_values, placed, splice
+from conch.scan.overtake import overlaid_take
 from conch.scan.pushdown import may_match_many
 from conch.scan.rowmask import vortex_expr
 from conch.scan.take import one_array, take_rows
@@ -77,13 +78,20 @@ class _Segment:
     units: list[_StreamUnit]
     missing: list[Column]  # projected columns with no cells in this segment: nulls
     overlay: OverlayKeys | None = None  # the small runs' keys (None: no small runs)
+    rows: np.ndarray | None = None  # a key set's rows of the base in [lo, hi) (None: all of them)
 
 
 def streamed(ctx: ScanContext) -> Stream | None:
     """The streamed zip path over the plan, or None where it does not apply (module doc)."""
     plan = ctx.plan
-    if plan.tombstones or not plan.key_spaces or isinstance(plan.key_predicate, KeySet) or plan.filter_keys:
+    if plan.tombstones or not plan.key_spaces or plan.filter_keys:
         return None
+    if isinstance(plan.key_predicate, KeySet):  # a take: the key sets differ (else `pick.py`)
+        keys_of = ctx.keys()
+        if plan.filter is not None or not numeric_key(plan.key_fields):
+            return None
+        if not keys_of.keep and not all(keys_of.cached(k) for k in plan.key_spaces):
+            return None  # key tables too large to cache: the general path's sparse-index lookup
     groups: dict[tuple[str, str, int], list[int]] = {}
     for i, ks in enumerate(plan.key_spaces):
         groups.setdefault((ks.min_key, ks.max_key, ks.rows), []).append(i)
@@ -111,7 +119,7 @@ def streamed(ctx: ScanContext) -> Stream | None:
     m = ctx.metrics
     m.key_spaces = len(plan.key_spaces)
     m.keys_merged = sum(ks.rows for ks in plan.key_spaces)
-    m.keys_out = sum(s.hi - s.lo + _inserted(s) for s in segments)
+    m.keys_out = sum(_out(s) for s in segments)
     m.merge = "zip (streamed)"
     return Stream(ctx, segments, expr)
 
@@ -189,26 +197,11 @@ def _segment(
         lo = hi = 0
         if len(rows):
             lo, hi = int(rows[0]), int(rows[-1]) + 1
-            if hi - lo != len(rows):
+            if hi - lo != len(rows) and not isinstance(plan.key_predicate, KeySet):
                 return None
-    ov = None
-    if small:
-        nums, sel = [], []
-        for i in small:
-            num = keys_of.numeric(plan.key_spaces[i], fields)
-            r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
-            r0, r1 = ranges.get(i, (0, len(num)))
-            r = np.arange(r0, r1, dtype=np.int64) if r is None else r[(r >= r0) & (r < r1)]
-            nums.append(num[r])
-            sel.append(r)
-        ov = overlay_keys(
-            keys_of.numeric(kss[-1], fields),
-            nums,
-            sel,
-            lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)}),
-        )
-        if hi <= lo and ov.inserted:
-            return None  # only inserted keys in the range: the general path
+    ov = placed(keys_of, plan, kss[-1], small, ranges) if small else None
+    if ov is not None and hi <= lo and ov.inserted:
+        return None  # only inserted keys in the range: the general path
     # units: (group, newest base key space holding the column, small runs holding it) → fragments
     in_seg = {plan.key_spaces[i].id: i for i in [*members, *small]}
     small_set = set(small)
@@ -258,8 +251,6 @@ def _segment(
         if len(holding) != 1:
             return None
         (u,) = holding
-        if (missing or len(by_key) != 1) and ov is not None:
-            return None  # the cross-group take needs the key-space rows to be the output's rows
         if u.null_base and ov is not None:
             return None  # no base cells to filter in-file: the general path
         blob_ids = {i for f in u.fragments for i in f.blob_columns}
@@ -277,7 +268,8 @@ def _segment(
             u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
         # the filter's unit first: `Stream._taken` filters it and takes the others' cells
         return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov)
-    return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov)
+    keyset = rows if isinstance(plan.key_predicate, KeySet) else None
+    return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset)
 
 
 _NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # keys: only inserts
@@ -295,6 +287,11 @@ def _compact(t: pa.DataType) -> pa.DataType | None:
     return pa.decimal64(t.precision, t.scale) if isinstance(t, pa.Decimal128Type) else None
 
 
+def _out(s: _Segment) -> int:
+    """Rows the segment outputs without a filter."""
+    return (s.hi - s.lo if s.rows is None else len(s.rows)) + _inserted(s)
+
+
 def _inserted(s: _Segment) -> int:
     """Keys the segment's small runs add to its base."""
     return s.overlay.inserted if s.overlay is not None else 0
@@ -307,19 +304,13 @@ def _row_width(cols: list[Column]) -> int | None:
     return sum(max(1, c.type.bit_width // 8) for c in cols)
 
 
-def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Which of `rows` are in the sorted array `sorted_set`."""
-    i = np.minimum(np.searchsorted(sorted_set, rows), len(sorted_set) - 1)
-    return np.asarray(sorted_set[i] == rows)
-
-
 class Stream:
     """The streamed batches of a list of segments (see the module doc)."""
 
     def __init__(self, ctx: ScanContext, segments: list[_Segment], filter_expr: Any) -> None:
         self.ctx, self.segments, self.filter_expr = ctx, segments, filter_expr
         limit = ctx.plan.limit
-        self.left = limit if limit is not None else sum(s.hi - s.lo + _inserted(s) for s in segments)
+        self.left = limit if limit is not None else sum(_out(s) for s in segments)
         plan = ctx.plan
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
         self.out_schema = output_schema(plan.schema, plan.level, plan.columns, ctx.options.with_keys)
@@ -422,7 +413,7 @@ class Stream:
                 return
             rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + start
             if len(dead) and len(rows):
-                keep = ~_member(rows, dead)
+                keep = ~member(rows, dead)
                 rows, batch = rows[keep], batch.filter(pa.array(keep))
             if ov is not None and len(rows):
                 upto = done + int(np.searchsorted(ov.ins[ov_rows[done:]], rows[-1], "right"))
@@ -564,6 +555,8 @@ class Stream:
         cells laid in (`overlay.splice`)."""
         ov = s.overlay
         assert ov is not None
+        if not u.overlay and not len(win.new):  # no small run holds these columns: the base's batch
+            return {c.id: batch.column(j) for j, c in enumerate(u.columns)}
         values, wins = self._values(s, u)
         rep_out, rep = win.replaced(wins[win.j0 : win.j1], ov.hit[win.j0 : win.j1])
         if not len(win.new) and not len(rep):
@@ -584,8 +577,18 @@ class Stream:
                 parts = [self.ctx.read_decoded(u.group, f, schema) for f in frs[i]]
                 return pa.concat_tables(parts) if parts else schema.empty_table()
 
-            values, u.wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
-            u.values = [OverlayColumn.of(c) for c in values.columns]
+            def build() -> OverlayCells:
+                values, wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
+                return OverlayCells([OverlayColumn.of(c) for c in values.columns], wins)
+
+            if ov.name:  # the overlay is kept across scans: so are its cells (immutable files too)
+                # named as read: a scan reading blob columns as references decodes other cells
+                files = ",".join(str(self.ctx.decoded_key(f, schema)) for pf in u.overlay_fragments for f in pf)
+                name = f"{ov.name} cells {schema.names} {u.overlay} {u.newer_than} {files}"
+                cells = self.ctx.keys().derived(name, build)
+            else:
+                cells = build()
+            u.values, u.wins = cells.columns, cells.wins
         return u.values, u.wins
 
     def _keys(self, s: _Segment) -> pa.Table:
@@ -599,10 +602,15 @@ class Stream:
         for s in self.segments:
             if self.left <= 0:
                 break
-            if self.filter_expr is None:
+            if s.rows is not None:  # a take: every unit's cells at the key set's rows
+                batches = overlaid_take(self, s)
+            elif self.filter_expr is None:
                 batches = self._zipped(s)
             else:
-                batches = self._taken(s) if len(s.units) > 1 or s.missing else self._filtered(s)
+                if len(s.units) == 1 and not s.missing:
+                    batches = self._filtered(s)
+                else:  # small runs: the filter stays pushed into the base (`overtake.py`)
+                    batches = self._taken(s) if s.overlay is None else overlaid_take(self, s)
             for batch in batches:
                 emitted = True
                 yield batch

@@ -40,7 +40,10 @@ def gather(ctx: ScanContext, unit: ReadUnit, positions: np.ndarray) -> dict[int,
             continue
         fr = unit.fragments[f]
         rows = rk[sel]
-        if len(rows) == fr.rows:
+        hot = ctx.hot(fr, schema)
+        if hot is not None:  # a small run kept decoded across scans
+            t = take_rows(hot, rows)
+        elif len(rows) == fr.rows:
             t = ctx.read(unit.group, fr, schema)
         elif f in unit.shared:
             t = take_rows(ctx.read_decoded(unit.group, fr, schema), rows)
