@@ -106,6 +106,30 @@ def test_matches_in_where_everywhere(catalog: conch.Catalog) -> None:
     assert t.scan("id").to_arrow()["id"].to_pylist() == [1, 2, 4]
 
 
+def test_matches_in_the_nested_api(catalog: conch.Catalog) -> None:
+    """`t.cap.matches(...)` and `_.cap.matches(...)` are the filter `t["cap"].matches(...)` builds;
+    on a child level the match is evaluated per child row (`select` and `where`)."""
+    from conch import _
+
+    t = catalog.create_table("n", [("id", pa.int64())])
+    t.write(pa.table({"id": [1, 2, 3], "cap": ["a red car", "blue car", None]}))
+    for where in (t.cap.matches("red"), _.cap.matches("red"), (t["id"] > 0) & t.cap.matches("red")):
+        assert t.scan("id", where=where).to_arrow()["id"].to_pylist() == [1]
+    assert repr(t.cap.matches("red").__conch_expr__()) == repr(t["cap"].matches("red"))
+    got = t.where(t["cap"].matches("car")).select(hit=_.cap.matches("blue")).scan().to_arrow()
+    assert got.column("hit").to_pylist() == [False, True]
+    with pytest.raises(ExpressionError, match="non-empty query"):
+        t.cap.matches("")
+
+    kids = pa.list_(pa.struct([("$", pa.int64()), ("note", pa.string())]))
+    k = catalog.create_table("k", [("id", pa.int64())], pa.schema([("kids", kids)]))
+    k.write([{"id": 1, "kids": [{"$": 1, "note": "red car"}, {"$": 2, "note": "green tree"}]}])
+    notes = k.kids.where(_.note.matches("tree")).select(n=_.note).scan().to_arrow()
+    assert notes.column("n").to_pylist() == ["green tree"]
+    flags = k.kids.select(m=k.kids.note.matches("car")).scan().to_arrow()
+    assert flags.column("m").to_pylist() == [True, False]
+
+
 def test_matches_errors(catalog: conch.Catalog) -> None:
     t = catalog.create_table("c", [("id", pa.int64())])
     t.write(pa.table({"id": [1], "cap": ["x"]}))

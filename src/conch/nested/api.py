@@ -176,6 +176,14 @@ class Expr:
         same filter as `t["id"].isin([1, 3])`."""
         return Expr(Binary.make("in", self.node, N.Lit(tuple(values))))
 
+    def matches(self, query: str) -> Expr:
+        """True where the text matches a full-text `query` (null where the text is null):
+        `t.caption.matches("red car")`, the same filter as `t["caption"].matches("red car")`
+        (`conch.expr.textmatch`)."""
+        from conch.expr.textmatch import check_query
+
+        return Expr(Binary.make("matches", self.node, N.Lit(check_query(query))))
+
     def len(self) -> Expr:
         """Length of a list (or string/binary) column, at the same level."""
         return Expr(Unary("len", self.node))

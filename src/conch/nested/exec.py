@@ -450,6 +450,8 @@ _CMP = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal, "
 def binary(op: str, a: Any, b: Any) -> Any:
     if op == "in":  # `x.isin([...])`: the core filter's evaluation (SQL nulls, no rounding)
         return core_expr.evaluate(core_expr.IsIn(core_expr.Col(""), tuple(b.as_py())), lambda _: a)
+    if op == "matches":  # `x.matches("red car")`: the core filter's evaluation (tantivy's analysis)
+        return core_expr.evaluate(core_expr.Matches(core_expr.Col(""), b.as_py()), lambda _: a)
     if op in _CMP:
         a, b = core_expr.align(a, b)
         return _CMP[op](a, b)

@@ -54,6 +54,9 @@ def _(e: Binary, level: str) -> core.Expr | None:
     if e.op == "in":
         operand = lower_at(e.left, level) if isinstance(e.right, Lit) else None
         return None if operand is None else core.IsIn(operand, tuple(e.right.value))  # type: ignore[attr-defined]
+    if e.op == "matches":
+        operand = lower_at(e.left, level)
+        return None if operand is None else core.Matches(operand, e.right.value)  # type: ignore[attr-defined]
     if e.op not in (*_CMP, *_ARITH, "&", "|"):
         return None
     left, right = lower_at(e.left, level), lower_at(e.right, level)
@@ -160,6 +163,11 @@ def _(e: core.Not, at: Any) -> Any:
 @lift.register
 def _(e: core.IsNull, at: Any) -> Any:
     return lift(e.operand, at).is_null()
+
+
+@lift.register
+def _(e: core.Matches, at: Any) -> Any:
+    return lift(e.operand, at).matches(e.query)
 
 
 @lift.register
