@@ -63,6 +63,8 @@ from bench.rss import peak_rss
 RESULTS = Path(__file__).parent / "results"
 SCHEMA = pa.schema([("id", pa.uint64()), ("a", pa.float64()), ("b", pa.float64())])
 FAMILIES = ("bulk_reader", "unsorted_table", "appends", "upserts", "partial", "deletes", "two_groups", "ingest")
+EXTRA_FAMILIES = ("spark",)  # selectable with --families, not in the default run (a Spark session each)
+SPARK_TASKS = 4  # the Spark family's write tasks (local[2])
 SIZES = {"full": (1_000_000, 5_000_000), "small": (50_000, 250_000)}
 COMMITS = {"full": 100, "small": 40}  # commits of the many-commit families
 
@@ -79,11 +81,42 @@ def rows(ids: np.ndarray, seed: int, wide: bool = False) -> pa.Table:
 Op = tuple[str, Any]  # ("write", table | reader factory) or ("delete", keys)
 
 
+def spark_rows(ids: np.ndarray) -> pa.Table:
+    """The Spark family's rows, computed from the key alone so the Spark job and the local write
+    produce the same ones: `a` = `(id * 7919 % 100) / 100` (1 % hold 0.00), `b` = `id * 0.25`."""
+    a = ((ids * np.uint64(7919)) % np.uint64(100)).astype(np.float64) / 100
+    return pa.table([pa.array(ids, pa.uint64()), a, ids.astype(np.float64) * 0.25], schema=SCHEMA)
+
+
+def spark_job(path: str) -> Callable[[int], None]:
+    """A Spark session (local[2]) warmed on a throwaway table of warehouse `path`, and the job
+    the clock holds: `n` sorted keys written into table `t` from `SPARK_TASKS` range-partitioned
+    tasks as one commit, as `conch.apps.pipelines.ingest` writes."""
+    import conch.engines.spark
+
+    spark = conch.engines.spark.session(
+        "conch-lsm-shapes", conf={"spark.driver.memory": "2g", "spark.driver.host": "127.0.0.1"}
+    )
+
+    def job(table: str, n: int) -> None:
+        df = spark.range(0, n, numPartitions=SPARK_TASKS).selectExpr(
+            "id", "cast(id * 7919 % 100 as double) / 100 as a", "cast(id as double) * 0.25 as b"
+        )
+        w = df.repartitionByRange(SPARK_TASKS, "id").write.format("conch")
+        w.options(warehouse=path, table=table, key="id").mode("append").save()
+
+    job("warmup", 1000)
+    return lambda n: job("t", n)
+
+
 def history(family: str, n: int, commits: int) -> Iterator[Op]:
     """The commits of one family at `n` keys, generated lazily (the generator's memory is one
     commit, not the history)."""
     rng = np.random.default_rng(7)
     batch = max(1000, n // 10)
+    if family == "spark":  # the local side of the Spark family: its rows, in one write
+        yield "write", spark_rows(np.arange(n, dtype=np.uint64))
+        return
     if family == "bulk_reader":
         step = min(batch, 1_000_000)  # 1M-row batches at every size (the reader's memory is one batch)
 
@@ -139,8 +172,12 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
         policy = conch.Policy()
     else:
         policy = conch.Policy(settle_after=3600.0)
-    t = conch.connect(path, maintenance=policy).create_table("t", [("id", pa.uint64())])
+    schema = SCHEMA if family == "spark" else None  # Spark's `id` is a bigint: cast to the table's uint64
+    t = conch.connect(path, maintenance=policy).create_table("t", [("id", pa.uint64())], schema)
     ops = list(history(family, n, commits)) if side != "once" else []
+    spark = spark_job(path) if family == "spark" and side == "default" else None
+    if spark is not None:  # the default side of the Spark family is the Spark job
+        ops = [("spark", n)]
     during = _Reader(path, source) if side == "during" else None
     if side == "once":  # the final fresh rows of the auto-off table (`source`), in one write
         src = conch.connect(source, maintenance=conch.Policy(auto=False)).table("t")
@@ -150,6 +187,8 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
     for kind, data in ops:
         if kind == "delete":
             t.delete(pa.table({"id": pa.array(data, pa.uint64())}))
+        elif spark is not None:
+            spark(data)
         else:
             d = data() if callable(data) else data
             written += 0 if isinstance(d, pa.RecordBatchReader) else d.nbytes
@@ -157,9 +196,15 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
     wall, cpu = time.perf_counter() - t0, S.process_cpu() - c0
     if during is not None:
         return {"during": during.stop(), "reads": during.reads}
+    if spark is not None:  # the job committed in a Spark worker: the driver's table object is stale
+        t = conch.connect(path, maintenance=policy).table("t")
     plan = t.maintenance_plan()
     kinds = bytes_by_kind(t)
+    # The Spark job's commit worker runs the commit-time trigger with the default policy (the
+    # data source has no policy option): what it did is the history after the job's entry.
+    extra = {"history": [f"{c.kind}: {c.summary}" for c in t.history()]} if spark is not None else {}
     return {
+        **extra,
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         "peak_rss_mb": round(peak_rss() / 2**20),
@@ -265,7 +310,8 @@ def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path
         child_side = "default" if side == "before" else side
         args = [child_side, family, str(path), str(n), str(commits), str(here / "auto-off")]
         got[side] = S.child_json("bench.lsm_shapes", args, env)
-        if side in ("default", "before"):  # the same ingest again, read by a thread meanwhile
+        if side in ("default", "before") and family != "spark":  # the ingest again, read by a thread
+            # (one Spark commit shows nothing before it lands: no reads during it)
             args = ["during", family, str(S.fresh(here / "during")), str(n), str(commits), str(here / "once")]
             got[side].update(S.child_json("bench.lsm_shapes", args, env))
             shutil.rmtree(here / "during", ignore_errors=True)
@@ -280,6 +326,8 @@ def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path
             t0 = time.perf_counter()
             t.wait_for_maintenance()
             r["settle_s"] = round(time.perf_counter() - t0, 2)
+            if family == "spark":  # what the driver's settle added to the job's history
+                r["settled_history"] = [f"{c.kind}: {c.summary}" for c in t.history()][len(r["history"]) :]
             r["settled"] = read_ratios(t, once, reps)
             t.compact()
             r["compacted"] = read_ratios(t, once, reps)
@@ -288,6 +336,9 @@ def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path
         r["cpu_vs_off"] = round(r["cpu_s"] / max(off["cpu_s"], 1e-9), 2)
         out.append(r)
         _print(r)
+        if "history" in r:
+            print("    history: " + " | ".join(r["history"]), flush=True)
+            print("    settle added: " + (" | ".join(r.get("settled_history", [])) or "-"), flush=True)
     shutil.rmtree(work / family / str(n), ignore_errors=True)
     return out
 
@@ -340,7 +391,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.lsm_shapes", description=__doc__)
     ap.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     ap.add_argument("--small", action="store_true", help="small sizes and fewer commits: a quick run")
-    ap.add_argument("--families", default=",".join(FAMILIES), help="of: " + ", ".join(FAMILIES))
+    ap.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help="of: " + ", ".join(FAMILIES + EXTRA_FAMILIES) + " (" + ", ".join(EXTRA_FAMILIES) + ": only when named)",
+    )
     ap.add_argument("--sizes", default="", help="comma-separated key counts (default: two per scale)")
     ap.add_argument("--commits", type=int, default=0, help="commits of the many-commit families")
     ap.add_argument("--reps", type=int, default=5)
