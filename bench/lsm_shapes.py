@@ -31,6 +31,19 @@ from the key, compressible as real measurements are):
 - `ingest`: issue 30's read shape: sorted appends of 0.2 % of the keys per commit (4 `float64`;
   500 commits at 1M keys), then commits upserting `a` on 0.2 % of the keys at random.
 
+- `spark` (only with `--families spark`: a Spark session per run, minutes at 5M keys): one Spark
+  job (local[2], `conch.engines.spark.session`) writing the sorted keys from 4 range-partitioned
+  tasks (`repartitionByRange`, as `conch.apps.pipelines.ingest`) in one commit; `a` and `b`
+  derived from the key (`spark_rows`), so the local side writes the same rows. The data source
+  has no policy option: the job's commit worker runs the commit-time trigger with the default
+  `Policy()` (no background settle; `conch.engines.spark.common.Location.connect`). So its
+  **default** side is the Spark job and its **auto-off** side the same rows written once
+  locally with `Policy(auto=False)` (÷off: the job's wall against that write); what the job's
+  commit and the driver's settle did is printed from the table's history. Wall and CPU are the
+  driver process's (the tasks run in Spark's Python workers, outside its CPU and peak RSS); the
+  clock starts after the session is up and warmed on a throwaway table. No reads during the
+  ingest: one commit shows nothing before it lands.
+
 Read ratios are taken four times: **after** the last commit (the settle postponed), **during**
 the ingest (the default side's ingest run again in its own subprocess with `conch.Policy()` as
 it runs in use, background settle included, and a reader thread scanning the newest version
@@ -40,8 +53,8 @@ again and again, each query alternated with the same query on `once`: `_Reader`)
 `--bulk 50000000,100000000` measures only the one-write bulk load at those key counts, the write
 side (default beside auto off; no `once` side and no reads), in minutes rather than hours.
 
-Not built: the Spark family (`bench/spark_bench.py` times Spark writes) and the Lance read shapes
-of the issue (`python -m bench.selective --parts shapes` has those reads).
+Not built: the Lance read shapes of the issue (`python -m bench.selective --parts shapes` has those
+reads).
 """
 
 from __future__ import annotations
