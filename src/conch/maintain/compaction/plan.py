@@ -546,10 +546,10 @@ def fold_task(
     """Adjacent small L1 units concatenated into one (`fold`): what moving small disjoint runs
     leaves behind (module doc, "Folds"). A unit is a component of one range holding only L1 data
     runs, one per level, below `move_rows` rows and `move_bytes` bytes together; units of
-    consecutive ranges form a sequence. The window is the longest sequence of at least `trigger`
-    units whose rows stay within `max_l1_rows` (one output piece), less its ends while an end
-    holds more rows than the rest (size-tiered: a row is rewritten about log(n) times, not once
-    per fold; not `tiered`, as `compact()` asks: every unit that fits). The inputs overlap no
+    consecutive ranges form a sequence. The window is the oldest sequence of `trigger` units whose
+    rows stay within `max_l1_rows` (one output piece), less its ends while an end holds more rows
+    than the rest (size-tiered: a row is rewritten about log(n) times, not once per fold; not
+    `tiered`, as `compact()` asks: the longest sequence of units that fits). The inputs overlap no
     other run, so their times stay exact whatever the window."""
     best: list[Component] = []
     seq: list[Component] = []
@@ -568,7 +568,7 @@ def fold_task(
         if seq and seq[-1].last + 1 != comp.first:
             seq = []
         seq.append(comp)
-        window = _fold_window(seq, policy, tiered)
+        window = _fold_window(seq, policy, trigger if tiered else None)
         if len(window) > len(best):
             best = window
     if len(best) < max(2, trigger):
@@ -580,8 +580,12 @@ def fold_task(
     return _task("fold", lo, hi, runs, sizes, 0, why)
 
 
-def _fold_window(seq: list[Component], policy: Policy, tiered: bool) -> list[Component]:
-    """The fold window ending at the last unit of `seq` (`fold_task`)."""
+def _fold_window(seq: list[Component], policy: Policy, tier: int | None) -> list[Component]:
+    """The fold window ending at the last unit of `seq` (`fold_task`): size-tiered, at most
+    `tier` units (None: not tiered). Without that cap a commit-time window of many equal small
+    units grew by one unit a commit, past the commit budget, and never ran: 500 appends of 400
+    rows left 101 L1 runs for every scan to open."""
+    tiered = tier is not None
 
     def rows(c: Component) -> int:
         return sum(k.rows for k in c.runs)
@@ -593,4 +597,6 @@ def _fold_window(seq: list[Component], policy: Policy, tiered: bool) -> list[Com
             break  # one output piece; a unit larger than the rest of the window waits for its tier
         window.append(c)
         total += rows(c)
+        if tier is not None and len(window) == tier:
+            break
     return window[::-1]

@@ -198,7 +198,20 @@ def _tasks(log: TableLog, policy: Policy, force: bool, limit: int | None) -> tup
     if limit is not None:
         moves = [t for t in tasks if t.kind == "move"]
         memory = log.warehouse.memory_budget
-        tasks = moves + [t for t in tasks if t.kind != "move" and within_budget(t, policy, limit, memory)][:1]
+        # A fold (at `fold_trigger` small L1 runs) is the stop trigger that bounds the runs a scan
+        # opens: it is judged against the automatic budget, not the commit's, else a window of
+        # small appends never fits what one small commit wrote and the runs pile up (issue 30).
+        tasks = (
+            moves
+            + [
+                t
+                for t in tasks
+                if t.kind != "move"
+                and within_budget(
+                    t, policy, policy.auto_budget_bytes if t.kind == "fold" and limit is not None else limit, memory
+                )
+            ][:1]
+        )
     return tasks, state.seq
 
 
