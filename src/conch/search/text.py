@@ -114,18 +114,23 @@ def _from_files(source: Any, d: IndexDef, col: Any, query: str, k: int) -> _Foun
         return None
     key_names = state.schema.key_names(col.level)
     files = sum(1 for _, f in text_runs if f is not None)
-    with tempfile.TemporaryDirectory(prefix="conch-search-text-") as tmp:
+    # tantivy's own threads may still touch a query-time union's files while the directory is
+    # removed ("Directory not empty", seen under load): drop the index first, and let a leftover
+    # file not fail the search (it is in this query's temporary directory).
+    with tempfile.TemporaryDirectory(prefix="conch-search-text-", ignore_cleanup_errors=True) as tmp:
         index, parts = _union(source, d, text_runs, tmp)
         searcher = index.searcher()
+        documents = searcher.num_docs
         hits = []
         for score, addr in searcher.search(_parse(index, query), k).hits:
             doc = searcher.doc(addr)
             keys_of_run = parts[doc["run"][0]].keys
             row = doc["row"][0]
             hits.append((score, tuple(keys_of_run.column(n)[row].as_py() for n in key_names)))
+        del searcher, index
     plan = (
         f"search_text {query!r} on {col.full_path} (index {d.name!r}): BM25 by tantivy over the segments of "
-        f"{files} index files and {len(text_runs) - files} runs indexed now, {searcher.num_docs} documents, "
+        f"{files} index files and {len(text_runs) - files} runs indexed now, {documents} documents, "
         "statistics summed over all (no run hides another's cell)"
     )
     return _Found(hits, plan)
