@@ -4,6 +4,7 @@ the automatic policy, partitioning, and the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -95,11 +96,12 @@ def test_read_trigger_waits_longer_as_the_component_grows() -> None:
     assert read_trigger(1 << 40, policy) == policy.l0_trigger  # never later than l0_trigger
     assert read_trigger(0, conch.Policy(l0_read_bytes=0)) == policy.l0_trigger  # runs free to read: count only
     # planned: an L1 run of 3 MB waits for a second L0 run; one of 1 MB folds the first in
-    for l1_bytes, runs_needed in ((mb, 1), (3 * mb, 2), (8 * mb, 4)):  # 8 MB: not small, l0_trigger
+    # (8 MB: not small, so its L0 runs wait for l0_stop, here 4; `test_sorted_runs.py`)
+    for l1_bytes, runs_needed in ((mb, 1), (3 * mb, 2), (8 * mb, 4)):
         runs = [ks(0, 0, 1000, 1, lsm=1, b=l1_bytes)]
         for i in range(1, 5):
             runs.append(ks(i, 5, 6, 1 + i))
-            tasks = plan({k.id: k for k in runs}, {}, policy).tasks
+            tasks = plan({k.id: k for k in runs}, {}, dataclasses.replace(policy, l0_stop=4)).tasks
             assert len(tasks) == (i >= runs_needed), (l1_bytes, i)
 
 

@@ -47,6 +47,9 @@ class Policy:
     # adjacent small L1 runs (what moving small disjoint appends leaves) concatenated by the commit-time
     # trigger once this many: a stop trigger, bounding a scan's runs; the settle and compact() fold 2
     fold_trigger: int = 16
+    # a large component's L0 sorted runs are merged only at this many (below it, only the major at
+    # `l1_ratio`): a scan pays for L0 mostly once, for its rows, not per run (measured, plan.py)
+    l0_stop: int = 12
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
     settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
 
@@ -63,10 +66,11 @@ class Policy:
             or self.move_rows < 0
             or self.small_rows < 0
             or self.fold_trigger < 2
+            or self.l0_stop < 2
             or (self.settle_after is not None and not self.settle_after >= 0)
         ):
             raise InvalidArgumentError(
                 f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
-                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, fold_trigger >= 2, "
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, fold_trigger >= 2, l0_stop >= 2, "
                 "settle_after None or >= 0"
             )

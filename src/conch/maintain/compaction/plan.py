@@ -70,6 +70,21 @@ joins the newest by size (a history of alternating upserts and tombstone runs), 
 is the newest `len(l0) - l0_trigger + 2` runs (universal compaction's fallback), not a major;
 a component whose window the time order blocks gets its major at `STOP_RUNS` × `l0_trigger`
 L0 runs, else it waits for the settle.
+
+**Sorted runs and the stop trigger** (issue 30, third pass). L0 is counted in *sorted runs*
+(`sorted_runs`: the runs one commit added, as Paimon and RocksDB's universal compaction count a
+sorted run of several files), not files: a merge over tombstones writes a data run and a
+tombstone run, and counted as two, L0 never fell below `l0_trigger` and a history of
+interleaved upserts and deletes merged its newest runs at every commit. A *large* component
+(above `small_bytes` or `small_rows`, with L1, no tombstone run in L0) merges L0 into L0 only at
+`Policy.l0_stop` (12) sorted runs, the newer runs whose rows add up to the older ones (the size
+rule on rows); below that only the major at `l1_ratio` rewrites. Why: a scan pays for L0 mostly
+once, by the rows it overlays, not per run (measured on a 500k-row L1 with 1 to 14 L0 runs of
+1,000 random keys: full / 1 % / take 1.7 / 1.4 / 1.6x a clean read at one run, 1.9 / 1.4 / 2.0x
+at 14), while each merge costs a commit and three file writes; merging at `l0_trigger` kept L0
+at three runs for ~2 rewrites of every upserted row and a merge every other commit. Over
+tombstones a scan takes the general path (~18x at one run, +~5 % per further run), so their
+components keep `l0_trigger`.
 """
 
 from __future__ import annotations
@@ -233,6 +248,7 @@ def plan(
     for comp in comps:
         l0 = sorted((k for k in comp.runs if not is_l1(k)), key=lambda k: (k.time, k.seq, k.id))
         l1 = [k for k in comp.runs if is_l1(k)]
+        groups = sorted_runs(l0)
         if not l0 and (not force or _one_run_per_level(l1)):
             continue
         l0_bytes = sum(sizes[k.id] for k in l0)
@@ -240,46 +256,53 @@ def plan(
         rows = sum(k.rows for k in comp.runs if k.kind == "data")
         small = l0_bytes + l1_bytes <= policy.small_bytes and rows <= policy.small_rows
         trigger = read_trigger(l0_bytes + l1_bytes, policy) if small else policy.l0_trigger
-        if not force and len(l0) < trigger:
+        if not force and len(groups) < trigger:
             continue
-        if not force and small and not l1 and len(l0) == 1:
+        if not force and small and not l1 and len(groups) == 1:
             continue  # one run and nothing to merge it with: rewriting it would gain nothing
         lo, hi = ranges.bounds(comp.first, comp.last)
-        window = [] if force else time_contiguous(_tier_window(l0, sizes, policy, cap), comp.runs)
-        if not force and len(window) < 2:
-            window = time_contiguous(_newest_window(l0, sizes, policy, cap), comp.runs)
         # L0 is large beside L1 in bytes (read cost) and in rows (a major decodes and encodes every
         # row: a compressible L1 is small in bytes, and by bytes alone 1,000-row upserts into
         # 500k rows of 0.9 B/row rewrote the whole table every 4th commit, 30x the upserts' rows)
         l0_rows = sum(k.rows for k in l0)
         l1_rows = sum(k.rows for k in l1)
         l0_large = l0_bytes >= policy.l1_ratio * l1_bytes and l0_rows >= policy.l1_ratio * l1_rows
-        stalled = len(window) < 2 and len(l0) >= STOP_RUNS * policy.l0_trigger
-        if not force and not (small or not l1 or l0_large or stalled) and len(window) < 2:
+        # a large component's L0 sorted runs wait for the stop trigger (module doc, "Sorted runs")
+        # (not over tombstones: a scan over any tombstone run takes the general path, ~18x a clean
+        # read, and each further one adds ~5 % of that, so their runs are still bounded at l0_trigger)
+        tiered = not force and not small and bool(l1) and not any(k.kind == "tombstone" for k in l0)
+        if tiered and not l0_large and len(groups) < policy.l0_stop:
+            continue
+        window = [] if force else time_contiguous(_tier_window(groups, sizes, policy, cap, by_rows=tiered), comp.runs)
+        if not force and n_sorted_runs(window) < 2:
+            window = time_contiguous(_newest_window(groups, sizes, policy, cap), comp.runs)
+        merges = n_sorted_runs(window) >= 2  # a window of one commit's runs would rewrite them as they are
+        stalled = not merges and len(groups) >= STOP_RUNS * policy.l0_trigger
+        if not force and not (small or not l1 or l0_large or stalled) and not merges:
             continue  # no merge window (time order): the settle or compact() folds it
-        major = force or small or not l1 or l0_large or len(window) < 2
+        major = force or small or not l1 or l0_large or not merges
         if major and not force and budget is not None and l0_bytes + l1_bytes > budget:
-            if len(window) < 2:
+            if not merges:
                 continue  # nothing within this trigger's budget: the settle or compact() runs the major
             major = False  # the merge that fits; the major waits for the settle or compact()
         if major:
             why = (
                 "forced"
                 if force
-                else f"{len(l0)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
+                else f"{len(groups)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
                 f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
                 if small
-                else f"{len(l0)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B, {l0_rows:,} rows >= "
+                else f"{len(groups)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B, {l0_rows:,} rows >= "
                 f"{policy.l1_ratio:g} × L1 {l1_bytes:,} B, {l1_rows:,} rows"
                 if l1 and l0_large
-                else f"{len(l0)} L0 runs >= {STOP_RUNS} × {policy.l0_trigger} and no merge window in commit-time order"
+                else f"{len(groups)} L0 runs >= {STOP_RUNS} × {policy.l0_trigger} and no merge window in commit-time order"
                 if l1
-                else f"{len(l0)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
+                else f"{len(groups)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
             )
             tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
         else:
             why = (
-                f"{len(l0)} L0 runs >= {policy.l0_trigger}; the newest {len(window)} merged (similar sizes, or the "
+                f"{len(groups)} L0 runs >= {policy.l0_trigger}; the newest {n_sorted_runs(window)} merged (similar sizes, or the "
                 f"newest past the trigger); L0 {l0_bytes:,} B, {l0_rows:,} rows < {policy.l1_ratio:g} × L1 in bytes or rows"
             )
             tasks.append(_task("merge", lo, hi, window, sizes, len(window), why, comp.runs))
@@ -349,40 +372,65 @@ def _task(
     )
 
 
-def _tier_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy, cap: int) -> list[KeySpace]:
-    """The newest L0 runs of similar size: walking from the newest, an older run joins while its
-    bytes are at most `size_ratio` × the window's so far (universal compaction's size rule) and
-    the window stays within `cap` bytes (the automatic budget).
-    Empty when it would merge fewer than two runs."""
-    window: list[KeySpace] = []
-    total = 0
-    for k in reversed(l0):
-        b = sizes[k.id]
+def sorted_runs(l0: list[KeySpace]) -> list[list[KeySpace]]:
+    """L0 runs grouped into *sorted runs*, oldest first: the runs one commit added (`seq`), as
+    Paimon and RocksDB's universal compaction count a sorted run of several files. A merge of a
+    window holding tombstones writes a data run and a tombstone run per level; counted as two,
+    a history of interleaved upserts and deletes never fell below `l0_trigger` and merged its
+    newest runs at every commit, rewriting a growing run each time (100 commits: 79 merges)."""
+    by_seq: dict[int, list[KeySpace]] = {}
+    for k in l0:
+        by_seq.setdefault(k.seq, []).append(k)
+    return sorted(by_seq.values(), key=lambda g: max((k.time, k.seq) for k in g))
+
+
+def n_sorted_runs(runs: Iterable[KeySpace]) -> int:
+    return len({k.seq for k in runs})
+
+
+def _tier_window(
+    groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int, by_rows: bool = False
+) -> list[KeySpace]:
+    """The newest sorted runs (`sorted_runs`) of similar size: walking from the newest, an older
+    one joins while its bytes are at most `size_ratio` × the window's so far (universal
+    compaction's size rule) and the window stays within `cap` bytes (the automatic budget).
+    `by_rows` (a large component at its stop trigger): the rule on rows, not bytes: a merge
+    costs decoding and encoding rows, and a merged run of random keys compresses better than
+    the commits it came from, so by bytes it joined windows it should not.
+    Empty when it would merge fewer than two."""
+    window: list[list[KeySpace]] = []
+    total = total_rows = 0
+    for g in reversed(groups):
+        b = sum(sizes[k.id] for k in g)
+        rows = sum(k.rows for k in g)
+        too_big = rows > policy.size_ratio * total_rows if by_rows else b > policy.size_ratio * total
         # within the automatic budget too: otherwise a geometric series of runs would make every
         # window span them all, exceed the budget, and let L0 grow without bound
-        if window and (b > policy.size_ratio * total or total + b > cap):
+        if window and (too_big or total + b > cap):
             break
-        window.append(k)
+        window.append(g)
         total += b
+        total_rows += rows
     if len(window) < 2:
         return []
-    return window[::-1]
+    return [k for g in window[::-1] for k in g]
 
 
-def _newest_window(l0: list[KeySpace], sizes: Mapping[str, int], policy: Policy, cap: int) -> list[KeySpace]:
-    """When no run joins by size (runs of alternating sizes: 1,000-row upserts and 500-key
-    tombstones), universal compaction's fallback: the newest `len(l0) - l0_trigger + 2` runs
-    (at least two), within `cap` bytes. Bounded work that brings the run count back under the
-    trigger, instead of a major rewriting every L1 row of the component."""
-    want = max(2, len(l0) - policy.l0_trigger + 2)
-    window: list[KeySpace] = []
+def _newest_window(groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int) -> list[KeySpace]:
+    """When no sorted run joins by size, universal compaction's fallback: the newest
+    `len(groups) - l0_trigger + 2` (at least two), within `cap` bytes. Bounded work that brings
+    the run count back under the trigger, instead of a major rewriting every L1 row of the
+    component."""
+    want = max(2, len(groups) - policy.l0_trigger + 2)
+    window: list[list[KeySpace]] = []
     total = 0
-    for k in reversed(l0):
-        if len(window) >= want or (window and total + sizes[k.id] > cap):
+    for g in reversed(groups):
+        b = sum(sizes[k.id] for k in g)
+        if len(window) >= want or (window and total + b > cap):
             break
-        window.append(k)
-        total += sizes[k.id]
-    return window[::-1] if len(window) >= 2 else []
+        window.append(g)
+        total += b
+    return [k for g in window[::-1] for k in g] if len(window) >= 2 else []
 
 
 def time_contiguous(window: list[KeySpace], runs: Iterable[KeySpace]) -> list[KeySpace]:
