@@ -418,6 +418,6 @@ def test_merge_windows_stay_within_the_automatic_budget() -> None:
     keeps merging the newest runs instead of planning one task too big to run."""
     sizes = [64_000, 32_000, 16_000, 8_000, 4_000, 2_000, 1_000, 1_000]
     runs = [ks(0, 0, 1000, 1, lsm=1, b=10_000_000)] + [ks(i + 1, 0, 100, 10 + i, b=b) for i, b in enumerate(sizes)]
-    policy = conch.Policy(l0_trigger=4, small_bytes=0, auto_budget_bytes=10_000)
+    policy = conch.Policy(l0_trigger=4, l0_stop=4, small_bytes=0, auto_budget_bytes=10_000)
     (task,) = plan({k.id: k for k in runs}, {}, policy).tasks
     assert task.kind == "merge" and task.input_bytes <= 10_000 and len(task.inputs) == 4

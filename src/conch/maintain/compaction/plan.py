@@ -77,14 +77,12 @@ sorted run of several files), not files: a merge over tombstones writes a data r
 tombstone run, and counted as two, L0 never fell below `l0_trigger` and a history of
 interleaved upserts and deletes merged its newest runs at every commit. A *large* component
 (above `small_bytes` or `small_rows`, with L1, no tombstone run in L0) merges L0 into L0 only at
-`Policy.l0_stop` (12) sorted runs, the newer runs whose rows add up to the older ones (the size
-rule on rows); below that only the major at `l1_ratio` rewrites. Why: a scan pays for L0 mostly
-once, by the rows it overlays, not per run (measured on a 500k-row L1 with 1 to 14 L0 runs of
-1,000 random keys: full / 1 % / take 1.7 / 1.4 / 1.6x a clean read at one run, 1.9 / 1.4 / 2.0x
-at 14), while each merge costs a commit and three file writes; merging at `l0_trigger` kept L0
-at three runs for ~2 rewrites of every upserted row and a merge every other commit. Over
-tombstones a scan takes the general path (~18x at one run, +~5 % per further run), so their
-components keep `l0_trigger`.
+`Policy.l0_stop` (12) sorted runs (`_tier_window` on rows); below it only the major at
+`l1_ratio` rewrites. A scan pays for L0 mostly once, by the rows it overlays, not per run (a
+500k-row L1 under 1 to 14 runs of 1,000 random keys: full / 1 % / take 1.7 / 1.4 / 1.6x a clean
+read at one run, 1.9 / 1.4 / 2.0x at 14), while merging at `l0_trigger` cost a merge every other
+commit. Over tombstones a scan takes the general path (~18x at one run, +~5 % per further run),
+so their components keep `l0_trigger`.
 """
 
 from __future__ import annotations
@@ -273,7 +271,10 @@ def plan(
         tiered = not force and not small and bool(l1) and not any(k.kind == "tombstone" for k in l0)
         if tiered and not l0_large and len(groups) < policy.l0_stop:
             continue
-        window = [] if force else time_contiguous(_tier_window(groups, sizes, policy, cap, by_rows=tiered), comp.runs)
+        window = [] if force else _tier_window(groups, sizes, policy, cap, 1.0 if tiered else None)
+        if tiered and n_sorted_runs(window) < policy.l0_stop // 2:  # long cycles: the size rule on rows
+            window = _tier_window(groups, sizes, policy, cap, policy.size_ratio)
+        window = time_contiguous(window, comp.runs)
         if not force and n_sorted_runs(window) < 2:
             window = time_contiguous(_newest_window(groups, sizes, policy, cap), comp.runs)
         merges = n_sorted_runs(window) >= 2  # a window of one commit's runs would rewrite them as they are
@@ -373,11 +374,8 @@ def _task(
 
 
 def sorted_runs(l0: list[KeySpace]) -> list[list[KeySpace]]:
-    """L0 runs grouped into *sorted runs*, oldest first: the runs one commit added (`seq`), as
-    Paimon and RocksDB's universal compaction count a sorted run of several files. A merge of a
-    window holding tombstones writes a data run and a tombstone run per level; counted as two,
-    a history of interleaved upserts and deletes never fell below `l0_trigger` and merged its
-    newest runs at every commit, rewriting a growing run each time (100 commits: 79 merges)."""
+    """L0 runs grouped into *sorted runs*, oldest first: the runs one commit added (`seq`;
+    module doc, "Sorted runs": 100 commits of interleaved deletes merged 79 times by files)."""
     by_seq: dict[int, list[KeySpace]] = {}
     for k in l0:
         by_seq.setdefault(k.seq, []).append(k)
@@ -389,21 +387,23 @@ def n_sorted_runs(runs: Iterable[KeySpace]) -> int:
 
 
 def _tier_window(
-    groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int, by_rows: bool = False
+    groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int, rows_ratio: float | None = None
 ) -> list[KeySpace]:
     """The newest sorted runs (`sorted_runs`) of similar size: walking from the newest, an older
     one joins while its bytes are at most `size_ratio` × the window's so far (universal
     compaction's size rule) and the window stays within `cap` bytes (the automatic budget).
-    `by_rows` (a large component at its stop trigger): the rule on rows, not bytes: a merge
-    costs decoding and encoding rows, and a merged run of random keys compresses better than
-    the commits it came from, so by bytes it joined windows it should not.
-    Empty when it would merge fewer than two."""
+    With `rows_ratio` (a large component at its stop trigger) the rule is on rows (a merge
+    decodes and encodes rows; merged runs of random keys compress better, so by bytes they
+    joined windows they should not). Ratio 1 rewrites a row about once between majors ~50
+    commits apart but degrades to many small windows in long cycles, where `plan` takes
+    `size_ratio` (simulated, 2,000 commits: 4.4 rewrites per row against 22). Empty when it
+    would merge fewer than two."""
     window: list[list[KeySpace]] = []
     total = total_rows = 0
     for g in reversed(groups):
         b = sum(sizes[k.id] for k in g)
         rows = sum(k.rows for k in g)
-        too_big = rows > policy.size_ratio * total_rows if by_rows else b > policy.size_ratio * total
+        too_big = rows > rows_ratio * total_rows if rows_ratio is not None else b > policy.size_ratio * total
         # within the automatic budget too: otherwise a geometric series of runs would make every
         # window span them all, exceed the budget, and let L0 grow without bound
         if window and (too_big or total + b > cap):
