@@ -48,8 +48,8 @@ class Policy:
     # trigger once this many: a stop trigger, bounding a scan's runs; the settle and compact() fold 2
     fold_trigger: int = 16
     # a large component's L0 sorted runs are merged only at this many (below it, only the major at
-    # `l1_ratio`): a scan pays for L0 mostly once, for its rows, not per run (measured, plan.py)
-    l0_stop: int = 12
+    # `l1_ratio`): a scan pays for L0 mostly by its rows, a take a little per run (measured, plan.py)
+    l0_stop: int = 8
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
     settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
 

@@ -77,12 +77,12 @@ sorted run of several files), not files: a merge over tombstones writes a data r
 tombstone run, and counted as two, L0 never fell below `l0_trigger` and a history of
 interleaved upserts and deletes merged its newest runs at every commit. A *large* component
 (above `small_bytes` or `small_rows`, with L1, no tombstone run in L0) merges L0 into L0 only at
-`Policy.l0_stop` (12) sorted runs (`_tier_window` on rows); below it only the major at
-`l1_ratio` rewrites. A scan pays for L0 mostly once, by the rows it overlays, not per run (a
-500k-row L1 under 1 to 14 runs of 1,000 random keys: full / 1 % / take 1.7 / 1.4 / 1.6x a clean
-read at one run, 1.9 / 1.4 / 2.0x at 14), while merging at `l0_trigger` cost a merge every other
-commit. Over tombstones a scan takes the general path (~18x at one run, +~5 % per further run),
-so their components keep `l0_trigger`.
+`Policy.l0_stop` (8) sorted runs (`_tier_window` on rows); below it only the major at
+`l1_ratio` rewrites. A scan pays for L0 mostly once, by the rows it overlays (a 500k-row L1
+under 1 to 14 runs of 1,000 random keys: full / 1 % / take 1.7 / 1.4 / 1.6x a clean read at one
+run, 1.9 / 1.4 / 2.0x at 14; 8 keeps a take within ~5 % of 3 runs), while merging at
+`l0_trigger` cost a merge every other commit. Over tombstones a scan takes the general path
+(~18x at one run, +~5 % per further run), so their components keep `l0_trigger`.
 """
 
 from __future__ import annotations
@@ -394,10 +394,10 @@ def _tier_window(
     compaction's size rule) and the window stays within `cap` bytes (the automatic budget).
     With `rows_ratio` (a large component at its stop trigger) the rule is on rows (a merge
     decodes and encodes rows; merged runs of random keys compress better, so by bytes they
-    joined windows they should not). Ratio 1 rewrites a row about once between majors ~50
+    joined windows they should not). Ratio 1 rewrites a row ~1.5 times between majors ~50
     commits apart but degrades to many small windows in long cycles, where `plan` takes
-    `size_ratio` (simulated, 2,000 commits: 4.4 rewrites per row against 22). Empty when it
-    would merge fewer than two."""
+    `size_ratio` (simulated, 2,000 commits at l0_stop 8: 6.4 rewrites a row against 66).
+    Empty when it would merge fewer than two."""
     window: list[list[KeySpace]] = []
     total = total_rows = 0
     for g in reversed(groups):
