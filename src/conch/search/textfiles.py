@@ -35,11 +35,12 @@ from typing import Any
 import pyarrow as pa
 
 from conch.files.integrity import digest
-from conch.files.manifest import IndexFile
+from conch.files.manifest import IndexDef, IndexFile, KeySpace
 from conch.files.storage import Storage, new_id
 from conch.log.wal import AddIndexFile
 from conch.model.deps import optional_import
 from conch.search.framing import read_frame
+from conch.search.runs import run_fragments
 
 MAGIC = b"CONCHTX1"
 WRITER_HEAP = 64 << 20  # tantivy's indexing buffer: a big run is flushed as several segments
@@ -109,67 +110,151 @@ def build_file(
 
 @dataclass(frozen=True, slots=True)
 class Extracted:
+    """A run's tantivy index on local disk: its directory, its segments, its run (the documents'
+    `run`) and its keys (the documents' `row` indexes them)."""
+
     directory: str
     segments: list[dict[str, Any]]  # its meta.json's segment entries
+    run: str
     keys: pa.Table
 
 
 _root = tempfile.TemporaryDirectory(prefix="conch-text-cache-")  # removed when the process exits
-_cache: OrderedDict[str, Extracted] = OrderedDict()
+_cache: OrderedDict[tuple[Any, ...], Extracted] = OrderedDict()
 _lock = threading.Lock()
 
 
-def cache_root() -> str:
-    """This process's directory of extracted files and kept unions (removed at exit)."""
-    return _root.name
+def _cached(ident: tuple[Any, ...], make: Any) -> Extracted:
+    """The part `ident` from this process's cache, else `make(directory)`'s, kept (LRU)."""
+    with _lock:
+        hit = _cache.get(ident)
+        if hit is not None:
+            _cache.move_to_end(ident)
+            return hit
+    out: Extracted = make(tempfile.mkdtemp(prefix="part-", dir=_root.name))
+    with _lock:
+        _cache[ident] = out
+        while len(_cache) > CACHED_FILES:
+            _, old = _cache.popitem(last=False)
+            shutil.rmtree(old.directory, ignore_errors=True)  # a union's hard links stay readable
+    return out
 
 
 def extract(storage: Storage, f: IndexFile) -> Extracted:
     """A text index file, verified and unpacked into this process's cache directory."""
-    with _lock:
-        hit = _cache.get(f.id)
-        if hit is not None:
-            _cache.move_to_end(f.id)
-            return hit
-    payload, keys, _ = read_frame(storage, f, MAGIC, "text index file")
-    directory = os.path.join(_root.name, f.id)
-    shutil.rmtree(directory, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
-        tar.extractall(directory, filter="data")
-    out = extracted_dir(directory, keys)
-    with _lock:
-        _cache[f.id] = out
-        while len(_cache) > CACHED_FILES:
-            _, old = _cache.popitem(last=False)
-            shutil.rmtree(old.directory, ignore_errors=True)
-    return out
+
+    def make(directory: str) -> Extracted:
+        payload, keys, _ = read_frame(storage, f, MAGIC, "text index file")
+        with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
+            tar.extractall(directory, filter="data")
+        return _part(directory, f.key_space, keys)
+
+    return _cached(("file", f.id), make)
 
 
-def extracted_dir(directory: str, keys: pa.Table) -> Extracted:
-    """An index written by `write_index` into `directory`, as a part of a `union`."""
+def run_part(source: Any, definition: IndexDef, key_space: KeySpace) -> Extracted:
+    """A run without a current file, indexed now from its cells (kept per process: the run's
+    fragments are immutable)."""
+    from conch.search import build  # build imports this module
+
+    state = source.state
+    frs = run_fragments(state, key_space.id, definition.column_id)
+    task = build.BuildTask(definition.name, key_space.id, key_space.rows, state.seq)
+    return _cached(
+        ("run", key_space.id, definition.column_id, frs),
+        lambda directory: _indexed(directory, key_space.id, build.cells(source, state, task)),
+    )
+
+
+def fresh_part(source: Any, column: Any, directory: str) -> Extracted:
+    """The fresh records' non-null cells of `column` of a table version, indexed now in
+    `directory` (a part of one union only: it belongs to that version)."""
+    keys = source.state.schema.key_names(column.level)
+    reader = source.scan(column.path, level=column.level).to_record_batches()
+
+    def batches() -> Iterable[tuple[pa.Table, pa.Array]]:
+        for batch in reader:
+            yield pa.Table.from_batches([batch]).select(keys), batch.column(batch.schema.get_field_index(column.path))
+
+    return _indexed(os.path.join(directory, "fresh"), "fresh", batches())
+
+
+def _indexed(directory: str, run: str, batches: Iterable[tuple[pa.Table, pa.Array]]) -> Extracted:
+    """`(keys, texts)` batches indexed in `directory` as a part (nulls skipped, rows kept)."""
+    os.makedirs(directory, exist_ok=True)
+    keys: list[pa.Table] = []
+
+    def docs() -> Iterable[tuple[int, str]]:
+        rows = 0
+        for key_table, texts in batches:
+            for i, text in enumerate(texts.to_pylist()):
+                if text is not None:
+                    yield rows + i, text
+            rows += key_table.num_rows
+            keys.append(key_table)
+
+    write_index(directory, run, docs())
+    return _part(directory, run, pa.concat_tables(keys).combine_chunks() if keys else None)
+
+
+def _part(directory: str, run: str, keys: pa.Table | None) -> Extracted:
     with open(os.path.join(directory, "meta.json")) as meta:
-        return Extracted(directory, json.load(meta)["segments"], keys)
+        segments = json.load(meta)["segments"]
+    return Extracted(directory, segments, run, keys if keys is not None else pa.table({}))
 
 
-def union(parts: list[Extracted], directory: str) -> Any:
+def version_identity(state: Any, definition: IndexDef) -> tuple[Any, ...]:
+    """What a version's fresh corpus of a column depends on: its runs and their fragments."""
+    return (definition.column_id, tuple(sorted(state.key_spaces)), tuple(sorted(state.fragments)))
+
+
+def new_directory() -> str:
+    """A directory for one union (and its fresh part), under this process's cache directory."""
+    return tempfile.mkdtemp(prefix="union-", dir=_root.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """An opened union of parts: what `search_text` ranks over."""
+
+    index: Any
+    keys: dict[str, pa.Table]  # a document's run → the keys its row indexes
+    directory: str
+    what: str
+
+    def key(self, doc: Any) -> tuple[Any, ...]:
+        """The key of a stored document (`searcher.doc(address)`)."""
+        keys, row = self.keys[doc["run"][0]], doc["row"][0]
+        return tuple(keys.column(i)[row].as_py() for i in range(keys.num_columns))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def union(parts: list[Extracted], what: str, directory: str) -> Corpus:
     """One tantivy index in `directory` over every segment of `parts` (hard links, else copies):
     BM25 statistics summed over all of them (module doc)."""
     tantivy = optional_import("tantivy")
+    index_dir = os.path.join(directory, "index")
+    os.makedirs(index_dir)
     segments = []
-    meta: dict[str, Any] | None = None
     for part in parts:
-        with open(os.path.join(part.directory, "meta.json")) as f:
-            meta = meta or json.load(f)
         for name in os.listdir(part.directory):
             if name != "meta.json" and not name.startswith("."):
-                src, dst = os.path.join(part.directory, name), os.path.join(directory, name)
+                src, dst = os.path.join(part.directory, name), os.path.join(index_dir, name)
                 try:
                     os.link(src, dst)
                 except OSError:
                     shutil.copyfile(src, dst)
         segments += part.segments
-    assert meta is not None
-    meta["segments"] = segments
-    with open(os.path.join(directory, "meta.json"), "w") as f:
-        json.dump(meta, f)
-    return tantivy.Index.open(directory)
+    if parts:
+        with open(os.path.join(parts[0].directory, "meta.json")) as f:
+            meta = json.load(f)
+        meta["segments"] = segments
+        with open(os.path.join(index_dir, "meta.json"), "w") as f:
+            json.dump(meta, f)
+        index = tantivy.Index.open(index_dir)
+    else:  # no run holds the column: an empty index of the same schema
+        index = tantivy.Index(schema(), path=index_dir)
+    index.reload()
+    return Corpus(index, {p.run: p.keys for p in parts}, directory, what)
