@@ -121,7 +121,8 @@ def train(definition: IndexDef, samples: Sequence[np.ndarray]) -> bytes | None:
     data = np.concatenate([s for s in samples if len(s)] or [np.zeros((0, definition.dim), np.float32)])
     structure = vectors.empty(definition.dim, definition.metric, vectors.json_options(definition), len(data))
     if len(data):  # else it stays untrained and `encode_run` builds nothing
-        structure.train(vectors.prepare(data, definition.metric))
+        with vectors.omp_threads(len(data), vectors.ROWS_PER_THREAD):
+            structure.train(vectors.prepare(data, definition.metric))
     return vectors.serialize(structure)
 
 
@@ -139,9 +140,10 @@ def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes
     if not structure.is_trained:  # a structure planned without training (a lone IVF run)
         return None
     keys = []
-    for key_table, matrix in _batches(LogVersion(log, state), state, task):
-        structure.add(vectors.prepare(matrix, d.metric))
-        keys.append(key_table)
+    with vectors.omp_threads(task.rows, vectors.ROWS_PER_THREAD):
+        for key_table, matrix in _batches(LogVersion(log, state), state, task):
+            structure.add(vectors.prepare(matrix, d.metric))
+            keys.append(key_table)
     if not keys:
         return None
     key_table = pa.concat_tables(keys).combine_chunks()
