@@ -95,27 +95,34 @@ def test_bm25_from_files_equals_tantivy_on_the_corpus(tmp_path_factory: Any, see
             assert same(conch_ranking(t, query, k), tantivy_ranking(corpus, query, k)), query
 
 
-def test_overlapping_runs_rank_the_fresh_records(catalog: conch.Catalog) -> None:
+def test_overlapping_runs_rank_the_fresh_records(tmp_path: Path) -> None:
+    catalog = conch.connect(tmp_path, maintenance=conch.Policy(auto=False))  # runs stay as written
     t = catalog.create_table("c", [("id", pa.int64())])
     rng = np.random.default_rng(1)
-    caps = captions(rng, 200)
-    t.write(pa.table({"id": np.arange(200), "cap": pa.array(caps, pa.string())}))
+    caps = captions(rng, 400)
+    t.write(pa.table({"id": np.arange(200), "cap": pa.array(caps[:200], pa.string())}))
+    t.write(pa.table({"id": np.arange(1000, 1200), "cap": pa.array(caps[200:], pa.string())}))
     t.create_index("cap", kind="text")
     t.build_indexes(min_rows=0)
+    corpus = {i if i < 200 else i + 800: c for i, c in enumerate(caps) if c is not None}
     new = ["red car red car"] * 20
-    t.write(pa.table({"id": np.arange(0, 200, 10), "cap": new}))  # hides 20 cells of the indexed run
-    t.delete([1, 2])
-    corpus = {i: c for i, c in enumerate(caps) if c is not None}
-    corpus.update(dict(zip(range(0, 200, 10), new)))
-    del corpus[1], corpus[2]
-    assert "fresh records" in t.search_text("red car").explain()
+    t.write(pa.table({"id": np.arange(1000, 1200, 10), "cap": new}))  # hides 20 cells of the second run
+    corpus.update(dict(zip(range(1000, 1200, 10), new)))
+    plan = t.search_text("red car").explain()
+    assert "1 index files and 1 runs indexed now, and the fresh records of the 1 runs" in plan, plan
     for query in QUERIES:
         assert same(conch_ranking(t, query, 15), tantivy_ranking(corpus, query, 15)), query
-    t.compact()  # one run again; with its own file: back to the files, same ranking
+    t.delete([1, 2, 1010])  # a delete may hide any older run's cell
+    del corpus[1], corpus[2], corpus[1010]
+    assert "0 index files and 0 runs indexed now, and the fresh records of the 3 runs" in t.search_text("sky").explain()
+    for query in QUERIES:
+        assert same(conch_ranking(t, query, 15), tantivy_ranking(corpus, query, 15)), query
+    t.compact()  # one run again; with its own file: only files, same ranking
     t.build_indexes(min_rows=0)
-    assert t.state().index_files and "index files" in t.search_text("red").explain()
+    assert "segments of 1 index files and 0 runs indexed now, " in t.search_text("red").explain()
     for query in QUERIES:
         assert same(conch_ranking(t, query, 15), tantivy_ranking(corpus, query, 15)), query
+    catalog.close()
 
 
 def test_text_files_are_checked_damage_named_and_vacuumed(

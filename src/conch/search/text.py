@@ -152,14 +152,15 @@ def _corpus(source: Any, d: IndexDef, col: Any) -> textfiles.Corpus:
     """The opened tantivy index over the version's fresh corpus (module doc), kept per process."""
     state = source.state
     text_runs = runs.runs_of(state, d)
-    fresh = source.asof is not None or any(hiders(state, ks, col.level) for ks, _ in text_runs)
-    if fresh:
-        ident: tuple[Any, ...] = ("fresh", source.asof, *textfiles.version_identity(state, d))
-    else:
-        ident = tuple(
-            ("file", f.id) if f is not None else ("run", ks.id, runs.run_fragments(state, ks.id, d.column_id))
-            for ks, f in sorted(text_runs, key=lambda r: r[0].id)
-        )
+    hidden = {ks.id for ks, _ in text_runs if source.asof is not None or hiders(state, ks, col.level)}
+    alone = [(ks, f) for ks, f in text_runs if ks.id not in hidden]
+    overlapped = [(ks, f) for ks, f in text_runs if ks.id in hidden]
+    ident: tuple[Any, ...] = tuple(
+        ("file", f.id) if f is not None else ("run", ks.id, runs.run_fragments(state, ks.id, d.column_id))
+        for ks, f in sorted(alone, key=lambda r: r[0].id)
+    )
+    if overlapped:
+        ident += (("fresh", source.asof, *textfiles.version_identity(state, d)),)
     ident = (d.column_id, *ident)
     with _corpora_lock:
         hit = _corpora.get(ident)
@@ -168,18 +169,24 @@ def _corpus(source: Any, d: IndexDef, col: Any) -> textfiles.Corpus:
             return hit
     storage = source.log.files.storage
     directory = textfiles.new_directory()
-    if fresh:
-        parts = [textfiles.fresh_part(source, col, directory)]
-        what = "the fresh records (a run can hide another's cells)"
-    else:
-        parts = [
-            textfiles.extract(storage, f) if f is not None else textfiles.run_part(source, d, ks) for ks, f in text_runs
-        ]
-        files = sum(1 for _, f in text_runs if f is not None)
-        what = f"the segments of {files} index files and {len(text_runs) - files} runs indexed now"
+    parts = [textfiles.extract(storage, f) if f is not None else textfiles.run_part(source, d, ks) for ks, f in alone]
+    files = sum(1 for _, f in alone if f is not None)
+    what = f"the segments of {files} index files and {len(alone) - files} runs indexed now"
+    if overlapped:
+        held = [_run_keys(source, d, ks, f) for ks, f in overlapped]
+        parts.append(textfiles.fresh_part(source, col, directory, [p.keys for p in parts], held))
+        what += f", and the fresh records of the {len(overlapped)} runs another run or a delete may hide"
     corpus = textfiles.union(parts, what, directory)
     with _corpora_lock:
         _corpora[ident] = corpus
         while len(_corpora) > CACHED_CORPORA:
             _corpora.popitem(last=False)[1].remove()  # open files stay readable
     return corpus
+
+
+def _run_keys(source: Any, d: IndexDef, ks: Any, f: Any) -> pa.Table:
+    """The keys of a run's cells of the index's column: its file's, else read from the run."""
+    if f is not None:
+        return textfiles.extract(source.log.files.storage, f).keys
+    keys = source.state.schema.key_names(d.level)
+    return runs.RunView(source, ks).scan(*keys, level=d.level).to_arrow()

@@ -45,6 +45,7 @@ from conch.search.runs import run_fragments
 MAGIC = b"CONCHTX1"
 WRITER_HEAP = 64 << 20  # tantivy's indexing buffer: a big run is flushed as several segments
 CACHED_FILES = 64  # extracted files kept per process
+FRESH_KEYS = 65_536  # keys per fresh-record scan of overlapped runs
 
 
 def schema() -> Any:
@@ -166,15 +167,23 @@ def run_part(source: Any, definition: IndexDef, key_space: KeySpace) -> Extracte
     )
 
 
-def fresh_part(source: Any, column: Any, directory: str) -> Extracted:
-    """The fresh records' non-null cells of `column` of a table version, indexed now in
-    `directory` (a part of one union only: it belongs to that version)."""
-    keys = source.state.schema.key_names(column.level)
-    reader = source.scan(column.path, level=column.level).to_record_batches()
+def fresh_part(source: Any, column: Any, directory: str, covered: list[pa.Table], held: list[pa.Table]) -> Extracted:
+    """The fresh non-null cells of `column` of the keys in `held` (the overlapped runs' keys) that
+    no part in `covered` (the other runs' keys) holds, read from the table version in batches of
+    `FRESH_KEYS` keys and indexed now in `directory` (this part belongs to one version only)."""
+    key_schema = pa.schema(source.state.schema.key_fields(column.level))
+    keys = [f.name for f in key_schema]
+    rest = pa.concat_tables([t.select(keys).cast(key_schema) for t in held]).group_by(keys).aggregate([])
+    known = [t.select(keys).cast(key_schema) for t in covered if t.num_columns]
+    if known:
+        rest = rest.join(pa.concat_tables(known), keys=keys, join_type="left anti")
+    rest = rest.sort_by([(n, "ascending") for n in keys])
 
     def batches() -> Iterable[tuple[pa.Table, pa.Array]]:
-        for batch in reader:
-            yield pa.Table.from_batches([batch]).select(keys), batch.column(batch.schema.get_field_index(column.path))
+        for start in range(0, rest.num_rows, FRESH_KEYS):
+            wanted = rest.slice(start, FRESH_KEYS)
+            for batch in source.scan(column.path, keys=wanted, level=column.level).to_record_batches():
+                yield pa.Table.from_batches([batch]).select(keys), batch.column(batch.schema.get_field_index(column.path))
 
     return _indexed(os.path.join(directory, "fresh"), "fresh", batches())
 
