@@ -25,6 +25,7 @@ after the last hit taken scores no better.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -37,7 +38,7 @@ from conch.files.manifest import IndexDef
 from conch.model.deps import optional_import
 from conch.scan.metrics import ScanMetrics
 from conch.search import definitions, runs, textfiles
-from conch.search.query import SearchResult, hiders
+from conch.search.query import PREFILTER_ROWS, SearchResult, hiders
 
 FIRST_HITS = 4  # with `where`, the first round checks FIRST_HITS × k hits; each next round 4× more
 
@@ -66,16 +67,20 @@ def search_text(
     parsed = _parse(corpus.index, query)
     records = _Records(source, values or key_names[:1], col.level, key_names, where)
     if where is None:
-        hits = [(score, corpus.key(searcher.doc(addr))) for score, addr in searcher.search(parsed, k).hits]
-        if values:
-            records.fetch([kt for _, kt in hits])
+        found = searcher.search(parsed, k).hits
+        hits = list(zip((score for score, _ in found), corpus.keys_of([searcher.doc(addr) for _, addr in found])))
     else:
         hits = _filtered(corpus, searcher, parsed, k, records)
+    if values:
+        records.fetch([kt for _, kt in hits])
     plan = (
         f"search_text {query!r} on {col.full_path} (index {d.name!r}): BM25 by tantivy over {corpus.what}, "
         f"{searcher.num_docs} documents"
-        + (f"; where checked on the fresh records of {len(records.asked)} hits" if where is not None else "")
     )
+    if where is not None:
+        plan += f"; where checked on the fresh records of {len(records.asked)} hits"
+        if records.passing is not None:
+            plan += f", then against the {len(records.passing)} keys passing it"
     table = records.table(hits, key_names, values, state.schema.key_fields(col.level))
     table = table.add_column(len(key_names), "_score", pa.array([s for s, _ in hits], pa.float32()))
     return SearchResult(table, plan, records.metrics)
@@ -89,22 +94,27 @@ def _parse(index: Any, query: str) -> Any:
 
 
 def _filtered(corpus: textfiles.Corpus, searcher: Any, parsed: Any, k: int, records: _Records) -> list[Any]:
-    """The `k` best hits whose fresh records pass `where` (module doc)."""
+    """The `k` best hits whose fresh records pass `where` (module doc). After a first round that
+    found fewer than `k`, the keys passing `where` are read once (when at most
+    `query.PREFILTER_ROWS` pass) and later rounds check hits against them without a scan."""
     keys: dict[tuple[int, int], tuple[Any, ...]] = {}  # doc address → key: each doc read once
     n = FIRST_HITS * k
     while True:
         hits = searcher.search(parsed, n).hits
-        ranked = []
-        for score, addr in hits:
-            at = (addr.segment_ord, addr.doc)
-            if at not in keys:
-                keys[at] = corpus.key(searcher.doc(addr))
-            ranked.append((score, keys[at]))
-        records.fetch([kt for _, kt in ranked])
-        passing = [(score, kt) for score, kt in ranked if kt in records.rows]
+        new = [addr for _, addr in hits if (addr.segment_ord, addr.doc) not in keys]
+        keys.update(zip(((a.segment_ord, a.doc) for a in new), corpus.keys_of([searcher.doc(a) for a in new])))
+        ranked = [(score, keys[(addr.segment_ord, addr.doc)]) for score, addr in hits]
+        if records.passing is None:
+            records.fetch([kt for _, kt in ranked])
+            passing = [(score, kt) for score, kt in ranked if kt in records.rows]
+        else:
+            passing = [(score, kt) for score, kt in ranked if kt in records.passing]
         if len(passing) >= k or len(hits) < n:
             return passing[:k]
+        records.read_passing()
         n *= 4
+        if records.passing:  # about 2k passing hits expected, at the share of documents passing
+            n = max(n, math.ceil(2 * k * searcher.num_docs / len(records.passing)))
 
 
 class _Records:
@@ -117,6 +127,18 @@ class _Records:
         self.rows: dict[tuple[Any, ...], int] = {}  # key → row of the concatenated tables
         self.tables: list[pa.Table] = []
         self.metrics = ScanMetrics()
+        self.passing: set[tuple[Any, ...]] | None = None  # every key passing `where`, once read
+
+    def read_passing(self) -> None:
+        """Read the keys passing `where`, unless more than `PREFILTER_ROWS` do."""
+        if self.passing is not None:
+            return
+        passing: set[tuple[Any, ...]] = set()
+        for batch in self.source.scan(*self.key_names, where=self.where, level=self.level).to_record_batches():
+            passing.update(zip(*(batch.column(n).to_pylist() for n in self.key_names)))
+            if len(passing) > PREFILTER_ROWS:
+                return
+        self.passing = passing
 
     def fetch(self, keys: list[tuple[Any, ...]]) -> None:
         new = sorted(set(keys) - self.asked)

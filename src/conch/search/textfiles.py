@@ -231,10 +231,16 @@ class Corpus:
     directory: str
     what: str
 
-    def key(self, doc: Any) -> tuple[Any, ...]:
-        """The key of a stored document (`searcher.doc(address)`)."""
-        keys, row = self.keys[doc["run"][0]], doc["row"][0]
-        return tuple(keys.column(i)[row].as_py() for i in range(keys.num_columns))
+    def keys_of(self, docs: list[Any]) -> list[tuple[Any, ...]]:
+        """The keys of stored documents (`searcher.doc(address)`), one `take` per run."""
+        at = [(doc["run"][0], doc["row"][0]) for doc in docs]
+        out: list[tuple[Any, ...]] = [()] * len(at)
+        for run in {r for r, _ in at}:
+            mine = [i for i, (r, _) in enumerate(at) if r == run]
+            taken = self.keys[run].take(pa.array([at[i][1] for i in mine], pa.int64()))
+            for i, kt in zip(mine, zip(*(c.to_pylist() for c in taken.columns))):
+                out[i] = kt
+        return out
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
