@@ -325,7 +325,9 @@ def print_text(text: dict[str, Any]) -> None:
     for name, m in text["search"].items():
         print(f"{name:32} {m['p50_ms']:>8} {m['qps']:>8}")
     print("builds (s): " + ", ".join(f"{n} {s}" for n, s in text["builds"].items()))
-    print(f"after the upsert, the first query (indexes the overlapped run's fresh records): {text['after_upsert_first_query_ms']} ms")
+    print(
+        f"after the upsert, the first query (indexes the overlapped run's fresh records): {text['after_upsert_first_query_ms']} ms"
+    )
     if "top10_overlap" in text:
         print(f"top-10 overlap (two BM25 implementations): {text['top10_overlap']}")
 

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 import tantivy
 from hypothesis import given, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import conch
 from conch.errors import CorruptFileError
@@ -28,9 +28,7 @@ WORDS = ["red", "car", "blue", "tree", "bike", "road", "sky", "green", "fast", "
 QUERIES = ["red car", "sky", "+red +car", "tree -blue", '"red car"', "green OR bike"]
 
 
-def tantivy_ranking(
-    corpus: dict[int, str], query: str, k: int, passing: Any = None
-) -> list[tuple[float, set[int]]]:
+def tantivy_ranking(corpus: dict[int, str], query: str, k: int, passing: Any = None) -> list[tuple[float, set[int]]]:
     """tantivy's own BM25 top-k over `corpus` indexed at once: (score, keys at that score); of the
     keys `passing` selects (scored over the whole corpus) when given."""
     sb = tantivy.SchemaBuilder()

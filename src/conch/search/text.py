@@ -35,7 +35,6 @@ import pyarrow as pa
 
 from conch.errors import InvalidArgumentError
 from conch.files.manifest import IndexDef
-from conch.model.deps import optional_import
 from conch.scan.metrics import ScanMetrics
 from conch.search import definitions, runs, textfiles
 from conch.search.query import PREFILTER_ROWS, SearchResult, hiders

@@ -8,13 +8,11 @@ document stores its row there (`row`) and its run (`run`).
 
 **BM25 statistics are global.** tantivy scores a term with the document count, the average field
 length and the term's document frequency of the *whole index it searches*, summed over its
-segments. A search therefore never ranks within one run's file: it opens one tantivy index whose
-`meta.json` lists the segments of every run's file (hard links to the extracted files, cached per
-process) plus, for runs without a current file, a segment built at query time from their cells,
-so every statistic is the sum over all documents: exactly what tantivy computes over the same
-corpus indexed at once (tested). That equals the fresh corpus only while no run can hide another
-run's cell (`query.hiders`: no overlapping newer run, no tombstone) and no `where` narrows the
-corpus; otherwise `search_text` takes the exact path (the fresh records, indexed at query time).
+segments. A search therefore never ranks within one run's file: `union` opens one tantivy index
+whose `meta.json` lists the segments of every *part* (hard links): a run's file (`extract`), a run
+without a current file indexed from its cells (`run_part`), and the fresh records of runs another
+run can hide (`fresh_part`); parts are kept per process (LRU), `conch.search.text` says which
+parts a version's fresh corpus takes.
 """
 
 from __future__ import annotations
@@ -183,7 +181,10 @@ def fresh_part(source: Any, column: Any, directory: str, covered: list[pa.Table]
         for start in range(0, rest.num_rows, FRESH_KEYS):
             wanted = rest.slice(start, FRESH_KEYS)
             for batch in source.scan(column.path, keys=wanted, level=column.level).to_record_batches():
-                yield pa.Table.from_batches([batch]).select(keys), batch.column(batch.schema.get_field_index(column.path))
+                yield (
+                    pa.Table.from_batches([batch]).select(keys),
+                    batch.column(batch.schema.get_field_index(column.path)),
+                )
 
     return _indexed(os.path.join(directory, "fresh"), "fresh", batches())
 
