@@ -32,7 +32,6 @@ import importlib.util
 import io
 import itertools
 import json
-import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -281,19 +280,24 @@ def dataset(source: Scan | Snapshot | Table, n_shards: int | None = None) -> Any
     path's file name only, as `datasets` embeds files: the table's `path` column has it whole).
     `datasets` decodes `Audio` values with `torchcodec` (the `torch` extra; it needs FFmpeg's
     libraries): without it installed, audio columns are typed as that struct of `bytes` and
-    `path` (cast them once it is there)."""
+    `path` (cast them once it is there).
+
+    It is Arrow-backed: each shard streams its split's record batches (`Split.to_record_batches`,
+    one batch in memory at a time), converted to the features' Arrow types column by column, so
+    `.with_format("arrow")`, `.iter(batch_size=...)` and batched `.map` see Arrow tables without a
+    Python object per row, and rows are formatted a batch at a time. (`datasets` builds its own
+    `from_polars` this way: `ArrowExamplesIterable` is not exported at the top of `datasets`.)"""
     ds = _datasets()
+    from datasets.iterable_dataset import ArrowExamplesIterable
+
     scan = source if isinstance(source, Scan) else source.scan()
     features = _features(ds, scan)
-    media = [n for n, f in features.items() if isinstance(f, ds.Image | ds.Audio)]
     if importlib.util.find_spec("torchcodec") is None:  # datasets encodes Audio with torchcodec only
         storage = {"bytes": ds.Value("binary"), "path": ds.Value("string")}
         features = ds.Features({n: storage if isinstance(f, ds.Audio) else f for n, f in features.items()})
-    return ds.IterableDataset.from_generator(
-        _rows,
-        features=features,
-        gen_kwargs={"splits": scan.splits(n_shards), "names": tuple(features), "media": tuple(media)},
-    )
+    media = tuple(n for n, f in features.items() if isinstance(f, ds.Image | ds.Audio))
+    kwargs = {"splits": scan.splits(n_shards), "schema": features.arrow_schema, "media": media}
+    return ds.IterableDataset(ArrowExamplesIterable(_tables, kwargs), info=ds.DatasetInfo(features=features))
 
 
 def _features(ds: Any, scan: Scan) -> Any:
@@ -320,15 +324,31 @@ def _shaped(t: pa.DataType, like: pa.StructType) -> bool:
     return pa.types.is_struct(t) and {f.name for f in t} == {f.name for f in like}
 
 
-def _rows(splits: list[Split], names: tuple[str, ...], media: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-    """The records of `splits` as `datasets` rows (one shard's generator: picklable arguments)."""
-    for split in splits:
-        for batch in split.to_record_batches():
-            for row in batch.select(names).to_pylist():
-                for m in media:
-                    v = row[m]
-                    # bytes with the path's file name, as `datasets` embeds files: a full local
-                    # path would make it reference the file instead of the stored bytes
-                    path = None if v is None or v["path"] is None else os.path.basename(v["path"])
-                    row[m] = None if v is None else {"bytes": v["bytes"], "path": path}
-                yield row
+def _tables(
+    splits: list[Split], schema: pa.Schema, media: tuple[str, ...]
+) -> Iterator[tuple[tuple[int, int], pa.Table]]:
+    """One shard's Arrow tables (its splits' record batches in the features' `schema`), keyed by
+    (split, batch): `ArrowExamplesIterable`'s generator (picklable arguments, for workers)."""
+    for i, split in enumerate(splits):
+        for j, batch in enumerate(split.to_record_batches()):
+            yield (i, j), _hf_table(batch, schema, media)
+
+
+def _hf_table(batch: pa.RecordBatch, schema: pa.Schema, media: tuple[str, ...]) -> pa.Table:
+    """A scan's batch as `datasets` stores it: media columns as `{bytes, path}` structs (the
+    path's file name only, as `datasets` embeds files: a full local path would make it reference
+    the file instead of the stored bytes), the rest cast to the features' Arrow types."""
+    cols = []
+    for field in schema:
+        col = batch.column(field.name)
+        if field.name in media:
+            data, path = col.field("bytes"), col.field("path")
+            # a group of columns has no null of its own: a value with neither bytes nor a path
+            # was a null image (what `datasets` cannot decode otherwise)
+            mask = pc.and_(data.is_null(), path.is_null())
+            path = pc.replace_substring_regex(path, r"^.*/", "")
+            col = pa.StructArray.from_arrays([data, path], fields=list(field.type), mask=mask)
+        elif col.type != field.type:
+            col = col.cast(field.type)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=schema)
