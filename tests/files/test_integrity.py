@@ -379,7 +379,7 @@ def test_sealing_while_writing_equals_sealing_the_written_file(
         handed.append((offset, length))
         LocalStorage.writeback(fd, offset, length)
 
-    saved, integrity.WRITEBACK = integrity.WRITEBACK, 100_000  # hints every 100 kB, not 16 MB
+    saved, integrity.WRITEBACK = integrity.WRITEBACK, 100_000  # hints every 100 kB, not 4 MB
     try:
         with open(d / "a", "wb") as raw:
             w = SealingWriter(raw, writeback)

@@ -48,7 +48,7 @@ from conch.errors import CorruptFileError, MetastoreUnavailableError
 from conch.files.storage import RangeReader, Storage
 
 BLOCK = 64 << 10  # bytes per verified block of a Vortex file
-WRITEBACK = 16 << 20  # bytes a `SealingWriter` writes between writeback hints
+WRITEBACK = 4 << 20  # bytes a `SealingWriter` writes between writeback hints
 PREFIX = "xxh3-"
 # payload bytes, blob file bytes, block size, block count, magic
 _FOOTER = struct.Struct("<QQII8s")
