@@ -19,8 +19,9 @@ the table (a `Catalog` target), the dataset's `Features` are kept with it
 included); for other tables they are inferred: an image-shaped group is `Image()`, an
 audio-shaped one `Audio()`, the rest from Arrow types.
 
-**Out.** `dataset(scan)` is an `IterableDataset` whose shards are the scan's splits
-(`Scan.splits`: picklable key ranges), so `datasets`/torch workers each read their own.
+**Out.** `dataset(scan)` is an Arrow-backed `IterableDataset` whose shards are the scan's splits
+(`Scan.splits`: picklable key ranges), so `datasets`/torch workers each read their own, each
+streaming its record batches as Arrow tables in the features' types.
 
 Writes are one commit, streamed in batches of `batch_rows` (bounded memory) with a progress bar.
 """
