@@ -103,7 +103,7 @@ def train(definition: IndexDef, samples: Sequence[np.ndarray]) -> bytes | None:
     data = np.concatenate([s for s in samples if len(s)] or [np.zeros((0, definition.dim), np.float32)])
     structure = vectors.empty(definition.dim, definition.metric, vectors.json_options(definition), len(data))
     if len(data):  # else it stays untrained and `encode_run` builds nothing
-        with vectors.omp_threads(len(data), vectors.ROWS_PER_THREAD):
+        with vectors.omp_threads(len(data), vectors.TEAM_ROWS):
             structure.train(vectors.prepare(data, definition.metric))
     return vectors.serialize(structure)
 
@@ -122,7 +122,7 @@ def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes
     if not structure.is_trained:  # a structure planned without training (a lone IVF run)
         return None
     keys = []
-    with vectors.omp_threads(task.rows, vectors.ROWS_PER_THREAD):
+    with vectors.omp_threads(task.rows, vectors.TEAM_ROWS):
         for key_table, matrix in _batches(LogVersion(log, state), state, task):
             structure.add(vectors.prepare(matrix, d.metric))
             keys.append(key_table)

@@ -30,12 +30,12 @@ DEFAULTS: dict[str, dict[str, int]] = {
 }
 
 
-# Vectors (or queries) per OpenMP thread that faiss may use. Fewer and a team costs more than it
-# saves: its threads spin-wait and contend on locks, worst on a loaded machine (HNSW over the 1,597
-# digits: 0.3 s on one thread, 1.6-2.3 s on two; 20k x 128: 3.4-4.1 s vs 5.9-8.9 s; 60k: 20 s vs
-# 18-22 s, 2 cores at load 10).
-ROWS_PER_THREAD = 50_000
-QUERIES_PER_THREAD = 8
+# Below this many vectors built (or queries searched) faiss runs on one OpenMP thread: a team costs
+# more than it saves, its threads spin-wait and contend on locks, worst on a loaded machine (HNSW
+# over the 1,597 digits: 0.2-0.4 s on one thread, 1.0-2.3 s on two; 20k x 128: 3.4-4.1 s vs
+# 5.9-8.9 s; 60k: 20 s vs 18-22 s; 2 cores at load 10).
+TEAM_ROWS = 50_000
+TEAM_QUERIES = 8
 
 
 def faiss() -> Any:
@@ -43,13 +43,13 @@ def faiss() -> Any:
 
 
 @contextmanager
-def omp_threads(work: int, per_thread: int) -> Iterator[None]:
-    """faiss's OpenMP threads for `work` items: one per `per_thread` items, no more than the cores
-    the load average leaves idle (at least one), restored afterwards."""
+def omp_threads(work: int, team: int) -> Iterator[None]:
+    """faiss's OpenMP threads for `work` items: one below `team` items, else as many as before but
+    no more than the cores the load average leaves idle (at least one); restored afterwards."""
     fs = faiss()
     before = fs.omp_get_max_threads()
     idle = (os.cpu_count() or 1) - int(os.getloadavg()[0])
-    fs.omp_set_num_threads(max(1, min(before, idle, work // per_thread)))
+    fs.omp_set_num_threads(1 if work < team else max(1, min(before, idle)))
     try:
         yield
     finally:
@@ -149,7 +149,7 @@ def search(index: Any, queries: np.ndarray, k: int, metric: str) -> tuple[np.nda
     """(distances, row ids) of the `k` nearest, as `exact_distances` scales them (-1: no row).
     A few queries run on one thread: faiss's OpenMP team costs more to wake than one query's work
     (measured 14× slower for one query over 20k vectors on a loaded 2-core machine)."""
-    with omp_threads(len(queries), QUERIES_PER_THREAD):
+    with omp_threads(len(queries), TEAM_QUERIES):
         raw, ids = index.search(queries, k)
     if metric == "l2":
         return raw, ids
