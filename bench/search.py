@@ -19,7 +19,9 @@ is numpy brute force over every vector (its rate is reported too).
 - **full text** (`--text`): the lines of CPython's `pydoc_data.topics` (the language reference's
   help topics, real English, about 10k documents) × `--text-copies`, Conch `search_text` from its
   persisted per-run text files (global BM25) beside Lance's `INVERTED` index
-  (`full_text_query`); p50 latency and queries/s over 24 queries, and the overlap of their top-10.
+  (`full_text_query`), ids only, with the text column, and with a 1 % filter (Lance `prefilter`);
+  Conch again after an upsert of 1 % of the rows (runs overlap); p50 latency and queries/s over 24
+  queries, and the overlap of their top-10.
 
 Systems alternate query by query (a load burst on the shared machine hits both). Figures: recall@10
 against exact search, p50 latency, queries/s (1 / mean latency), build seconds, index bytes.
@@ -72,13 +74,16 @@ TEXT_QUERIES = [
 
 
 def text_bench(work: Path, copies: int, lance_too: bool) -> dict[str, Any]:
-    """Full-text latency: Conch `search_text` (persisted files) beside Lance's INVERTED index."""
+    """Full-text latency: Conch `search_text` (persisted files) beside Lance's INVERTED index; ids
+    only, with the text, and with a 1 % filter (`bucket == 0`); then Conch after an upsert of 1 %
+    of the rows (runs overlap: the first query indexes the overlapped run's fresh records)."""
     import pydoc_data.topics
 
     lines = [ln.strip() for text in pydoc_data.topics.topics.values() for ln in text.splitlines() if ln.strip()]
     docs = [f"{ln} [{c}]" if c else ln for c in range(copies) for ln in lines]
-    table = pa.table({"id": np.arange(len(docs), dtype=np.int64), "text": docs})
-    cat = conch.connect(work / "conch_text")
+    ids = np.arange(len(docs), dtype=np.int64)
+    table = pa.table({"id": ids, "bucket": ids % 100, "text": docs})
+    cat = conch.connect(work / "conch_text", maintenance=conch.Policy(auto=False))
     t = cat.create_table("text", [("id", pa.int64())])
     t.write(table)
     t.create_index("text", kind="text")
@@ -86,8 +91,15 @@ def text_bench(work: Path, copies: int, lance_too: bool) -> dict[str, Any]:
     t.build_indexes(min_rows=0)
     out: dict[str, Any] = {"documents": len(docs), "builds": {"conch text files": round(time.perf_counter() - t0, 2)}}
     snap = t.snapshot()
+    one = t["bucket"] == 0
+
+    def conch_side(s: Any, columns: list[str], where: Any = None) -> Callable[[str], list[int]]:
+        return lambda q: s.search_text(q, k=K, columns=columns, where=where).to_arrow().column("id").to_pylist()
+
     sides: dict[str, Callable[[str], list[int]]] = {
-        "conch search_text": lambda q: snap.search_text(q, k=K, columns=[]).to_arrow().column("id").to_pylist()
+        "conch search_text": conch_side(snap, []),
+        "conch search_text +text": conch_side(snap, ["text"]),
+        "conch search_text where 1%": conch_side(snap, [], one),
     }
     if lance_too:
         import lance
@@ -96,11 +108,33 @@ def text_bench(work: Path, copies: int, lance_too: bool) -> dict[str, Any]:
         t0 = time.perf_counter()
         ds.create_scalar_index("text", "INVERTED")
         out["builds"]["lance INVERTED"] = round(time.perf_counter() - t0, 2)
-        sides["lance full_text_query"] = lambda q: (
-            ds.to_table(full_text_query=q, columns=["id"], limit=K, disable_scoring_autoprojection=True)
-            .column("id")
-            .to_pylist()
-        )
+
+        def lance_side(columns: list[str], **more: Any) -> Callable[[str], list[int]]:
+            return lambda q: (
+                ds.to_table(full_text_query=q, columns=columns, limit=K, disable_scoring_autoprojection=True, **more)
+                .column("id")
+                .to_pylist()
+            )
+
+        sides["lance full_text_query"] = lance_side(["id"])
+        sides["lance full_text_query +text"] = lance_side(["id", "text"])
+        sides["lance prefilter 1%"] = lance_side(["id"], filter="bucket = 0", prefilter=True)
+    out["search"], tops = text_measure(sides)
+    if lance_too:
+        a, b = tops["conch search_text"], tops["lance full_text_query"]
+        out["top10_overlap"] = round(sum(len(x & y) for x, y in zip(a, b)) / max(1, sum(len(x) for x in a)), 3)
+    upserted = ids[::100]
+    t.write(pa.table({"id": upserted, "text": [f"updated line {i}" for i in upserted]}))  # runs overlap now
+    after = t.snapshot()
+    t0 = time.perf_counter()
+    after.search_text(TEXT_QUERIES[0], k=K, columns=[])
+    out["after_upsert_first_query_ms"] = round((time.perf_counter() - t0) * 1e3, 1)
+    out["search"].update(text_measure({"conch after a 1% upsert": conch_side(after, [])})[0])
+    return out
+
+
+def text_measure(sides: dict[str, Callable[[str], list[int]]]) -> tuple[dict[str, Any], dict[str, list[set[int]]]]:
+    """Alternate the sides query by query: p50 ms, queries/s, and each side's top-10 sets."""
     lat: dict[str, list[float]] = {n: [] for n in sides}
     tops: dict[str, list[set[int]]] = {n: [] for n in sides}
     for f in sides.values():
@@ -111,13 +145,10 @@ def text_bench(work: Path, copies: int, lance_too: bool) -> dict[str, Any]:
             got = f(q)
             lat[name].append(time.perf_counter() - t0)
             tops[name].append(set(got))
-    out["search"] = {
+    stats = {
         n: {"p50_ms": round(median(lat[n]) * 1e3, 3), "qps": round(len(TEXT_QUERIES) / sum(lat[n]), 1)} for n in sides
     }
-    if lance_too:
-        a, b = tops["conch search_text"], tops["lance full_text_query"]
-        out["top10_overlap"] = round(sum(len(x & y) for x, y in zip(a, b)) / max(1, sum(len(x) for x in a)), 3)
-    return out
+    return stats, tops
 
 
 def truth(data: np.ndarray, qs: np.ndarray, mask: np.ndarray | None = None) -> tuple[list[set[int]], float]:
@@ -290,10 +321,13 @@ def main() -> None:
 
 def print_text(text: dict[str, Any]) -> None:
     print(f"full text over {text['documents']} documents (pydoc topics lines), k={K}, {len(TEXT_QUERIES)} queries")
-    print(f"{'side':32} {'build s':>8} {'p50 ms':>8} {'q/s':>8}")
-    builds = dict(zip(text["search"], text["builds"].values()))
+    print(f"{'side':32} {'p50 ms':>8} {'q/s':>8}")
     for name, m in text["search"].items():
-        print(f"{name:32} {builds.get(name, ''):>8} {m['p50_ms']:>8} {m['qps']:>8}")
+        print(f"{name:32} {m['p50_ms']:>8} {m['qps']:>8}")
+    print("builds (s): " + ", ".join(f"{n} {s}" for n, s in text["builds"].items()))
+    print(
+        f"after the upsert, the first query (indexes the overlapped run's fresh records): {text['after_upsert_first_query_ms']} ms"
+    )
     if "top10_overlap" in text:
         print(f"top-10 overlap (two BM25 implementations): {text['top10_overlap']}")
 

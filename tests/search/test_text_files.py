@@ -7,6 +7,8 @@ removed by vacuum."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 import tantivy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import conch
 from conch.errors import CorruptFileError
@@ -25,8 +28,9 @@ WORDS = ["red", "car", "blue", "tree", "bike", "road", "sky", "green", "fast", "
 QUERIES = ["red car", "sky", "+red +car", "tree -blue", '"red car"', "green OR bike"]
 
 
-def tantivy_ranking(corpus: dict[int, str], query: str, k: int) -> list[tuple[float, set[int]]]:
-    """tantivy's own BM25 top-k over `corpus` indexed at once: (score, keys at that score)."""
+def tantivy_ranking(corpus: dict[int, str], query: str, k: int, passing: Any = None) -> list[tuple[float, set[int]]]:
+    """tantivy's own BM25 top-k over `corpus` indexed at once: (score, keys at that score); of the
+    keys `passing` selects (scored over the whole corpus) when given."""
     sb = tantivy.SchemaBuilder()
     sb.add_text_field("text", stored=False)
     sb.add_unsigned_field("id", stored=True)
@@ -37,8 +41,9 @@ def tantivy_ranking(corpus: dict[int, str], query: str, k: int) -> list[tuple[fl
     w.commit()
     index.reload()
     s = index.searcher()
-    hits = s.search(index.parse_query(query, ["text"]), k).hits
-    return _grouped([(score, s.doc(addr)["id"][0]) for score, addr in hits])
+    hits = s.search(index.parse_query(query, ["text"]), max(1, len(corpus))).hits
+    ranked = [(score, s.doc(addr)["id"][0]) for score, addr in hits]
+    return _grouped([(score, key) for score, key in ranked if passing is None or passing(key)][:k])
 
 
 def _grouped(pairs: list[tuple[float, int]]) -> list[tuple[float, set[int]]]:
@@ -53,8 +58,8 @@ def _grouped(pairs: list[tuple[float, int]]) -> list[tuple[float, set[int]]]:
     return [(round(s, 4), keys) for s, keys in out]
 
 
-def conch_ranking(t: conch.Table, query: str, k: int) -> list[tuple[float, set[int]]]:
-    got = t.search_text(query, k=k).to_arrow()
+def conch_ranking(t: Any, query: str, k: int, where: Any = None) -> list[tuple[float, set[int]]]:
+    got = t.search_text(query, k=k, where=where).to_arrow()
     return _grouped(list(zip(got["_score"].to_pylist(), got["id"].to_pylist())))
 
 
@@ -88,27 +93,34 @@ def test_bm25_from_files_equals_tantivy_on_the_corpus(tmp_path_factory: Any, see
             assert same(conch_ranking(t, query, k), tantivy_ranking(corpus, query, k)), query
 
 
-def test_overlapping_runs_take_the_exact_path(catalog: conch.Catalog) -> None:
+def test_overlapping_runs_rank_the_fresh_records(tmp_path: Path) -> None:
+    catalog = conch.connect(tmp_path, maintenance=conch.Policy(auto=False))  # runs stay as written
     t = catalog.create_table("c", [("id", pa.int64())])
     rng = np.random.default_rng(1)
-    caps = captions(rng, 200)
-    t.write(pa.table({"id": np.arange(200), "cap": pa.array(caps, pa.string())}))
+    caps = captions(rng, 400)
+    t.write(pa.table({"id": np.arange(200), "cap": pa.array(caps[:200], pa.string())}))
+    t.write(pa.table({"id": np.arange(1000, 1200), "cap": pa.array(caps[200:], pa.string())}))
     t.create_index("cap", kind="text")
     t.build_indexes(min_rows=0)
+    corpus = {i if i < 200 else i + 800: c for i, c in enumerate(caps) if c is not None}
     new = ["red car red car"] * 20
-    t.write(pa.table({"id": np.arange(0, 200, 10), "cap": new}))  # hides 20 cells of the indexed run
-    t.delete([1, 2])
-    corpus = {i: c for i, c in enumerate(caps) if c is not None}
-    corpus.update(dict(zip(range(0, 200, 10), new)))
-    del corpus[1], corpus[2]
-    assert "fresh records" in t.search_text("red car").explain()
+    t.write(pa.table({"id": np.arange(1000, 1200, 10), "cap": new}))  # hides 20 cells of the second run
+    corpus.update(dict(zip(range(1000, 1200, 10), new)))
+    plan = t.search_text("red car").explain()
+    assert "1 index files and 1 runs indexed now, and the fresh records of the 1 runs" in plan, plan
     for query in QUERIES:
         assert same(conch_ranking(t, query, 15), tantivy_ranking(corpus, query, 15)), query
-    t.compact()  # one run again; with its own file: back to the files, same ranking
+    t.delete([1, 2, 1010])  # a delete may hide any older run's cell
+    del corpus[1], corpus[2], corpus[1010]
+    assert "0 index files and 0 runs indexed now, and the fresh records of the 3 runs" in t.search_text("sky").explain()
+    for query in QUERIES:
+        assert same(conch_ranking(t, query, 15), tantivy_ranking(corpus, query, 15)), query
+    t.compact()  # one run again; with its own file: only files, same ranking
     t.build_indexes(min_rows=0)
-    assert t.state().index_files and "index files" in t.search_text("red").explain()
+    assert "segments of 1 index files and 0 runs indexed now, " in t.search_text("red").explain()
     for query in QUERIES:
         assert same(conch_ranking(t, query, 15), tantivy_ranking(corpus, query, 15)), query
+    catalog.close()
 
 
 def test_text_files_are_checked_damage_named_and_vacuumed(
@@ -136,3 +148,88 @@ def test_text_files_are_checked_damage_named_and_vacuumed(
     t.expire(retain_last=1)
     t.vacuum(older_than_seconds=0)
     assert not list((tmp_path / "warehouse").rglob("*.ctx"))
+
+
+KEYS = st.integers(0, 40)
+CAPTION = st.one_of(st.none(), st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join))
+
+
+class TextSearchMachine(RuleBasedStateMachine):
+    """Writes of captions over overlapping keys, partial upserts that leave the caption alone,
+    deletes, compactions and index builds; after every step `search_text` (with and without a
+    `where`, and at an earlier version) equals tantivy's ranking of the model's fresh corpus. The
+    kept unions (one per corpus) must never answer for another version."""
+
+    @initialize()
+    def setup(self) -> None:
+        self.dir = tempfile.mkdtemp()
+        self.cat = conch.connect(self.dir, maintenance=conch.Policy(auto=False))
+        self.t = self.cat.create_table("t", [("id", pa.int64())])
+        self.model: dict[int, tuple[str | None, int]] = {}  # key → (caption, grp), fresh
+        self.versions: list[tuple[int, dict[int, tuple[str | None, int]]]] = []
+        self.t.write(pa.table({"id": pa.array([1000], pa.int64()), "cap": ["sky"], "grp": [0]}))
+        self.model[1000] = ("sky", 0)
+        self.t.create_index("cap", kind="text")
+
+    def teardown(self) -> None:
+        self.cat.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(rows=st.dictionaries(KEYS, st.tuples(CAPTION, st.integers(0, 3)), min_size=1, max_size=10))
+    def write(self, rows: dict[int, tuple[str | None, int]]) -> None:
+        ids = sorted(rows)
+        c = self.t.write(
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "cap": pa.array([rows[i][0] for i in ids], pa.string()),
+                    "grp": pa.array([rows[i][1] for i in ids], pa.int64()),
+                }
+            )
+        )
+        self.model.update(rows)
+        self.versions.append((c.seq, dict(self.model)))
+
+    @rule(rows=st.dictionaries(KEYS, st.integers(0, 3), min_size=1, max_size=6))
+    def upsert_grp(self, rows: dict[int, int]) -> None:
+        ids = sorted(rows)
+        self.t.write(pa.table({"id": pa.array(ids, pa.int64()), "grp": pa.array([rows[i] for i in ids], pa.int64())}))
+        for i in ids:
+            self.model[i] = (self.model.get(i, (None, 0))[0], rows[i])
+
+    @rule(keys=st.lists(KEYS, min_size=1, max_size=5, unique=True))
+    def delete(self, keys: list[int]) -> None:
+        self.t.delete(keys)
+        for key in keys:
+            self.model.pop(key, None)
+
+    @rule()
+    def compact(self) -> None:
+        self.t.compact()
+
+    @rule()
+    def build(self) -> None:
+        self.t.build_indexes(min_rows=0)
+
+    @invariant()
+    def ranks_the_fresh_corpus(self) -> None:
+        corpus = {key: cap for key, (cap, _) in self.model.items() if cap is not None}
+        grp = {key: g for key, (_, g) in self.model.items()}
+        for query in ("red car", "sky -tree", '"red car"'):
+            for k in (1, 6):
+                assert same(conch_ranking(self.t, query, k), tantivy_ranking(corpus, query, k)), query
+                for where, passing in (
+                    (self.t["grp"] == 2, lambda key: grp[key] == 2),
+                    (self.t["cap"].matches("blue"), lambda key: "blue" in corpus[key].split()),
+                ):
+                    want = tantivy_ranking(corpus, query, k, passing)
+                    assert same(conch_ranking(self.t, query, k, where), want), (query, str(where))
+        if self.versions:
+            seq, old = self.versions[len(self.versions) // 2]
+            old_corpus = {key: cap for key, (cap, _) in old.items() if cap is not None}
+            at = self.t.snapshot(version=seq)
+            assert same(conch_ranking(at, "red car", 5), tantivy_ranking(old_corpus, "red car", 5))
+
+
+TestTextSearchModel = TextSearchMachine.TestCase
+TestTextSearchModel.settings = settings(max_examples=20, stateful_step_count=10)

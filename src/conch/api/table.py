@@ -580,6 +580,7 @@ class Table(StagingFace):
         version: int | str | None = None,
     ) -> SearchResult:
         """The `k` fresh records ranked best by BM25 for `query` (tantivy's query syntax), with `_score`.
+        Scores are over the whole fresh corpus; `where` selects which records are returned.
 
         >>> t.search_text("red car", column="caption", k=10).to_pylist()  # doctest: +SKIP
         """

@@ -35,7 +35,7 @@ from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import AddIndexFile, Transaction
 from conch.search import runs, textfiles, vectors
-from conch.search.runs import LogVersion, RunView, encode_file, run_fragments, runs_of
+from conch.search.runs import LogVersion, encode_file, run_cells, run_fragments, runs_of
 
 SAMPLE_PER_LIST = 256  # training vectors per IVF list: faiss's k-means uses at most 256 per centroid
 
@@ -74,26 +74,8 @@ def sample_size(definition: IndexDef) -> int:
 def _batches(source: Any, state: TableState, task: BuildTask) -> Any:
     """(keys, vectors) of the run's non-null vectors, one scan batch at a time."""
     d = state.indexes[task.index]
-    for keys, values in cells(source, state, task):
+    for keys, values in run_cells(source, state, d, task.key_space):
         yield keys, vectors.as_matrix(values, d.dim)
-
-
-def cells(source: Any, state: TableState, task: BuildTask) -> Any:
-    """(keys, values) of the run's non-null cells of the index's column, one scan batch at a time."""
-    d = state.indexes[task.index]
-    col = next(c for c in state.schema.columns if c.id == d.column_id)
-    keys = state.schema.key_names(col.level)
-    reader = RunView(source, state.key_spaces[task.key_space]).scan(*keys, col.path, level=col.level)
-    # the general path cuts a fragment into batches of `batch_bytes`; the fast one yields it whole
-    reader = reader.with_options(fast_paths=False)
-    for batch in reader.to_record_batches():
-        values = batch.column(batch.schema.get_field_index(col.path))
-        valid = values.is_valid()
-        if valid.false_count:
-            batch = batch.filter(valid)
-            values = batch.column(batch.schema.get_field_index(col.path))
-        if batch.num_rows:
-            yield pa.Table.from_batches([batch]).select(keys), values
 
 
 def sample(source: Any, state: TableState, task: BuildTask, quota: int) -> np.ndarray:
@@ -121,7 +103,8 @@ def train(definition: IndexDef, samples: Sequence[np.ndarray]) -> bytes | None:
     data = np.concatenate([s for s in samples if len(s)] or [np.zeros((0, definition.dim), np.float32)])
     structure = vectors.empty(definition.dim, definition.metric, vectors.json_options(definition), len(data))
     if len(data):  # else it stays untrained and `encode_run` builds nothing
-        structure.train(vectors.prepare(data, definition.metric))
+        with vectors.omp_threads(len(data), vectors.TEAM_ROWS):
+            structure.train(vectors.prepare(data, definition.metric))
     return vectors.serialize(structure)
 
 
@@ -132,16 +115,17 @@ def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes
     d = state.indexes[task.index]
     if d.kind == "text":
         frs = run_fragments(state, task.key_space, d.column_id)
-        texts = cells(LogVersion(log, state), state, task)
+        texts = run_cells(LogVersion(log, state), state, d, task.key_space)
         return textfiles.build_file(log.files.storage, log.files.table_id, d.name, task.key_space, frs, texts)
     opts = vectors.json_options(d)
     structure = vectors.deserialize(trained) if trained is not None else vectors.empty(d.dim, d.metric, opts, task.rows)
     if not structure.is_trained:  # a structure planned without training (a lone IVF run)
         return None
     keys = []
-    for key_table, matrix in _batches(LogVersion(log, state), state, task):
-        structure.add(vectors.prepare(matrix, d.metric))
-        keys.append(key_table)
+    with vectors.omp_threads(task.rows, vectors.TEAM_ROWS):
+        for key_table, matrix in _batches(LogVersion(log, state), state, task):
+            structure.add(vectors.prepare(matrix, d.metric))
+            keys.append(key_table)
     if not keys:
         return None
     key_table = pa.concat_tables(keys).combine_chunks()

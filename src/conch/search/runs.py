@@ -101,6 +101,23 @@ def runs_of(state: TableState, definition: IndexDef) -> list[tuple[KeySpace, Ind
     return out
 
 
+def run_cells(source: Any, state: TableState, definition: IndexDef, key_space: str) -> Any:
+    """(keys, values) of a run's non-null cells of the index's column, one scan batch at a time."""
+    col = next(c for c in state.schema.columns if c.id == definition.column_id)
+    keys = state.schema.key_names(col.level)
+    reader = RunView(source, state.key_spaces[key_space]).scan(*keys, col.path, level=col.level)
+    # the general path cuts a fragment into batches of `batch_bytes`; the fast one yields it whole
+    reader = reader.with_options(fast_paths=False)
+    for batch in reader.to_record_batches():
+        values = batch.column(batch.schema.get_field_index(col.path))
+        valid = values.is_valid()
+        if valid.false_count:
+            batch = batch.filter(valid)
+            values = batch.column(batch.schema.get_field_index(col.path))
+        if batch.num_rows:
+            yield pa.Table.from_batches([batch]).select(keys), values
+
+
 @dataclass(frozen=True, slots=True)
 class RunVectors:
     """A run's non-null vectors with the keys they belong to (row i ↔ key row i)."""

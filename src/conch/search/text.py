@@ -1,39 +1,45 @@
 """`search_text`: fresh records ranked by BM25 (tantivy), issue 31.
 
-Two paths, one ranking: tantivy's own BM25 over the fresh corpus.
+**One ranking: tantivy's own BM25 over the fresh corpus of the table version** (every fresh,
+non-null cell of the column), answered from one tantivy index over the *corpus* (`_corpus`):
 
-- **From index files** (`textfiles`), when no `where` narrows the corpus and no run of the
-  column can hide another's cell (no overlapping newer run, no tombstone: every indexed cell is
-  fresh): one tantivy index over the segments of every run's file, plus segments built now for
-  runs without a current file, so document counts, lengths and frequencies are summed over the
-  whole corpus (global statistics, not per run).
-- **Exact**, otherwise: the fresh records (the scan of the text column with `where` applied
-  exactly) are indexed at query time in one in-memory tantivy index. Freshness is then trivially
-  right, and the statistics are those of the fresh records, which per-run files would get wrong
-  once runs overlap (a hidden cell still counts in its file's statistics). The cost is a scan of
-  the column per query.
+- when no run of the column can hide another's cell (no overlapping newer run, no tombstone:
+  `query.hiders`), the corpus is the union of every run's part: its index file's segments, or a
+  segment built from its cells when it has no current file (`textfiles.run_part`);
+- otherwise (and for an `asof` snapshot, whose time filter a run's file does not know) one
+  part built from the fresh records themselves (`textfiles.fresh_part`), so a hidden or deleted
+  cell never counts in the statistics.
+
+Either way document counts, lengths and frequencies are summed over exactly the fresh corpus, so
+scores equal tantivy's over that corpus indexed at once (tested). Every part is immutable (a file,
+a run, or a table version), so the opened union is kept per process, keyed by its parts: a repeated
+query costs a tantivy search, the hits' keys and, for projected value columns, one `keys=` scan.
+
+**`where` selects, it does not rescore** (as a filter clause in tantivy or Elasticsearch, and
+Lance's pre-filtered full-text search): a record's score is its BM25 over the whole fresh corpus,
+and the result is the `k` best of the records passing `where`. The hits are taken best first,
+`4k` at a time and then four times as many, and their keys checked with one `scan(keys=...,
+where=...)` per round until `k` pass or the query has no more hits: exact, since every record
+after the last hit taken scores no better.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from conch.errors import InvalidArgumentError
 from conch.files.manifest import IndexDef
-from conch.model.deps import optional_import
-from conch.search import build, definitions, runs, textfiles
-from conch.search.query import SearchResult, hiders
+from conch.scan.metrics import ScanMetrics
+from conch.search import definitions, runs, textfiles
+from conch.search.query import PREFILTER_ROWS, SearchResult, hiders
 
-WRITER_HEAP = 64 << 20  # tantivy's indexing buffer: memory stays bounded whatever the corpus size
+FIRST_HITS = 4  # with `where`, the first round checks FIRST_HITS × k hits; each next round 4× more
 
 
 def search_text(
@@ -49,45 +55,34 @@ def search_text(
         raise InvalidArgumentError(f"search_text query {query!r}: a non-empty string")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InvalidArgumentError(f"k={k!r}: a positive integer")
-    tantivy = optional_import("tantivy")
     state = source.state
     d = definitions.for_column(state, column, "text")
     col = next(c for c in state.schema.columns if c.id == d.column_id)
     key_names = state.schema.key_names(col.level)
     wanted = list(columns) if columns is not None else [c.path for c in state.schema.columns if c.level == col.level]
-    read = list(dict.fromkeys([*wanted, col.path]))
+    values = [c for c in wanted if c not in key_names]
+    corpus = _corpus(source, d, col)
+    searcher = corpus.index.searcher()
+    parsed = _parse(corpus.index, query)
+    records = _Records(source, values or key_names[:1], col.level, key_names, where)
     if where is None:
-        found = _from_files(source, d, col, query, k)
-        if found is not None:
-            return _records(source, found, read, col.level, key_names, wanted)
-    builder = tantivy.SchemaBuilder()
-    builder.add_text_field("text", stored=False)
-    builder.add_unsigned_field("row", stored=True)
-    index = tantivy.Index(builder.build())
-    writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
-    scan = source.scan(*read, where=where, level=col.level)
-    tables = []
-    row = 0
-    for batch in scan.to_record_batches():
-        texts = batch.column(batch.schema.get_field_index(col.path)).to_pylist()
-        for i, text in enumerate(texts):
-            if text is not None:
-                writer.add_document(tantivy.Document(text=text, row=row + i))
-        row += batch.num_rows
-        tables.append(pa.Table.from_batches([batch]))
-    writer.commit()
-    writer.wait_merging_threads()
-    index.reload()
-    searcher = index.searcher()
-    parsed = _parse(index, query)
-    hits = searcher.search(parsed, k).hits
-    rows = [searcher.doc(addr)["row"][0] for _, addr in hits]
-    cols = [*key_names, *[c for c in wanted if c not in key_names]]
-    table = pa.concat_tables(tables) if tables else scan.to_arrow()
-    out = table.select(cols).take(pa.array(rows, pa.int64()))
-    out = out.add_column(len(key_names), "_score", pa.array([s for s, _ in hits], pa.float32()))
-    plan = f"search_text {query!r} on {col.full_path} (index {d.name!r}, BM25 by tantivy over {row} fresh records)"
-    return SearchResult(out, plan, scan.metrics())
+        found = searcher.search(parsed, k).hits
+        hits = list(zip((score for score, _ in found), corpus.keys_of([searcher.doc(addr) for _, addr in found])))
+    else:
+        hits = _filtered(corpus, searcher, parsed, k, records)
+    if values:
+        records.fetch([kt for _, kt in hits])
+    plan = (
+        f"search_text {query!r} on {col.full_path} (index {d.name!r}): BM25 by tantivy over {corpus.what}, "
+        f"{searcher.num_docs} documents"
+    )
+    if where is not None:
+        plan += f"; where checked on the fresh records of {len(records.asked)} hits"
+        if records.passing is not None:
+            plan += f", then against the {len(records.passing)} keys passing it"
+    table = records.table(hits, key_names, values, state.schema.key_fields(col.level))
+    table = table.add_column(len(key_names), "_score", pa.array([s for s, _ in hits], pa.float32()))
+    return SearchResult(table, plan, records.metrics)
 
 
 def _parse(index: Any, query: str) -> Any:
@@ -97,107 +92,122 @@ def _parse(index: Any, query: str) -> Any:
         raise InvalidArgumentError(f"search_text query {query!r} does not parse: {e}") from e
 
 
-@dataclass
-class _Found:
-    hits: list[tuple[float, tuple[Any, ...]]]
-    plan: str
+def _filtered(corpus: textfiles.Corpus, searcher: Any, parsed: Any, k: int, records: _Records) -> list[Any]:
+    """The `k` best hits whose fresh records pass `where` (module doc). After a first round that
+    found fewer than `k`, the keys passing `where` are read once (when at most
+    `query.PREFILTER_ROWS` pass) and later rounds check hits against them without a scan."""
+    keys: dict[tuple[int, int], tuple[Any, ...]] = {}  # doc address → key: each doc read once
+    n = FIRST_HITS * k
+    while True:
+        hits = searcher.search(parsed, n).hits
+        new = [addr for _, addr in hits if (addr.segment_ord, addr.doc) not in keys]
+        keys.update(zip(((a.segment_ord, a.doc) for a in new), corpus.keys_of([searcher.doc(a) for a in new])))
+        ranked = [(score, keys[(addr.segment_ord, addr.doc)]) for score, addr in hits]
+        if records.passing is None:
+            records.fetch([kt for _, kt in ranked])
+            passing = [(score, kt) for score, kt in ranked if kt in records.rows]
+        else:
+            passing = [(score, kt) for score, kt in ranked if kt in records.passing]
+        if len(passing) >= k or len(hits) < n:
+            return passing[:k]
+        records.read_passing()
+        n *= 4
+        if records.passing:  # about 2k passing hits expected, at the share of documents passing
+            n = max(n, math.ceil(2 * k * searcher.num_docs / len(records.passing)))
 
 
-def _from_files(source: Any, d: IndexDef, col: Any, query: str, k: int) -> _Found | None:
-    """The top `k` from the union of the runs' text index files (module doc); None when some
-    run could hide another's cell or no run has a file (the exact path answers)."""
+class _Records:
+    """Fresh records of hit keys (with `where`), taken once each through `scan(keys=...)`."""
+
+    def __init__(self, source: Any, read: list[str], level: str, key_names: list[str], where: Any) -> None:
+        self.source, self.read, self.level, self.key_names, self.where = source, read, level, key_names, where
+        self.key_schema = pa.schema(source.state.schema.key_fields(level))
+        self.asked: set[tuple[Any, ...]] = set()
+        self.rows: dict[tuple[Any, ...], int] = {}  # key → row of the concatenated tables
+        self.tables: list[pa.Table] = []
+        self.metrics = ScanMetrics()
+        self.passing: set[tuple[Any, ...]] | None = None  # every key passing `where`, once read
+
+    def read_passing(self) -> None:
+        """Read the keys passing `where`, unless more than `PREFILTER_ROWS` do."""
+        if self.passing is not None:
+            return
+        passing: set[tuple[Any, ...]] = set()
+        for batch in self.source.scan(*self.key_names, where=self.where, level=self.level).to_record_batches():
+            passing.update(zip(*(batch.column(n).to_pylist() for n in self.key_names)))
+            if len(passing) > PREFILTER_ROWS:
+                return
+        self.passing = passing
+
+    def fetch(self, keys: list[tuple[Any, ...]]) -> None:
+        new = sorted(set(keys) - self.asked)
+        if not new:
+            return
+        self.asked.update(new)
+        table = pa.Table.from_pylist([dict(zip(self.key_names, kt)) for kt in new], schema=self.key_schema)
+        scan = self.source.scan(*self.read, where=self.where, keys=table, level=self.level)
+        got = scan.to_arrow()
+        self.metrics = scan.metrics()
+        start = sum(t.num_rows for t in self.tables)
+        for i, kt in enumerate(zip(*(got.column(n).to_pylist() for n in self.key_names))):
+            self.rows[kt] = start + i
+        self.tables.append(got)
+
+    def table(self, hits: list[Any], key_names: list[str], values: list[str], key_fields: list[pa.Field]) -> pa.Table:
+        """The hits' keys and projected columns, in rank order."""
+        if not values:
+            return pa.Table.from_pylist([dict(zip(key_names, kt)) for _, kt in hits], schema=pa.schema(key_fields))
+        if not self.tables:
+            schema = self.source.scan(*values, level=self.level).schema
+            return pa.table({c: pa.array([], schema.field(c).type) for c in [*key_names, *values]})
+        table = pa.concat_tables(self.tables, promote_options="permissive")
+        return table.select([*key_names, *values]).take(pa.array([self.rows[kt] for _, kt in hits], pa.int64()))
+
+
+_corpora: OrderedDict[tuple[Any, ...], textfiles.Corpus] = OrderedDict()
+_corpora_lock = threading.Lock()
+CACHED_CORPORA = 8  # opened union indexes kept per process
+
+
+def _corpus(source: Any, d: IndexDef, col: Any) -> textfiles.Corpus:
+    """The opened tantivy index over the version's fresh corpus (module doc), kept per process."""
     state = source.state
     text_runs = runs.runs_of(state, d)
-    if not any(f is not None for _, f in text_runs):
-        return None
-    if any(hiders(state, ks, col.level) for ks, _ in text_runs):
-        return None
-    key_names = state.schema.key_names(col.level)
-    files = sum(1 for _, f in text_runs if f is not None)
-    # tantivy's own threads may still touch a query-time union's files while the directory is
-    # removed ("Directory not empty", seen under load): drop the index first, and let a leftover
-    # file not fail the search (it is in this query's temporary directory).
-    with tempfile.TemporaryDirectory(prefix="conch-search-text-", ignore_cleanup_errors=True) as tmp:
-        index, parts = _union(source, d, text_runs, tmp)
-        searcher = index.searcher()
-        documents = searcher.num_docs
-        hits = []
-        for score, addr in searcher.search(_parse(index, query), k).hits:
-            doc = searcher.doc(addr)
-            keys_of_run = parts[doc["run"][0]].keys
-            row = doc["row"][0]
-            hits.append((score, tuple(keys_of_run.column(n)[row].as_py() for n in key_names)))
-        del searcher, index
-    plan = (
-        f"search_text {query!r} on {col.full_path} (index {d.name!r}): BM25 by tantivy over the segments of "
-        f"{files} index files and {len(text_runs) - files} runs indexed now, {documents} documents, "
-        "statistics summed over all (no run hides another's cell)"
+    hidden = {ks.id for ks, _ in text_runs if source.asof is not None or hiders(state, ks, col.level)}
+    alone = [(ks, f) for ks, f in text_runs if ks.id not in hidden]
+    overlapped = [(ks, f) for ks, f in text_runs if ks.id in hidden]
+    ident: tuple[Any, ...] = tuple(
+        ("file", f.id) if f is not None else ("run", ks.id, runs.run_fragments(state, ks.id, d.column_id))
+        for ks, f in sorted(alone, key=lambda r: r[0].id)
     )
-    return _Found(hits, plan)
-
-
-_unions: OrderedDict[tuple[str, ...], tuple[Any, dict[str, textfiles.Extracted], str]] = OrderedDict()
-_unions_lock = threading.Lock()
-CACHED_UNIONS = 8  # opened union indexes of runs that all have files, per process
-
-
-def _union(source: Any, d: IndexDef, text_runs: list[Any], tmp: str) -> tuple[Any, dict[str, textfiles.Extracted]]:
-    """The tantivy index over every run's segments, and each run's part (its keys). Where every
-    run has a file, the opened index is kept (keyed by the file ids: a new file is a new key)."""
-    ids = tuple(f.id for _, f in text_runs if f is not None)
-    whole = len(ids) == len(text_runs)
-    if whole:
-        with _unions_lock:
-            hit = _unions.get(ids)
-            if hit is not None:
-                _unions.move_to_end(ids)
-                return hit[0], hit[1]
-    state = source.state
+    if overlapped:
+        ident += (("fresh", source.asof, *textfiles.version_identity(state, d)),)
+    ident = (d.column_id, *ident)
+    with _corpora_lock:
+        hit = _corpora.get(ident)
+        if hit is not None:
+            _corpora.move_to_end(ident)
+            return hit
     storage = source.log.files.storage
-    key_names = state.schema.key_names(d.level)
-    parts: dict[str, textfiles.Extracted] = {}
-    for ks, f in text_runs:
-        if f is not None:
-            parts[ks.id] = textfiles.extract(storage, f)
-            continue
-        directory = os.path.join(tmp, ks.id)
-        os.mkdir(directory)
-        keys: list[pa.Table] = []
-        task = build.BuildTask(d.name, ks.id, ks.rows, state.seq)
-
-        def docs(task: build.BuildTask = task, keys: list[pa.Table] = keys) -> Any:
-            rows = 0
-            for key_table, texts in build.cells(source, state, task):
-                for i, text in enumerate(texts.to_pylist()):
-                    yield rows + i, text
-                rows += key_table.num_rows
-                keys.append(key_table)
-
-        textfiles.write_index(directory, ks.id, docs())
-        table = pa.concat_tables(keys) if keys else pa.table({n: [] for n in key_names})
-        parts[ks.id] = textfiles.extracted_dir(directory, table)
-    merged = tempfile.mkdtemp(prefix="union-", dir=textfiles.cache_root()) if whole else os.path.join(tmp, "union")
-    os.makedirs(merged, exist_ok=True)
-    index = textfiles.union(list(parts.values()), merged)
-    if whole:
-        with _unions_lock:
-            _unions[ids] = (index, parts, merged)
-            while len(_unions) > CACHED_UNIONS:
-                shutil.rmtree(_unions.popitem(last=False)[1][2], ignore_errors=True)  # open files stay readable
-    return index, parts
+    directory = textfiles.new_directory()
+    parts = [textfiles.extract(storage, f) if f is not None else textfiles.run_part(source, d, ks) for ks, f in alone]
+    files = sum(1 for _, f in alone if f is not None)
+    what = f"the segments of {files} index files and {len(alone) - files} runs indexed now"
+    if overlapped:
+        held = [_run_keys(source, d, ks, f) for ks, f in overlapped]
+        parts.append(textfiles.fresh_part(source, col, directory, [p.keys for p in parts], held))
+        what += f", and the fresh records of the {len(overlapped)} runs another run or a delete may hide"
+    corpus = textfiles.union(parts, what, directory)
+    with _corpora_lock:
+        _corpora[ident] = corpus
+        while len(_corpora) > CACHED_CORPORA:
+            _corpora.popitem(last=False)[1].remove()  # open files stay readable
+    return corpus
 
 
-def _records(
-    source: Any, found: _Found, read: list[str], level: str, key_names: list[str], wanted: list[str]
-) -> SearchResult:
-    """The fresh records of the hits, in rank order, with `_score`."""
-    key_schema = pa.schema(source.state.schema.key_fields(level))
-    keys = pa.Table.from_pylist([dict(zip(key_names, kt)) for _, kt in found.hits], schema=key_schema)
-    scan = source.scan(*read, keys=keys, level=level)
-    table = scan.to_arrow()
-    at = {kt: i for i, kt in enumerate(zip(*(table.column(n).to_pylist() for n in key_names)))}
-    order = [at[kt] for _, kt in found.hits]
-    cols = [*key_names, *[c for c in wanted if c not in key_names]]
-    out = table.select(cols).take(pa.array(order, pa.int64()))
-    out = out.add_column(len(key_names), "_score", pa.array([s for s, _ in found.hits], pa.float32()))
-    return SearchResult(out, found.plan, scan.metrics())
+def _run_keys(source: Any, d: IndexDef, ks: Any, f: Any) -> pa.Table:
+    """The keys of a run's cells of the index's column: its file's, else read from the run."""
+    if f is not None:
+        return textfiles.extract(source.log.files.storage, f).keys
+    keys = source.state.schema.key_names(d.level)
+    return runs.RunView(source, ks).scan(*keys, level=d.level).to_arrow()

@@ -8,13 +8,11 @@ document stores its row there (`row`) and its run (`run`).
 
 **BM25 statistics are global.** tantivy scores a term with the document count, the average field
 length and the term's document frequency of the *whole index it searches*, summed over its
-segments. A search therefore never ranks within one run's file: it opens one tantivy index whose
-`meta.json` lists the segments of every run's file (hard links to the extracted files, cached per
-process) plus, for runs without a current file, a segment built at query time from their cells,
-so every statistic is the sum over all documents: exactly what tantivy computes over the same
-corpus indexed at once (tested). That equals the fresh corpus only while no run can hide another
-run's cell (`query.hiders`: no overlapping newer run, no tombstone) and no `where` narrows the
-corpus; otherwise `search_text` takes the exact path (the fresh records, indexed at query time).
+segments. A search therefore never ranks within one run's file: `union` opens one tantivy index
+whose `meta.json` lists the segments of every *part* (hard links): a run's file (`extract`), a run
+without a current file indexed from its cells (`run_part`), and the fresh records of runs another
+run can hide (`fresh_part`); parts are kept per process (LRU), `conch.search.text` says which
+parts a version's fresh corpus takes.
 """
 
 from __future__ import annotations
@@ -35,15 +33,18 @@ from typing import Any
 import pyarrow as pa
 
 from conch.files.integrity import digest
-from conch.files.manifest import IndexFile
+from conch.files.manifest import IndexDef, IndexFile, KeySpace
 from conch.files.storage import Storage, new_id
 from conch.log.wal import AddIndexFile
 from conch.model.deps import optional_import
 from conch.search.framing import read_frame
+from conch.search.runs import run_cells, run_fragments
 
 MAGIC = b"CONCHTX1"
 WRITER_HEAP = 64 << 20  # tantivy's indexing buffer: a big run is flushed as several segments
 CACHED_FILES = 64  # extracted files kept per process
+SHM_FREE = 4 << 30  # free bytes /dev/shm must have to hold this process's parts
+FRESH_KEYS = 65_536  # keys per fresh-record scan of overlapped runs
 
 
 def schema() -> Any:
@@ -109,67 +110,176 @@ def build_file(
 
 @dataclass(frozen=True, slots=True)
 class Extracted:
+    """A run's tantivy index on local disk: its directory, its segments, its run (the documents'
+    `run`) and its keys (the documents' `row` indexes them)."""
+
     directory: str
     segments: list[dict[str, Any]]  # its meta.json's segment entries
+    run: str
     keys: pa.Table
 
 
-_root = tempfile.TemporaryDirectory(prefix="conch-text-cache-")  # removed when the process exits
-_cache: OrderedDict[str, Extracted] = OrderedDict()
+def _parent() -> str | None:
+    """Where parts and unions live: a memory file system when one has room (`SHM_FREE`), since a
+    tantivy commit fsyncs and these files are scratch (3x faster to index a part at load 14),
+    else the temporary directory."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return "/dev/shm" if st.f_bavail * st.f_frsize >= SHM_FREE and os.access("/dev/shm", os.W_OK) else None
+
+
+_root = tempfile.TemporaryDirectory(prefix="conch-text-cache-", dir=_parent())  # removed when the process exits
+_cache: OrderedDict[tuple[Any, ...], Extracted] = OrderedDict()
 _lock = threading.Lock()
 
 
-def cache_root() -> str:
-    """This process's directory of extracted files and kept unions (removed at exit)."""
-    return _root.name
+def _cached(ident: tuple[Any, ...], make: Any) -> Extracted:
+    """The part `ident` from this process's cache, else `make(directory)`'s, kept (LRU)."""
+    with _lock:
+        hit = _cache.get(ident)
+        if hit is not None:
+            _cache.move_to_end(ident)
+            return hit
+    out: Extracted = make(tempfile.mkdtemp(prefix="part-", dir=_root.name))
+    with _lock:
+        _cache[ident] = out
+        while len(_cache) > CACHED_FILES:
+            _, old = _cache.popitem(last=False)
+            shutil.rmtree(old.directory, ignore_errors=True)  # a union's hard links stay readable
+    return out
 
 
 def extract(storage: Storage, f: IndexFile) -> Extracted:
     """A text index file, verified and unpacked into this process's cache directory."""
-    with _lock:
-        hit = _cache.get(f.id)
-        if hit is not None:
-            _cache.move_to_end(f.id)
-            return hit
-    payload, keys, _ = read_frame(storage, f, MAGIC, "text index file")
-    directory = os.path.join(_root.name, f.id)
-    shutil.rmtree(directory, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
-        tar.extractall(directory, filter="data")
-    out = extracted_dir(directory, keys)
-    with _lock:
-        _cache[f.id] = out
-        while len(_cache) > CACHED_FILES:
-            _, old = _cache.popitem(last=False)
-            shutil.rmtree(old.directory, ignore_errors=True)
-    return out
+
+    def make(directory: str) -> Extracted:
+        payload, keys, _ = read_frame(storage, f, MAGIC, "text index file")
+        with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
+            tar.extractall(directory, filter="data")
+        return _part(directory, f.key_space, keys)
+
+    return _cached(("file", f.id), make)
 
 
-def extracted_dir(directory: str, keys: pa.Table) -> Extracted:
-    """An index written by `write_index` into `directory`, as a part of a `union`."""
+def run_part(source: Any, definition: IndexDef, key_space: KeySpace) -> Extracted:
+    """A run without a current file, indexed now from its cells (kept per process: the run's
+    fragments are immutable)."""
+    state = source.state
+    frs = run_fragments(state, key_space.id, definition.column_id)
+    return _cached(
+        ("run", key_space.id, definition.column_id, frs),
+        lambda directory: _indexed(directory, key_space.id, run_cells(source, state, definition, key_space.id)),
+    )
+
+
+def fresh_part(source: Any, column: Any, directory: str, covered: list[pa.Table], held: list[pa.Table]) -> Extracted:
+    """The fresh non-null cells of `column` of the keys in `held` (the overlapped runs' keys) that
+    no part in `covered` (the other runs' keys) holds, read from the table version in batches of
+    `FRESH_KEYS` keys and indexed now in `directory` (this part belongs to one version only)."""
+    key_schema = pa.schema(source.state.schema.key_fields(column.level))
+    keys = [f.name for f in key_schema]
+    rest = pa.concat_tables([t.select(keys).cast(key_schema) for t in held]).group_by(keys).aggregate([])
+    known = [t.select(keys).cast(key_schema) for t in covered if t.num_columns]
+    if known:
+        rest = rest.join(pa.concat_tables(known), keys=keys, join_type="left anti")
+    rest = rest.sort_by([(n, "ascending") for n in keys])
+
+    def batches() -> Iterable[tuple[pa.Table, pa.Array]]:
+        for start in range(0, rest.num_rows, FRESH_KEYS):
+            wanted = rest.slice(start, FRESH_KEYS)
+            for batch in source.scan(column.path, keys=wanted, level=column.level).to_record_batches():
+                yield (
+                    pa.Table.from_batches([batch]).select(keys),
+                    batch.column(batch.schema.get_field_index(column.path)),
+                )
+
+    return _indexed(os.path.join(directory, "fresh"), "fresh", batches())
+
+
+def _indexed(directory: str, run: str, batches: Iterable[tuple[pa.Table, pa.Array]]) -> Extracted:
+    """`(keys, texts)` batches indexed in `directory` as a part (nulls skipped, rows kept)."""
+    os.makedirs(directory, exist_ok=True)
+    keys: list[pa.Table] = []
+
+    def docs() -> Iterable[tuple[int, str]]:
+        rows = 0
+        for key_table, texts in batches:
+            for i, text in enumerate(texts.to_pylist()):
+                if text is not None:
+                    yield rows + i, text
+            rows += key_table.num_rows
+            keys.append(key_table)
+
+    write_index(directory, run, docs())
+    return _part(directory, run, pa.concat_tables(keys).combine_chunks() if keys else None)
+
+
+def _part(directory: str, run: str, keys: pa.Table | None) -> Extracted:
     with open(os.path.join(directory, "meta.json")) as meta:
-        return Extracted(directory, json.load(meta)["segments"], keys)
+        segments = json.load(meta)["segments"]
+    return Extracted(directory, segments, run, keys if keys is not None else pa.table({}))
 
 
-def union(parts: list[Extracted], directory: str) -> Any:
+def version_identity(state: Any, definition: IndexDef) -> tuple[Any, ...]:
+    """What a version's fresh corpus of a column depends on: its runs and their fragments."""
+    return (definition.column_id, tuple(sorted(state.key_spaces)), tuple(sorted(state.fragments)))
+
+
+def new_directory() -> str:
+    """A directory for one union (and its fresh part), under this process's cache directory."""
+    return tempfile.mkdtemp(prefix="union-", dir=_root.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """An opened union of parts: what `search_text` ranks over."""
+
+    index: Any
+    keys: dict[str, pa.Table]  # a document's run → the keys its row indexes
+    directory: str
+    what: str
+
+    def keys_of(self, docs: list[Any]) -> list[tuple[Any, ...]]:
+        """The keys of stored documents (`searcher.doc(address)`), one `take` per run."""
+        at = [(doc["run"][0], doc["row"][0]) for doc in docs]
+        out: list[tuple[Any, ...]] = [()] * len(at)
+        for run in {r for r, _ in at}:
+            mine = [i for i, (r, _) in enumerate(at) if r == run]
+            taken = self.keys[run].take(pa.array([at[i][1] for i in mine], pa.int64()))
+            for i, kt in zip(mine, zip(*(c.to_pylist() for c in taken.columns))):
+                out[i] = kt
+        return out
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def union(parts: list[Extracted], what: str, directory: str) -> Corpus:
     """One tantivy index in `directory` over every segment of `parts` (hard links, else copies):
     BM25 statistics summed over all of them (module doc)."""
     tantivy = optional_import("tantivy")
+    index_dir = os.path.join(directory, "index")
+    os.makedirs(index_dir)
     segments = []
-    meta: dict[str, Any] | None = None
     for part in parts:
-        with open(os.path.join(part.directory, "meta.json")) as f:
-            meta = meta or json.load(f)
         for name in os.listdir(part.directory):
             if name != "meta.json" and not name.startswith("."):
-                src, dst = os.path.join(part.directory, name), os.path.join(directory, name)
+                src, dst = os.path.join(part.directory, name), os.path.join(index_dir, name)
                 try:
                     os.link(src, dst)
                 except OSError:
                     shutil.copyfile(src, dst)
         segments += part.segments
-    assert meta is not None
-    meta["segments"] = segments
-    with open(os.path.join(directory, "meta.json"), "w") as f:
-        json.dump(meta, f)
-    return tantivy.Index.open(directory)
+    if parts:
+        with open(os.path.join(parts[0].directory, "meta.json")) as f:
+            meta = json.load(f)
+        meta["segments"] = segments
+        with open(os.path.join(index_dir, "meta.json"), "w") as f:
+            json.dump(meta, f)
+        index = tantivy.Index.open(index_dir)
+    else:  # no run holds the column: an empty index of the same schema
+        index = tantivy.Index(schema(), path=index_dir)
+    index.reload()
+    return Corpus(index, {p.run: p.keys for p in parts}, directory, what)

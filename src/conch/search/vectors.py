@@ -9,6 +9,9 @@ Euclidean distance, `cosine` is `1 - cos(q, v)` (vectors are normalised before t
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -27,8 +30,30 @@ DEFAULTS: dict[str, dict[str, int]] = {
 }
 
 
+# Below this many vectors built (or queries searched) faiss runs on one OpenMP thread: a team costs
+# more than it saves, its threads spin-wait and contend on locks, worst on a loaded machine (HNSW
+# over the 1,597 digits: 0.2-0.4 s on one thread, 1.0-2.3 s on two; 20k x 128: 3.4-4.1 s vs
+# 5.9-8.9 s; 60k: 20 s vs 18-22 s; 2 cores at load 10).
+TEAM_ROWS = 50_000
+TEAM_QUERIES = 8
+
+
 def faiss() -> Any:
     return optional_import("faiss")
+
+
+@contextmanager
+def omp_threads(work: int, team: int) -> Iterator[None]:
+    """faiss's OpenMP threads for `work` items: one below `team` items, else as many as before but
+    no more than the cores the load average leaves idle (at least one); restored afterwards."""
+    fs = faiss()
+    before = fs.omp_get_max_threads()
+    idle = (os.cpu_count() or 1) - int(os.getloadavg()[0])
+    fs.omp_set_num_threads(1 if work < team else max(1, min(before, idle)))
+    try:
+        yield
+    finally:
+        fs.omp_set_num_threads(before)
 
 
 def vector_dim(dtype: pa.DataType, column: str) -> int:
@@ -124,14 +149,8 @@ def search(index: Any, queries: np.ndarray, k: int, metric: str) -> tuple[np.nda
     """(distances, row ids) of the `k` nearest, as `exact_distances` scales them (-1: no row).
     A few queries run on one thread: faiss's OpenMP team costs more to wake than one query's work
     (measured 14× slower for one query over 20k vectors on a loaded 2-core machine)."""
-    fs = faiss()
-    threads = fs.omp_get_max_threads()
-    if len(queries) < 8:
-        fs.omp_set_num_threads(1)
-    try:
+    with omp_threads(len(queries), TEAM_QUERIES):
         raw, ids = index.search(queries, k)
-    finally:
-        fs.omp_set_num_threads(threads)
     if metric == "l2":
         return raw, ids
     return (1 - raw if metric == "cosine" else -raw), ids
