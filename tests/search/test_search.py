@@ -134,7 +134,7 @@ def test_writes_and_compactions_build_index_files(catalog: conch.Catalog, monkey
 
     def indexed() -> bool:
         state = t.state()
-        current = {ks.id for ks, f in runs.runs_of(state, state.indexes["emb_vector"]) if f is not None}
+        current = {ks.id for ks, files in runs.runs_of(state, state.indexes["emb_vector"]) if files}
         return {ks.id for ks in state.key_spaces.values() if ks.kind == "data" and ks.rows >= 50} <= current
 
     t.write(pa.table({"id": np.arange(100), "emb": vectors(rng.random((100, 4)))}))
