@@ -112,6 +112,12 @@ def train(definition: IndexDef, samples: Sequence[np.ndarray]) -> bytes | None:
     return vectors.serialize(structure)
 
 
+def part_budget(log: TableLog) -> int:
+    """Bytes of one index part being built: the memory budget's `index_part` (tests shrink it to
+    cut runs of a few rows into parts)."""
+    return budget_split(log.warehouse.memory_budget).index_part
+
+
 def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes | None) -> list[AddIndexFile]:
     """Write the task's index files (vectors streamed into the structure, cut into parts that fit
     the memory budget's `index_part`); their operations, none for a run without vectors. A text
@@ -131,7 +137,7 @@ def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes
     structure: Any = fresh()
     if not structure.is_trained:  # a structure planned without training (a lone IVF run)
         return []
-    part_bytes = budget_split(log.warehouse.memory_budget).index_part
+    part_bytes = part_budget(log)
     per_vector = vectors.bytes_per_vector(d.dim, opts)
     out: list[AddIndexFile] = []
     keys: list[pa.Table] = []
