@@ -1,6 +1,7 @@
 """Search indexes as table metadata and files (issue 31): definitions through the WAL and time
 travel, index files per run (checksummed, dropped with their run, vacuumed), typed errors, the
-matrix form, BM25 ranking equal to tantivy's own, and writes searchable at once."""
+matrix form, BM25 ranking equal to tantivy's own, writes searchable at once, and a run's index
+in parts answering as one."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 import conch
 from conch.errors import CorruptFileError, InvalidArgumentError, SchemaError
+from conch.search import build
 
 
 def vectors(a: np.ndarray) -> pa.FixedSizeListArray:
@@ -134,7 +136,7 @@ def test_writes_and_compactions_build_index_files(catalog: conch.Catalog, monkey
 
     def indexed() -> bool:
         state = t.state()
-        current = {ks.id for ks, f in runs.runs_of(state, state.indexes["emb_vector"]) if f is not None}
+        current = {ks.id for ks, files in runs.runs_of(state, state.indexes["emb_vector"]) if files}
         return {ks.id for ks in state.key_spaces.values() if ks.kind == "data" and ks.rows >= 50} <= current
 
     t.write(pa.table({"id": np.arange(100), "emb": vectors(rng.random((100, 4)))}))
@@ -220,3 +222,29 @@ def test_child_level_index_and_a_parents_delete(catalog: conch.Catalog) -> None:
     t.delete([2])  # the parent's tombstone hides its child records
     got = t.search(np.array([1.0, 0.1]), k=2).to_pylist()
     assert [(r["id"], r["items"]) for r in got] == [(1, 2), (1, 1)]
+
+
+@pytest.mark.parametrize("metric", ["l2", "cosine", "dot"])
+def test_a_run_in_parts_answers_as_one_index(
+    table: conch.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metric: str
+) -> None:
+    q = np.random.default_rng(11).random((3, 16))
+    table.create_index("emb", metric=metric)
+    table.build_indexes(min_rows=0)
+    whole = table.search(q, k=7).to_pylist()
+    table.drop_index("emb_vector")
+    table.create_index("emb", metric=metric)
+    monkeypatch.setattr(build, "part_budget", lambda log: 50 * (16 * 4 + 16 + 8))  # 50 rows a part
+    table.build_indexes(min_rows=0)
+    files = sorted(table.state().index_files.values(), key=lambda f: f.rows)
+    assert [f.rows for f in files] == [50, 50, 50, 50] and len({f.key_space for f in files}) == 1
+    got = table.search(q, k=7)
+    assert got.explain().count(", ") >= 3  # four files of one run
+    assert got.to_pylist() == whole  # the same keys and distances as one flat index over the run
+    assert table.check().ok and table.check().files_checked >= 4
+    table.compact()  # a new run: its parts are built again and the old ones vacuumed
+    table.build_indexes(min_rows=0)
+    assert table.search(q, k=7).to_pylist() == whole
+    table.expire(retain_last=1)
+    table.vacuum(older_than_seconds=0)
+    assert all(not (tmp_path / "warehouse" / f.path).exists() for f in files)

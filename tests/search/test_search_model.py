@@ -9,6 +9,9 @@ and go stale when their run is compacted away), and checks after every step:
 - with an approximate (HNSW) index, every result is a live key with its fresh vector's distance
   (never a stale or deleted vector), each key once.
 
+Both run again with index parts of a few rows (`PartedSearchMachine`): a run's index in several
+files, searched as one.
+
 Vectors hold small integers and the metric is l2, so every distance is exact in float32 and ties
 are broken by key on both sides.
 """
@@ -26,6 +29,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import conch
+from conch.search import build
 
 DIM = 3
 KEYS = st.integers(min_value=0, max_value=30)
@@ -46,9 +50,13 @@ def brute(
 
 class SearchMachine(RuleBasedStateMachine):
     structure = "flat"
+    part_bytes: int | None = None  # set: index parts this small (a few rows), several per run
 
     @initialize()
     def setup(self) -> None:
+        if self.part_bytes is not None:
+            self.patched = build.part_budget
+            build.part_budget = lambda log: self.part_bytes
         self.dir = tempfile.mkdtemp()
         self.cat = conch.connect(self.dir)
         self.t = self.cat.create_table("t", [("id", pa.int64())])
@@ -57,6 +65,8 @@ class SearchMachine(RuleBasedStateMachine):
         self.indexed = False
 
     def teardown(self) -> None:
+        if self.part_bytes is not None:
+            build.part_budget = self.patched
         self.cat.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -111,6 +121,8 @@ class SearchMachine(RuleBasedStateMachine):
     def build(self) -> None:
         if self.indexed:
             self.t.build_indexes(min_rows=0)
+            if self.part_bytes is not None:  # every part within its budget: three rows of ~36 bytes
+                assert all(f.rows <= 3 for f in self.t.state().index_files.values())
 
     @invariant()
     def search_is_fresh(self) -> None:
@@ -146,10 +158,25 @@ class HnswSearchMachine(SearchMachine):
     structure = "hnsw"
 
 
+class PartedSearchMachine(SearchMachine):
+    """The flat model with a part budget of about three rows (3 dims + a key: ~36 bytes a row):
+    every run's index is cut into parts, and the answers stay exact."""
+
+    part_bytes = 110
+
+
+class PartedHnswSearchMachine(HnswSearchMachine):
+    part_bytes = 110
+
+
 TestSearchModel = SearchMachine.TestCase
 TestSearchModel.settings = settings(max_examples=25, stateful_step_count=12)
 TestHnswSearchModel = HnswSearchMachine.TestCase
 TestHnswSearchModel.settings = settings(max_examples=10, stateful_step_count=10)
+TestPartedSearchModel = PartedSearchMachine.TestCase
+TestPartedSearchModel.settings = settings(max_examples=25, stateful_step_count=12)
+TestPartedHnswSearchModel = PartedHnswSearchMachine.TestCase
+TestPartedHnswSearchModel.settings = settings(max_examples=10, stateful_step_count=10)
 
 
 def test_hnsw_distance_is_the_fresh_vectors(catalog: conch.Catalog) -> None:

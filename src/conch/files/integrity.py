@@ -69,6 +69,16 @@ def digest(data: bytes | bytearray | memoryview) -> str:
     return f"{PREFIX}{_hash(data):016x}"
 
 
+def digest_file(f: BinaryIO, block: int = 1 << 20) -> str:
+    """`digest` of an open file's bytes from its start, read a block at a time (a file written
+    in pieces, never held whole: `conch.search.runs.write_file`)."""
+    f.seek(0)
+    h = xxhash.xxh3_64()
+    while chunk := f.read(block):
+        h.update(chunk)
+    return f"{PREFIX}{h.intdigest():016x}"
+
+
 def verify(data: bytes | bytearray | memoryview, checksum: str, name: str) -> None:
     """Raise `CorruptFileError` naming `name` unless `data` hashes to `checksum`
     ("" = nothing recorded: accepted unverified)."""

@@ -21,14 +21,16 @@ class BudgetSplit:
     scan_cache: int  # each scan's decoded fragments (`ScanOptions.cache_bytes`)
     batch: int  # a scan's output batch (`ScanOptions.batch_bytes`)
     write_chunk: int  # a write's input chunk, sorted and written as one run (`WriteOptions.chunk_bytes`)
+    index_part: int  # one part of a run's vector index being built (`conch.search.build`)
 
 
 def budget_split(memory_budget: int) -> BudgetSplit:
     """How a warehouse's memory budget is shared (bytes): the Vortex segment cache (1/8; a quarter
     of that again, 1/32, keeps small metadata fragments decoded, `files/hotcache`), the
     key-space cache (1/8), each scan's decoded-fragment cache (1/4; the streamed overlay decodes
-    small runs within a quarter of it), a scan's output batch (1/16) and a write's input chunk
-    (1/4). The default 1 GiB gives the sizes these had before the budget existed, except the
+    small runs within a quarter of it), a scan's output batch (1/16), a write's input chunk
+    (1/4) and one part of a vector index being built (1/8: held twice while it is serialised,
+    beside a scan of its run). The default 1 GiB gives the sizes these had before the budget existed, except the
     segment cache (256 → 128 MB: a full scan of a large table filled it, measured in
     `bench/memory.py`; the OS page cache still holds local files) and the key cache (512 MB per
     form → 128 MB in all). A budget that is not a whole number of bytes >= 16 MiB is an
@@ -43,6 +45,7 @@ def budget_split(memory_budget: int) -> BudgetSplit:
         scan_cache=memory_budget // 4,
         batch=memory_budget // 16,
         write_chunk=memory_budget // 4,
+        index_part=memory_budget // 8,
     )
 
 

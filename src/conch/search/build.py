@@ -8,13 +8,17 @@ issue 31; `conch.engines.spark.build_indexes` runs steps 1b and 2 on executors):
    share, every n-th vector), so all files of one build share one quantizer; flat and HNSW need
    none;
 3. **encode** (`encode_run` per task): the run's vectors are streamed, one scan batch at a time,
-   into a copy of the trained structure, and the file is written; **commit** (`commit_files`):
-   one `"index"` WAL entry with every file.
+   into a copy of the trained structure; once the part being built holds the memory budget's
+   `index_part` (1/8; `vectors.bytes_per_vector` estimates a vector's bytes in the structure,
+   plus its keys) it is written as one file and a new copy starts, so a run's index is a row range
+   (= key range) of parts; **commit** (`commit_files`): one `"index"` WAL entry with every file.
 
 The same tasks, samples and trained structure give the same files wherever step 3 runs (flat and
 IVF add vectors deterministically), so a Spark build answers searches exactly as a local one
-(tested). Memory: one scan batch of vectors and the run's index (whose size a run's bound by the
-write chunk, `budget_split`, keeps within the budget), never the run's vectors twice.
+(tested). Memory: the scan's share of the budget (a decoded fragment, one batch), and one part
+(the file is written streamed, `runs.write_file`), whatever the run's size:
+a search asks every part of a run as one source each (`conch.search.query`), so the answers
+with flat parts are those of one flat index over the run.
 """
 
 from __future__ import annotations
@@ -28,14 +32,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from conch.files.integrity import digest
 from conch.files.manifest import IndexDef, IndexFile, TableState
 from conch.files.storage import new_id
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import AddIndexFile, Transaction
+from conch.model.budget import budget_split
 from conch.search import runs, textfiles, vectors
-from conch.search.runs import LogVersion, encode_file, run_cells, run_fragments, runs_of
+from conch.search.runs import LogVersion, run_cells, run_fragments, runs_of, write_file
 
 SAMPLE_PER_LIST = 256  # training vectors per IVF list: faiss's k-means uses at most 256 per centroid
 
@@ -59,7 +63,7 @@ def plan(state: TableState, names: Sequence[str] | None = None, min_rows: int | 
         for d in sorted(state.indexes.values(), key=lambda i: i.name)
         if names is None or d.name in names
         for ks, current in sorted(runs_of(state, d), key=lambda r: r[0].id)
-        if current is None and ks.rows >= floor
+        if not current and ks.rows >= floor
     ]
 
 
@@ -108,36 +112,68 @@ def train(definition: IndexDef, samples: Sequence[np.ndarray]) -> bytes | None:
     return vectors.serialize(structure)
 
 
-def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes | None) -> AddIndexFile | None:
-    """Write the task's index file (vectors streamed into the structure); its operation, or None
-    for a run without vectors. A text index's file is a tantivy index (`textfiles`). Writes
-    nothing else and commits nothing."""
+def part_budget(log: TableLog) -> int:
+    """Bytes of one index part being built: the memory budget's `index_part` (tests shrink it to
+    cut runs of a few rows into parts)."""
+    return budget_split(log.warehouse.memory_budget).index_part
+
+
+def encode_run(log: TableLog, state: TableState, task: BuildTask, trained: bytes | None) -> list[AddIndexFile]:
+    """Write the task's index files (vectors streamed into the structure, cut into parts that fit
+    the memory budget's `index_part`); their operations, none for a run without vectors. A text
+    index's file is a tantivy index (`textfiles`), one per run. Writes nothing else and commits
+    nothing."""
     d = state.indexes[task.index]
+    frs = run_fragments(state, task.key_space, d.column_id)
     if d.kind == "text":
-        frs = run_fragments(state, task.key_space, d.column_id)
         texts = run_cells(LogVersion(log, state), state, d, task.key_space)
-        return textfiles.build_file(log.files.storage, log.files.table_id, d.name, task.key_space, frs, texts)
+        op = textfiles.build_file(log.files.storage, log.files.table_id, d.name, task.key_space, frs, texts)
+        return [] if op is None else [op]
     opts = vectors.json_options(d)
-    structure = vectors.deserialize(trained) if trained is not None else vectors.empty(d.dim, d.metric, opts, task.rows)
+
+    def fresh() -> Any:
+        return vectors.deserialize(trained) if trained is not None else vectors.empty(d.dim, d.metric, opts, task.rows)
+
+    structure: Any = fresh()
     if not structure.is_trained:  # a structure planned without training (a lone IVF run)
-        return None
-    keys = []
-    with vectors.omp_threads(task.rows, vectors.TEAM_ROWS):
+        return []
+    part_bytes = part_budget(log)
+    per_vector = vectors.bytes_per_vector(d.dim, opts)
+    out: list[AddIndexFile] = []
+    keys: list[pa.Table] = []
+    held = 0  # bytes of the part being built: its vectors in the structure and its keys
+
+    def write_part() -> None:
+        nonlocal structure, keys, held
+        out.append(_write_part(log, d.name, task.key_space, frs, structure, keys))
+        structure, keys, held = None, [], 0
+
+    with vectors.omp_threads(min(task.rows, part_bytes // per_vector), vectors.TEAM_ROWS):
         for key_table, matrix in _batches(LogVersion(log, state), state, task):
-            structure.add(vectors.prepare(matrix, d.metric))
-            keys.append(key_table)
-    if not keys:
-        return None
+            per_row = per_vector + -(-key_table.nbytes // max(key_table.num_rows, 1))
+            start = 0
+            while start < len(matrix):
+                structure = fresh() if structure is None else structure
+                take = min(len(matrix) - start, max(1, (part_bytes - held) // per_row))
+                structure.add(vectors.prepare(matrix[start : start + take], d.metric))
+                keys.append(key_table.slice(start, take))
+                held, start = held + take * per_row, start + take
+                if held + per_row > part_bytes:  # the part is full
+                    write_part()
+    if keys:
+        write_part()
+    return out
+
+
+def _write_part(
+    log: TableLog, index: str, key_space: str, frs: tuple[str, ...], structure: Any, keys: list[pa.Table]
+) -> AddIndexFile:
+    """One part's file: the structure streamed out with its keys in row order."""
     key_table = pa.concat_tables(keys).combine_chunks()
-    blob = vectors.faiss().serialize_index(structure)
-    del structure  # the serialised copy replaces it: never three copies of the index at once
-    data = encode_file(blob, key_table)
-    del blob
     fid = new_id()
     path = f"{log.files.table_id}/idx/{fid}.cix"
-    log.files.storage.write(path, data)
-    frs = run_fragments(state, task.key_space, d.column_id)
-    return AddIndexFile(IndexFile(fid, d.name, task.key_space, path, key_table.num_rows, frs, len(data), digest(data)))
+    size, checksum = write_file(log.files.storage, path, structure, key_table)
+    return AddIndexFile(IndexFile(fid, index, key_space, path, key_table.num_rows, frs, size, checksum))
 
 
 def commit_files(log: TableLog, state: TableState, added: Sequence[AddIndexFile], started: float) -> Commit | None:
@@ -181,5 +217,5 @@ def build_indexes(
     started = time.time()
     with log.staging():
         trained = trained_structures(LogVersion(log, state), state, tasks)
-        added = [op for t in tasks if (op := encode_run(log, state, t, trained[t.index])) is not None]
+        added = [op for t in tasks for op in encode_run(log, state, t, trained[t.index])]
     return commit_files(log, state, added, started)

@@ -1,7 +1,7 @@
 """`search`: the k nearest fresh records of a table version (DESIGN §6a, issue 31).
 
-Every run (key space) of the index's level is a *source* of candidates: its index file where one
-is built and current (`conch.search.runs`), else the run's vectors searched exactly (numpy), so
+Every run (key space) of the index's level gives *sources* of candidates: its index files where
+they are built and current (`conch.search.runs`; one source per part of the run), else the run's vectors searched exactly (numpy), so
 a write is searchable at once. A candidate says only "this key may be near": its distance is
 recomputed from the key's **fresh** record, taken from the whole snapshot through a scan with
 `keys=` (and the `where` filter, applied exactly on fresh records). A key whose vector a newer
@@ -105,18 +105,19 @@ def search(
             return _result(fresh, best, key_names, wanted, single, plan)
     opts = vectors.json_options(d)
     sources = []
-    for ks, f in runs.runs_of(state, d):
+    for ks, files in runs.runs_of(state, d):
         alone = where is None and not hiders(state, ks, col.level)
-        if f is not None:
+        for f in files:  # a run's parts hold disjoint keys: each is a source of its own
             loaded = runs.load(source.log.files.storage, f)
             sources.append(_Source(loaded.keys, f.rows, structure=loaded.structure, alone=alone))
-            what = f"{opts['index']} index file {f.id}"
+        if files:
+            what, held = f"{opts['index']} index files {', '.join(f.id for f in files)}", sum(f.rows for f in files)
         else:
             run = runs.read_run(source, ks, d)
             sources.append(_Source(run.keys, len(run.vectors), exact=run.vectors, alone=alone))
-            what = "no index file, searched exactly"
+            what, held = "no index file, searched exactly", len(run.vectors)
         trust = "its cells are fresh (no newer run or tombstone)" if alone else "candidates checked on fresh records"
-        plan.sources.append(f"run {ks.id} ({sources[-1].rows} vectors): {what}; {trust}")
+        plan.sources.append(f"run {ks.id} ({held} vectors): {what}; {trust}")
     asked = [min(s.rows, FIRST_FETCH * k) for s in sources]
     known: list[dict[tuple[Any, ...], float]] = [{} for _ in queries]  # fresh for sure: the index's distance
     maybe: list[set[tuple[Any, ...]]] = [set() for _ in queries]  # to check on fresh records

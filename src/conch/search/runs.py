@@ -1,4 +1,5 @@
-"""Index files: one immutable file per run (key space) and index, and the run views that read a
+"""Index files: immutable files per run (key space) and index (a vector index's run in parts that
+fit the memory budget, `conch.search.build`), and the run views that read a
 run's own cells through the scan machinery (DESIGN §6a).
 
 A run view is the table version restricted to one data key space and its fragments (no other
@@ -8,7 +9,7 @@ which is what an index over that run holds. The search never trusts a run view f
 
 File layout (`<table>/idx/<id>.cix`): `CONCHIX1`, the faiss index's length (u64 little endian),
 the serialised faiss index, then an Arrow IPC stream of the run's key columns in faiss row order.
-The whole file's xxh3 digest is the `IndexFile.checksum` (`conch.files.integrity`); a read checks
+It is written streamed (`write_file`). The whole file's xxh3 digest is the `IndexFile.checksum` (`conch.files.integrity`); a read checks
 it, so a damaged file is a `CorruptFileError` naming it. Loaded files are kept per process (LRU by
 bytes, `CACHE_BYTES`).
 """
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from conch.files.format import FragmentFormat
+from conch.files.integrity import digest_file
 from conch.files.keycache import KeyCache
 from conch.files.manifest import FrozenMap, IndexDef, IndexFile, KeySpace, TableState
 from conch.files.storage import Storage
@@ -85,10 +87,14 @@ def run_fragments(state: TableState, key_space: str, column_id: int) -> tuple[st
     )
 
 
-def runs_of(state: TableState, definition: IndexDef) -> list[tuple[KeySpace, IndexFile | None]]:
-    """Every data run of the index's level holding its column, with its index file where one is
-    built and current (None: the run is searched exactly)."""
-    files = {f.key_space: f for f in state.index_files.values() if f.index == definition.name}
+def runs_of(state: TableState, definition: IndexDef) -> list[tuple[KeySpace, tuple[IndexFile, ...]]]:
+    """Every data run of the index's level holding its column, with its current index files (the
+    parts of the newest build over the run's present fragments; a text index has one; none: the
+    run is searched exactly)."""
+    files: dict[str, list[IndexFile]] = {}
+    for f in state.index_files.values():
+        if f.index == definition.name:
+            files.setdefault(f.key_space, []).append(f)
     out = []
     for ks in state.key_spaces.values():
         if ks.kind != "data" or ks.level != definition.level:
@@ -96,8 +102,9 @@ def runs_of(state: TableState, definition: IndexDef) -> list[tuple[KeySpace, Ind
         frs = run_fragments(state, ks.id, definition.column_id)
         if not frs:
             continue
-        f = files.get(ks.id)
-        out.append((ks, f if f is not None and f.fragments == frs else None))
+        current = [f for f in files.get(ks.id, ()) if f.fragments == frs]
+        newest = max((f.seq for f in current), default=0)  # two builds' parts never mix
+        out.append((ks, tuple(sorted((f for f in current if f.seq == newest), key=lambda f: f.id))))
     return out
 
 
@@ -136,18 +143,20 @@ def read_run(source: Any, key_space: KeySpace, definition: IndexDef) -> RunVecto
 
 
 # ----- files ----------------------------------------------------------------------------------
-def encode_file(blob: Any, keys: pa.Table) -> bytearray:
-    """The file's bytes around a serialised index (`faiss.serialize_index`'s uint8 array),
-    assembled in one buffer."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, keys.schema) as w:
-        w.write_table(keys)
-    tail = sink.getvalue()
-    out = bytearray(16 + len(blob) + tail.size)
-    out[:8], out[8:16] = MAGIC, struct.pack("<Q", len(blob))
-    out[16 : 16 + len(blob)] = memoryview(blob)
-    out[16 + len(blob) :] = memoryview(tail)
-    return out
+def write_file(storage: Storage, path: str, structure: Any, keys: pa.Table) -> tuple[int, str]:
+    """Write an index file (a faiss structure and its keys) streamed through a local staging
+    file: the structure's serialised form is never held in memory. Its size and digest."""
+    with storage.staged(path) as local, open(local, "w+b") as f:
+        f.write(MAGIC + bytes(8))
+        vectors.faiss().write_index(structure, vectors.faiss().PyCallbackIOWriter(f.write))
+        length = f.tell() - 16
+        with pa.ipc.new_stream(f, keys.schema) as w:
+            w.write_table(keys)
+        size = f.tell()
+        f.seek(8)
+        f.write(struct.pack("<Q", length))
+        f.flush()
+        return size, digest_file(f)
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,7 +172,7 @@ CACHED_CORPORA = 8  # opened union indexes kept per process
 def _corpus(source: Any, d: IndexDef, col: Any) -> textfiles.Corpus:
     """The opened tantivy index over the version's fresh corpus (module doc), kept per process."""
     state = source.state
-    text_runs = runs.runs_of(state, d)
+    text_runs = [(ks, files[0] if files else None) for ks, files in runs.runs_of(state, d)]  # one file a run
     hidden = {ks.id for ks, _ in text_runs if source.asof is not None or hiders(state, ks, col.level)}
     alone = [(ks, f) for ks, f in text_runs if ks.id not in hidden]
     overlapped = [(ks, f) for ks, f in text_runs if ks.id in hidden]

@@ -137,6 +137,16 @@ def empty(dim: int, metric: str, options: dict[str, Any], train_rows: int) -> An
     return index
 
 
+def bytes_per_vector(dim: int, options: dict[str, Any]) -> int:
+    """Memory one added vector takes in a structure (what sizes a part of a build): its float32
+    values, plus for HNSW its level-0 links (2·m int32), its level and offset, plus for IVF its
+    int64 id in its list. Upper HNSW levels add about 1/m of the level-0 links: within the 16
+    bytes of slack."""
+    structure = options["index"]
+    links = 8 * options["m"] + 16 if structure == "hnsw" else 8 if structure == "ivf" else 0
+    return 4 * dim + links + 16
+
+
 def tune(index: Any, options: dict[str, Any], k: int) -> None:
     """Set the search knobs (HNSW's beam is at least `k` wide)."""
     if options["index"] == "hnsw":

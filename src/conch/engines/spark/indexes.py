@@ -7,8 +7,8 @@ The same build as `Table.build_indexes()` (`conch.search.build`), its steps spre
    task's run yields its share of a deterministic sample on an executor; the driver concatenates
    them in task order and trains the structure once (the trained, empty structure is shipped to
    the executors as bytes);
-3. **encode on executors**: one Spark task per run streams the run's vectors into a copy of the
-   trained structure and writes the index file, committing nothing;
+3. **encode on executors**: one Spark task per run streams the run's vectors into copies of the
+   trained structure and writes the index files (parts within the memory budget), committing nothing;
 4. **commit on the driver**: one `"index"` WAL entry with every file, through the table log's
    compare-and-swap (a run compacted away meanwhile makes it a `CommitConflictError`; its files
    are then unreferenced and `vacuum` removes them).
@@ -75,7 +75,7 @@ def build_indexes(
         else:
             trained[name] = None
     parts = [Part(loc, t, trained=trained[t.index]) for t in tasks]
-    added = [op for op in sc.parallelize(parts, len(parts)).map(encode_part).collect() if op is not None]
+    added = sc.parallelize(parts, len(parts)).flatMap(encode_part).collect()
     return build.commit_files(log, state, added, started)
 
 
@@ -90,8 +90,9 @@ def sample_part(part: Part) -> np.ndarray:
     return build.sample(LogVersion(log, state), state, part.task, part.quota)
 
 
-def encode_part(part: Part) -> AddIndexFile | None:
-    """The run's index file, written on the executor; its operation goes back to the driver."""
+def encode_part(part: Part) -> list[AddIndexFile]:
+    """The run's index files (its parts), written on the executor; their operations go back to
+    the driver."""
     log, state = _version(part)
     with log.staging():
         return build.encode_run(log, state, part.task, part.trained)
