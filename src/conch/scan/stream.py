@@ -333,12 +333,21 @@ class Stream:
                 m = min(s.hi - a, 1 << 16)
                 yield a, pa.RecordBatch.from_arrays([pa.nulls(m, t) for t in schema.types], schema=schema)
         dicts = bool(self._compact) and s.overlay is None and not s.missing and not ordinal
+        width = None if ordinal or dicts else _row_width(u.columns)
         for fr in u.fragments:
             mask = self.ctx.mask(fr)
             a, b = max(s.lo, mask.lo), min(s.hi, mask.hi)
             if a >= b:
                 continue
             idx = None if (a, b) == (mask.lo, mask.hi) else mask.to_fragment_rows(np.arange(a, b))
+            small = width is not None and not fr.blob_columns and fr.rows * width <= self.ctx.format.hot.entry_bytes
+            if small and (idx is None or self.ctx.hot(fr, schema) is not None):
+                # a small run read whole (an LSM tree's fold or append) stays decoded across scans:
+                # no Vortex scan and its fixed cost per file (`FragmentFormat.hot`)
+                t = self.ctx.read_decoded(u.group, fr, schema)
+                for batch in (t if idx is None else t.take(pa.array(idx))).to_batches():
+                    yield mask.lo, batch
+                continue
             fs = self._compact_schema(fr, schema) if dicts else schema
             for batch in self.ctx.stream(u.group, fr, fs, idx, self.filter_expr, ordinal):
                 yield mask.lo, batch
@@ -513,7 +522,23 @@ class Stream:
             yield self._emit(s, keys, cols)
 
     def _zipped(self, s: _Segment) -> Iterator[pa.RecordBatch]:
-        its = [iter(self._unit_batches(s, u, ordinal=False)) for u in s.units]
+        # units holding their base cells in the same fragments (a partial upsert splits a group's
+        # columns into units by the small runs holding them) share one read of those fragments
+        reads: dict[tuple[str, bool, tuple[str, ...]], list[int]] = {}
+        for i, u in enumerate(s.units):
+            reads.setdefault((u.group, u.null_base, tuple(f.id for f in u.fragments)), []).append(i)
+        its = []
+        at: list[tuple[int, list[int]]] = [(0, [])] * len(s.units)  # per unit: its read, its columns there
+        for r, members in enumerate(reads.values()):
+            first = s.units[members[0]]
+            cols = [c for i in members for c in s.units[i].columns]
+            read = _StreamUnit(first.group, cols, first.fragments, first.null_base)
+            its.append(iter(self._unit_batches(s, read, ordinal=False)))
+            k = 0
+            for i in members:
+                n_cols = len(s.units[i].columns)
+                at[i] = (r, list(range(k, k + n_cols)))
+                k += n_cols
         pending: list[pa.RecordBatch | None] = [None] * len(its)
         pos = s.lo
         ov = s.overlay
@@ -526,15 +551,17 @@ class Stream:
             n = min(self.left, s.hi - pos, 1 << 16, *(p.num_rows for p in pending if p is not None))
             win = ov.window(pos, pos + n, pos + n >= s.hi) if ov is not None else None
             cols: dict[int, pa.Array] = {}
-            for i, u in enumerate(s.units):
-                p = pending[i]
+            got = []
+            for i, p in enumerate(pending):
                 assert p is not None
-                here = p.slice(0, n)
+                got.append(p.slice(0, n))
+                pending[i] = p.slice(n)
+            for u, (r, js) in zip(s.units, at, strict=True):
+                here = got[r] if len(js) == got[r].num_columns else got[r].select(js)
                 if win is None:
                     cols.update((c.id, here.column(j)) for j, c in enumerate(u.columns))
                 else:
                     cols.update(self._overlaid(s, u, win, here))
-                pending[i] = p.slice(n)
             if ov is None and not self.ctx.options.with_keys:
                 yield self._emit(s, self._no_keys, cols, n)
                 pos += n
