@@ -50,8 +50,8 @@ class OverlayKeys:
     rows: list[np.ndarray]  # per small run: its selected rows (a key predicate may exclude some)
     name: str = ""  # its name in the key cache, where it is kept across scans ("": not kept)
 
-    @property
-    def inserted(self) -> int:
+    @functools.cached_property
+    def inserted(self) -> int:  # asked per segment per scan of an overlay kept across scans
         return int(len(self.hit) - self.hit.sum())
 
     @property
