@@ -256,7 +256,8 @@ def overlay_values(
     # each run gives only the cells shown (a take of a few keys decodes and copies no more of
     # the small runs than those; a run showing none is not read), then one take aligns them
     shown = np.flatnonzero(wins)
-    order = shown[np.argsort(best[shown], kind="stable")]  # by run, ascending keys within one
+    # by run, ascending keys within one (a radix sort where run numbers fit 16 bits)
+    order = shown[np.argsort(best[shown].astype(np.int16 if len(runs) < 1 << 15 else np.int64), kind="stable")]
     cuts = np.searchsorted(best[order], np.arange(len(runs) + 1), "left")
     pieces = []
     idx = np.empty(n, dtype=np.int64)
