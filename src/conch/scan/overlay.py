@@ -306,10 +306,11 @@ def laid_over(base: pa.Array | None, from_base: np.ndarray, values: OverlayColum
         idx[from_base] = np.arange(len(base), dtype=np.int64)
         off = len(base)
     from_values = ~from_base & (js >= 0) if values is not None else np.zeros(n, dtype=bool)
-    if values is not None:
-        parts.append(values.array)
-        idx[from_values] = off + js[from_values]
-        off += len(values.array)
+    if values is not None:  # only the cells taken: U may hold every key of the absorbed runs
+        picked = js[from_values]
+        parts.append(values.array.take(pa.array(picked)))
+        idx[from_values] = off + np.arange(len(picked))
+        off += len(picked)
     rest = ~from_base & ~from_values
     if rest.any():
         typ = base.type if base is not None else values.array.type if values is not None else None
