@@ -75,7 +75,7 @@ class ScanContext:
         self.metrics = ScanMetrics(pruned=dict(plan.pruned))
         self.decoded = DecodedCache(options.cache_bytes)
         self._seen: set[str] = set()  # fragments counted as considered
-        self._fixed: dict[str, list[Column]] = {}  # per group: its fixed-width columns (`small`)
+        self._fixed: dict[str, list[tuple[Column, str, int, str]]] = {}  # per group (`small`)
         # the key cache's admission (`KeyCache.fits`), decided once for the scan's key spaces
         keep = key_cache.fits(plan.key_spaces, plan.key_fields)
         self._keys = CountedKeys(key_cache, fmt, self.metrics.add_key_bytes_read, keep)
@@ -174,21 +174,24 @@ class ScanContext:
         if fr.blob_columns or self._refs(schema):
             return None
         cols = self._fixed.get(group)
-        if cols is None:
-            cols = [c for c in self.plan.schema.columns_of(self.plan.level, group) if _fixed_width(c.type)]
+        if cols is None:  # (column, file name, bytes per cell, cache label) of the group's fixed-width ones
+            cols = [
+                (c, column_name(c.id), max(1, c.type.bit_width // 8), f"{column_name(c.id)} {c.type}")
+                for c in self.plan.schema.columns_of(self.plan.level, group)
+                if _fixed_width(c.type)
+            ]
             self._fixed[group] = cols
-        held = [c for c in cols if c.id in fr.column_ids]
-        names = tuple(column_name(c.id) for c in held)
-        if not set(schema.names) <= set(names):
+        ids = set(fr.column_ids)
+        held = [h for h in cols if h[0].id in ids]
+        names = [h[1] for h in held]
+        if not set(schema.names) <= set(names) or fr.rows * sum(h[2] for h in held) > self.format.hot.entry_bytes:
             return None
-        if fr.rows * sum(max(1, c.type.bit_width // 8) for c in held) > self.format.hot.entry_bytes:
-            return None
-        key = (fr.path + fr.mask, ("small", *(f"{n} {c.type}" for n, c in zip(names, held, strict=True))))
+        key = (fr.path + fr.mask, ("small", *(h[3] for h in held)))
         t = self.format.hot.get(key)
         if t is None:
             if only_cached:
                 return None
-            t = self.read(group, fr, file_schema(held)).combine_chunks()
+            t = self.read(group, fr, file_schema([h[0] for h in held])).combine_chunks()
             self.format.hot.put(key, t)
         return t if t.schema.names == schema.names else t.select(schema.names)
 
