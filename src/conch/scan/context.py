@@ -66,8 +66,13 @@ def file_schema(cols: Sequence[Column]) -> pa.Schema:
 class ScanContext:
     """The plan, the I/O handles, the options and the metrics of one run of a scan."""
 
-    def __init__(self, plan: ScanPlan, fmt: FragmentFormat, key_cache: KeyCache, options: ScanOptions) -> None:
+    def __init__(
+        self, plan: ScanPlan, fmt: FragmentFormat, key_cache: KeyCache, options: ScanOptions, admit: bool = True
+    ) -> None:
         self.plan = plan
+        # whether small runs read whole are kept decoded (`small`): not by a compaction's reads,
+        # whose inputs are about to be replaced
+        self.admit = admit
         self.format = fmt
         self.key_cache = key_cache
         self.options = options
@@ -189,7 +194,7 @@ class ScanContext:
         key = (fr.path + fr.mask, ("small", *(h[3] for h in held)))
         t = self.format.hot.get(key)
         if t is None:
-            if only_cached:
+            if only_cached or not self.admit:
                 return None
             t = self.read(group, fr, file_schema([h[0] for h in held])).combine_chunks()
             self.format.hot.put(key, t)
