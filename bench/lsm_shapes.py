@@ -34,12 +34,12 @@ from the key, compressible as real measurements are):
 - `spark` (only with `--families spark`: a Spark session per run, minutes at 5M keys): one Spark
   job (local[2], `conch.engines.spark.session`) writing the sorted keys from 4 range-partitioned
   tasks (`repartitionByRange`, as `conch.apps.pipelines.ingest`) in one commit; `a` and `b`
-  derived from the key (`spark_rows`), so the local side writes the same rows. The data source
-  has no policy option: the job's commit worker runs the commit-time trigger with the default
-  `Policy()` (no background settle; `conch.engines.spark.common.Location.connect`). So its
-  **default** side is the Spark job and its **auto-off** side the same rows written once
-  locally with `Policy(auto=False)` (÷off: the job's wall against that write); what the job's
-  commit and the driver's settle did is printed from the table's history. Wall and CPU are the
+  derived from the key (`spark_rows`), so the local side writes the same rows. Its **default**
+  side is the job as it runs by default: its commit worker runs the commit-time trigger with the
+  default `Policy()` (no background settle; `conch.engines.spark.common.Location.connect`); its
+  **auto-off** side the same job with `.option("autoCompact", "false")`; `once` the same rows
+  written once locally with auto off. What the job's commit and the driver's settle did is
+  printed from the table's history. Wall and CPU are the
   driver process's (the tasks run in Spark's Python workers, outside its CPU and peak RSS); the
   clock starts after the session is up and warmed on a throwaway table. No reads during the
   ingest: one commit shows nothing before it lands.
@@ -101,10 +101,10 @@ def spark_rows(ids: np.ndarray) -> pa.Table:
     return pa.table([pa.array(ids, pa.uint64()), a, ids.astype(np.float64) * 0.25], schema=SCHEMA)
 
 
-def spark_job(path: str) -> Callable[[int], None]:
+def spark_job(path: str, auto_compact: bool) -> Callable[[int], None]:
     """A Spark session (local[2]) warmed on a throwaway table of warehouse `path`, and the job
     the clock holds: `n` sorted keys written into table `t` from `SPARK_TASKS` range-partitioned
-    tasks as one commit, as `conch.apps.pipelines.ingest` writes."""
+    tasks as one commit, as `conch.apps.pipelines.ingest` writes (option `autoCompact`)."""
     import conch.engines.spark
 
     spark = conch.engines.spark.session(
@@ -116,7 +116,8 @@ def spark_job(path: str) -> Callable[[int], None]:
             "id", "cast(id * 7919 % 100 as double) / 100 as a", "cast(id as double) * 0.25 as b"
         )
         w = df.repartitionByRange(SPARK_TASKS, "id").write.format("conch")
-        w.options(warehouse=path, table=table, key="id").mode("append").save()
+        w = w.options(warehouse=path, table=table, key="id", autoCompact=str(auto_compact).lower())
+        w.mode("append").save()
 
     job("warmup", 1000)
     return lambda n: job("t", n)
@@ -188,8 +189,8 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
     schema = SCHEMA if family == "spark" else None  # Spark's `id` is a bigint: cast to the table's uint64
     t = conch.connect(path, maintenance=policy).create_table("t", [("id", pa.uint64())], schema)
     ops = list(history(family, n, commits)) if side != "once" else []
-    spark = spark_job(path) if family == "spark" and side == "default" else None
-    if spark is not None:  # the default side of the Spark family is the Spark job
+    spark = spark_job(path, side != "auto-off") if family == "spark" and side in ("default", "auto-off") else None
+    if spark is not None:  # the Spark family's default and auto-off sides are the Spark job
         ops = [("spark", n)]
     during = _Reader(path, source) if side == "during" else None
     if side == "once":  # the final fresh rows of the auto-off table (`source`), in one write
@@ -213,8 +214,8 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
         t = conch.connect(path, maintenance=policy).table("t")
     plan = t.maintenance_plan()
     kinds = bytes_by_kind(t)
-    # The Spark job's commit worker runs the commit-time trigger with the default policy (the
-    # data source has no policy option): what it did is the history after the job's entry.
+    # The Spark job's commit worker runs the commit-time trigger (unless autoCompact=false):
+    # what it did is the history after the job's entry.
     extra = {"history": [f"{c.kind}: {c.summary}" for c in t.history()]} if spark is not None else {}
     return {
         **extra,

@@ -1,5 +1,6 @@
 """Issue 33's goals, side by side: large values as files, streamed writes, Hugging Face in and out
-(`python -m bench.media`; small: `python -m bench.media --gb 0.2 --scan-mb 50 --images 1000`).
+(`python -m bench.media`; small: `python -m bench.media --gb 0.2 --scan-mb 50 --images 1000`; Hugging
+Face only, at 2k / 10k / 50k images: `python -m bench.media --only hf`).
 
 - `open_blob`: 1 MB read at offset `size/2` of a `--gb` value through `Table.open_blob` (a
   metastore read for the newest version, then the locating scan) and `Snapshot.open_blob`:
@@ -16,8 +17,9 @@
   rewrite adds (big values are copied between blob files in parts).
 - `hf`: a `datasets.Dataset` of `--images` PNG images (32x32) with ClassLabel labels, made here:
   `conch.engines.hf.write` against `Dataset.save_to_disk` (median of `--reps`, alternated), then
-  read back through `conch.engines.hf.dataset` and compared byte for byte; the ingest also at
-  the `--hf-sizes` multiples of `--images` (5x smaller and larger by default).
+  read back through `conch.engines.hf.dataset` and compared byte for byte, against
+  `load_from_disk` (memory-mapped), both as undecoded rows and as Arrow batches of 1000; the
+  ingest also at the `--hf-sizes` multiples of `--images` (5x smaller and larger by default).
 
 It ends with the goals table (measured, goal, met).
 
@@ -253,21 +255,57 @@ def hf_side(work: Path, n: int, reps: int) -> list[dict[str, Any]]:
         ds.save_to_disk(str(work / f"hf-disk-{i}"))
         disk_s.append(time.perf_counter() - t0)
     hf.dataset(t)  # datasets imports torch on the first IterableDataset: not part of the read
-    t0 = time.perf_counter()
-    back = list(hf.dataset(t).decode(False))
-    read_s = time.perf_counter() - t0
+    disk = str(work / "hf-disk-0")
+
+    def rows_conch() -> list[Any]:
+        return list(hf.dataset(t).decode(False))
+
+    def rows_disk() -> list[Any]:
+        return list(datasets.load_from_disk(disk).cast_column("image", datasets.Image(decode=False)))
+
+    def arrow_conch() -> int:
+        return sum(b.num_rows for b in hf.dataset(t).with_format("arrow").iter(batch_size=1000))
+
+    def arrow_disk() -> int:
+        return sum(b.num_rows for b in datasets.load_from_disk(disk).with_format("arrow").iter(batch_size=1000))
+
+    read: dict[str, list[float]] = {}
+    for _ in range(reps):  # alternated
+        for name, f in (("rows_conch", rows_conch), ("rows_disk", rows_disk), ("arrow_conch", arrow_conch)):
+            t0 = time.perf_counter()
+            got = f()
+            read.setdefault(name, []).append(time.perf_counter() - t0)
+            if name == "rows_conch":
+                back = got
+        t0 = time.perf_counter()
+        assert arrow_disk() == n
+        read.setdefault("arrow_disk", []).append(time.perf_counter() - t0)
     want = ds.with_format("arrow")[:].to_pylist()
     same = [(r["image"]["bytes"], r["label"]) for r in back] == [(r["image"]["bytes"], r["label"]) for r in want]
-    t0 = time.perf_counter()
-    loaded = datasets.load_from_disk(str(work / "hf-disk-0"))
-    n_disk = sum(1 for _ in loaded.with_format("arrow").iter(batch_size=1000))
-    disk_read_s = time.perf_counter() - t0
-    assert n_disk
     return [
         {"case": f"ingest {n} images", "system": "conch hf.write", "seconds": median(conch_s)},
         {"case": f"ingest {n} images", "system": "datasets save_to_disk", "seconds": median(disk_s)},
-        {"case": f"read {n} images back", "system": "conch hf.dataset", "seconds": read_s, "identical": same},
-        {"case": f"read {n} images back", "system": "datasets load_from_disk (arrow)", "seconds": disk_read_s},
+        {
+            "case": f"read {n} images back as rows (undecoded)",
+            "system": "conch hf.dataset",
+            "seconds": median(read["rows_conch"]),
+            "identical": same,
+        },
+        {
+            "case": f"read {n} images back as rows (undecoded)",
+            "system": "datasets load_from_disk",
+            "seconds": median(read["rows_disk"]),
+        },
+        {
+            "case": f"read {n} images back as Arrow batches",
+            "system": "conch hf.dataset",
+            "seconds": median(read["arrow_conch"]),
+        },
+        {
+            "case": f"read {n} images back as Arrow batches",
+            "system": "datasets load_from_disk",
+            "seconds": median(read["arrow_disk"]),
+        },
     ]
 
 
@@ -344,9 +382,17 @@ def goals(rows: list[dict[str, Any]], hogs: int) -> list[dict[str, Any]]:
             "<= 1.0x",
             ratio <= 1.0,
         )
-    back = next((r for r in rows if r.get("system") == "conch hf.dataset"), None)
+    back = next((r for r in rows if r.get("system") == "conch hf.dataset" and "identical" in r), None)
     if back:
         goal("hf round trip: identical bytes and labels", str(back["identical"]), "True", bool(back["identical"]))
+    for case in sorted({c for (s, c, _) in by if s == "hf" and c and c.startswith("read")}):
+        a, b = by[("hf", case, "conch hf.dataset")], by[("hf", case, "datasets load_from_disk")]
+        goal(
+            f"hf {case}: time / load_from_disk (memory-mapped)",
+            f"{a['seconds'] / b['seconds']:.2f}x ({a['seconds']:.3f} s vs {b['seconds']:.3f} s)",
+            "none (measured)",
+            True,
+        )
     return out
 
 
@@ -365,6 +411,7 @@ def main() -> None:
     ap.add_argument("--hf-sizes", default="0.2,5", help="ingest also at these multiples of --images")
     ap.add_argument("--hogs", type=int, default=2, help="busy processes for open_blob under load")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--only", choices=["hf"], help="hf: only the Hugging Face steps (ingest and read back)")
     ap.add_argument("--child")
     ap.add_argument("--work")
     ap.add_argument("--size", type=int)
@@ -372,41 +419,11 @@ def main() -> None:
     if args.child:
         print(json.dumps(_child(args.child, Path(args.work), args.size)))
         return
-    import conch
-
     out: dict[str, Any] = {"machine": machine(), "rows": []}
     work = Path(tempfile.mkdtemp(prefix="bench-media-"))
     try:
         size = int(args.gb * (1 << 30))
-        _value_file(work / f"value-{size}.bin", size)
-        _value_file(work / f"value-{args.bytes_mb * MB}.bin", args.bytes_mb * MB)
-        rows = [_run_child("write path", work, size), _run_child("write bytes", work, args.bytes_mb * MB)]
-        for r in open_blob_side(work, size, args.reps * 5):
-            rows.append({"step": "open_blob", "value_mb": size / MB, **r})
-        scan_src = _value_file(work / f"value-{args.scan_mb * MB}.bin", args.scan_mb * MB)
-        t = conch.connect(work / "wh-scan", maintenance=conch.Policy(auto=False)).create_table(
-            "v", [("id", pa.int64())]
-        )
-        for i in range(5):
-            t.write([{"id": i, "video": conch.Blob.from_path(scan_src)}])
-        rows.append(
-            {"step": "open_blob", "value_mb": size / MB, **open_blob_loaded(work, size, args.reps * 5, args.hogs)}
-        )
-        rows += [
-            _run_child(s, work, args.scan_mb * MB)
-            for s in ("import conch", "imports and open", "scan 5 as files", "scan 5 as bytes")
-        ]
-        c = conch.connect(work / "wh-compact", maintenance=conch.Policy(auto=False)).create_table(
-            "v", [("id", pa.int64())]
-        )
-        for i in range(2):
-            c.write(
-                [
-                    {"id": i, "video": conch.Blob.from_path(scan_src)},
-                    {"id": 10 + i, "video": conch.Blob.from_path(scan_src)},
-                ]
-            )
-        rows.append(_run_child("compact", work, args.scan_mb * MB))
+        rows = [] if args.only == "hf" else _blob_rows(args, work, size)
         rows += [{"step": "hf", **r} for r in hf_side(work, args.images, args.reps)]
         for f in (float(x) for x in args.hf_sizes.split(",") if x):
             rows += [{"step": "hf", **r} for r in hf_ingest(work, max(1, int(args.images * f)), args.reps)]
@@ -419,7 +436,37 @@ def main() -> None:
     print(render(out["goals"]))
     results = Path(__file__).parent / "results"
     results.mkdir(exist_ok=True)
-    (results / "media.json").write_text(json.dumps(out, indent=1))
+    (results / ("media-hf.json" if args.only == "hf" else "media.json")).write_text(json.dumps(out, indent=1))
+
+
+def _blob_rows(args: argparse.Namespace, work: Path, size: int) -> list[dict[str, Any]]:
+    """Every step but Hugging Face's (module doc)."""
+    import conch
+
+    _value_file(work / f"value-{size}.bin", size)
+    _value_file(work / f"value-{args.bytes_mb * MB}.bin", args.bytes_mb * MB)
+    rows = [_run_child("write path", work, size), _run_child("write bytes", work, args.bytes_mb * MB)]
+    for r in open_blob_side(work, size, args.reps * 5):
+        rows.append({"step": "open_blob", "value_mb": size / MB, **r})
+    scan_src = _value_file(work / f"value-{args.scan_mb * MB}.bin", args.scan_mb * MB)
+    t = conch.connect(work / "wh-scan", maintenance=conch.Policy(auto=False)).create_table("v", [("id", pa.int64())])
+    for i in range(5):
+        t.write([{"id": i, "video": conch.Blob.from_path(scan_src)}])
+    rows.append({"step": "open_blob", "value_mb": size / MB, **open_blob_loaded(work, size, args.reps * 5, args.hogs)})
+    rows += [
+        _run_child(s, work, args.scan_mb * MB)
+        for s in ("import conch", "imports and open", "scan 5 as files", "scan 5 as bytes")
+    ]
+    c = conch.connect(work / "wh-compact", maintenance=conch.Policy(auto=False)).create_table("v", [("id", pa.int64())])
+    for i in range(2):
+        c.write(
+            [
+                {"id": i, "video": conch.Blob.from_path(scan_src)},
+                {"id": 10 + i, "video": conch.Blob.from_path(scan_src)},
+            ]
+        )
+    rows.append(_run_child("compact", work, args.scan_mb * MB))
+    return rows
 
 
 if __name__ == "__main__":

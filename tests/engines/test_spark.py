@@ -413,3 +413,31 @@ def test_branch_read_and_write(spark: Any, tmp_path: Path) -> None:
     assert spark.read.format("conch").load(path).count() == 3
     assert dev.to_arrow().column("id").to_pylist() == [1, 2, 3]
     assert t.to_arrow().column("id").to_pylist() == [1, 2]
+
+
+def test_auto_compact_option_decides_whether_the_job_commit_compacts(spark: Any, tmp_path: Path) -> None:
+    """A job's commit runs the policy's automatic compaction unless `autoCompact=false`; either
+    way the rows read are the same, and a value other than true/false is refused up front."""
+
+    def history_after_job(name: str, **options: str) -> tuple[list[str], pa.Table]:
+        local = conch.connect(tmp_path / "wh", maintenance=conch.Policy(auto=False))
+        t = local.create_table(name, [("id", pa.int64())], pa.schema([("v", pa.int64())]))
+        for i in range(4):  # four overlapping runs: the default policy's trigger (l0_trigger=4)
+            keys = range(i, 400, 4 + i)
+            t.write({"id": list(keys), "v": [i] * len(keys)})
+        df = spark.range(0, 400, 2, numPartitions=2).selectExpr("id", "id * 10 as v")
+        df.write.format("conch").mode("append").options(**options).save(str(tmp_path / "wh" / name))
+        t = conch.connect(tmp_path / "wh", maintenance=conch.Policy(auto=False)).table(name)
+        return [c.kind for c in t.history()], t.scan().to_arrow().sort_by("id")
+
+    kinds_on, rows_on = history_after_job("on")
+    kinds_off, rows_off = history_after_job("off", autoCompact="false")
+    assert kinds_off == ["write"] * 5
+    assert kinds_on[:5] == ["write"] * 5 and "compact" in kinds_on[5:]
+    model = {k: i for i in range(4) for k in range(i, 400, 4 + i)} | {k: k * 10 for k in range(0, 400, 2)}
+    assert rows_on.equals(rows_off)
+    assert dict(zip(rows_on["id"].to_pylist(), rows_on["v"].to_pylist())) == model
+    with pytest.raises(Exception, match="autoCompact must be true or false"):
+        spark.range(3).selectExpr("id", "id as v").write.format("conch").mode("append").option(
+            "autoCompact", "sometimes"
+        ).save(str(tmp_path / "wh" / "off"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import json
 import os
 import sqlite3
@@ -366,15 +367,53 @@ def test_sealing_while_writing_equals_sealing_the_written_file(
     tmp_path_factory: pytest.TempPathFactory, parts: list[int], seed: int
 ) -> None:
     """A blob file sealed as it is written (any cut of its writes, across 64 KiB blocks) gets
-    the same block table and checksum as one sealed by reading it back."""
+    the same block table and checksum as one sealed by reading it back, and its writeback hints
+    (`LocalStorage.writeback`) cover what was written, in order, each range once."""
     rng = np.random.default_rng(seed)
     chunks = [rng.bytes(n) for n in parts]
     d = tmp_path_factory.mktemp("seal")
-    with open(d / "a", "wb") as raw:
-        w = SealingWriter(raw)
-        for c in chunks:
-            w.write(memoryview(c))
-        streamed = w.seal()
+    handed: list[tuple[int, int]] = []
+
+    def writeback(fd: int, offset: int, length: int) -> None:
+        assert os.fstat(fd).st_size >= offset + length  # flushed to the file before the hint
+        handed.append((offset, length))
+        LocalStorage.writeback(fd, offset, length)
+
+    saved, integrity.WRITEBACK = integrity.WRITEBACK, 100_000  # hints every 100 kB, not 4 MB
+    try:
+        with open(d / "a", "wb") as raw:
+            w = SealingWriter(raw, writeback)
+            for c in chunks:
+                w.write(memoryview(c))
+            streamed = w.seal()
+    finally:
+        integrity.WRITEBACK = saved
     (d / "b").write_bytes(b"".join(chunks))
     assert seal_file(str(d / "b")) == streamed
     assert (d / "a").read_bytes() == (d / "b").read_bytes()
+    # the hints cover the file front to back, each range once, a hint per 100 kB or more written
+    assert [o for o, _ in handed] == list(itertools.accumulate([n for _, n in handed], initial=0))[:-1]
+    assert all(n >= 100_000 for _, n in handed)
+    assert sum(parts) - sum(n for _, n in handed) < 100_000 + max(parts, default=0)
+
+
+@settings(max_examples=60)
+@given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=30), data=st.data())
+def test_value_checks_name_the_first_damaged_value(sizes: list[int], data: st.DataObject) -> None:
+    """`check_values` (vectorised) against a per-value model: intact values pass, and damage in
+    any byte of a value is a `CorruptFileError` naming that value (nulls: length 0, unchecked)."""
+    rng = np.random.default_rng(len(sizes))
+    valid = np.array([data.draw(st.booleans()) or n > 0 for n in sizes])
+    lengths = np.where(valid, sizes, 0).astype(np.int64)
+    values = [rng.bytes(int(n)) for n in lengths]
+    hashes = np.array([integrity._hash(v) & 0xFFFFFFFF if ok else 0 for v, ok in zip(values, valid)], np.uint32)
+    blob = bytearray(b"".join(values))
+    starts = np.cumsum(lengths) - lengths
+    assert (integrity.value_hashes(memoryview(blob), starts, lengths)[valid] == hashes[valid]).all()
+    integrity.check_values(bytes(blob), lengths, valid, hashes, "f")
+    damaged = [i for i, n in enumerate(lengths) if n]
+    if damaged:
+        i = data.draw(st.sampled_from(damaged))
+        blob[int(starts[i]) + data.draw(st.integers(0, int(lengths[i]) - 1))] ^= 0x40
+        with pytest.raises(CorruptFileError, match=f"value {i} of the read"):
+            integrity.check_values(bytes(blob), lengths, valid, hashes, "f")

@@ -70,9 +70,10 @@ class StagingFace:
         (`conch.log.tablelog.TableLog.staging`)."""
         return self.log.staging()
 
-    def commit(self, txn: Transaction) -> Commit:
-        """Commit a transaction whose files were staged elsewhere (other processes' tasks)."""
-        return self.log.commit(txn)
+    def commit(self, txn: Transaction, maintain: bool = True) -> Commit:
+        """Commit a transaction whose files were staged elsewhere (other processes' tasks);
+        `maintain=False`: without the policy's automatic compaction after it."""
+        return self.log.commit(txn, maintain=maintain)
 
     def transact(
         self, stage: Callable[[], Transaction], serial: bool = False, attempts: int = 1, what: str = ""

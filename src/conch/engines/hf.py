@@ -19,8 +19,9 @@ the table (a `Catalog` target), the dataset's `Features` are kept with it
 included); for other tables they are inferred: an image-shaped group is `Image()`, an
 audio-shaped one `Audio()`, the rest from Arrow types.
 
-**Out.** `dataset(scan)` is an `IterableDataset` whose shards are the scan's splits
-(`Scan.splits`: picklable key ranges), so `datasets`/torch workers each read their own.
+**Out.** `dataset(scan)` is an Arrow-backed `IterableDataset` whose shards are the scan's splits
+(`Scan.splits`: picklable key ranges), so `datasets`/torch workers each read their own, each
+streaming its record batches as Arrow tables in the features' types.
 
 Writes are one commit, streamed in batches of `batch_rows` (bounded memory) with a progress bar.
 """
@@ -32,7 +33,6 @@ import importlib.util
 import io
 import itertools
 import json
-import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -140,18 +140,19 @@ def _arrow_batches(part: Any, batch_rows: int) -> Iterator[tuple[int, pa.Table]]
 
 def _to_conch(batch: pa.Table, features: Any, split: str, start: int, keys: list[str], ds: Any) -> pa.RecordBatch:
     n = batch.num_rows
-    cols: dict[str, pa.Array] = {SPLIT: pa.array([split] * n, pa.string())}
+    cols: dict[str, pa.Array] = {SPLIT: pa.repeat(pa.scalar(split, pa.string()), n)}
     if not keys:
         cols[INDEX] = pa.array(np.arange(start, start + n, dtype=np.uint64))
     for name, feat in features.items():
-        col = batch.column(name).combine_chunks()
+        chunked = batch.column(name)  # one chunk as a rule: used as it is, not copied
+        col = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
         if isinstance(feat, ds.Image):
             cols[name] = _media(col, _image_meta, _IMAGE)
         elif isinstance(feat, ds.Audio):
             cols[name] = _media(col, functools.partial(_audio_meta, rate=feat.sampling_rate), _AUDIO)
         else:
             cols[name] = col
-    return pa.RecordBatch.from_pydict(cols)
+    return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
 
 
 def _media(col: pa.Array, meta: Any, t: pa.StructType) -> pa.Array:
@@ -160,40 +161,48 @@ def _media(col: pa.Array, meta: Any, t: pa.StructType) -> pa.Array:
     data, paths = col.field("bytes"), col.field("path")
     if col.null_count:
         data, paths = pc.if_else(col.is_valid(), data, None), pc.if_else(col.is_valid(), paths, None)
-    missing = np.flatnonzero(
-        np.asarray(data.is_null().to_numpy(zero_copy_only=False)) & paths.is_valid().to_numpy(zero_copy_only=False)
-    )
-    if len(missing):  # stored as a path only: the file's bytes
-        values = data.to_pylist()
-        for i in missing.tolist():
-            values[i] = Path(paths[i].as_py()).read_bytes()
-        data = pa.array(values, pa.binary())
-    data = data.cast(pa.binary()).combine_chunks() if isinstance(data, pa.ChunkedArray) else data.cast(pa.binary())
+    if data.null_count and paths.null_count < len(paths):
+        missing = np.flatnonzero(
+            np.asarray(data.is_null().to_numpy(zero_copy_only=False)) & paths.is_valid().to_numpy(zero_copy_only=False)
+        )
+        if len(missing):  # stored as a path only: the file's bytes
+            values = data.to_pylist()
+            for i in missing.tolist():
+                values[i] = Path(paths[i].as_py()).read_bytes()
+            data = pa.array(values, pa.binary())
+    if isinstance(data, pa.ChunkedArray):
+        data = data.combine_chunks()
+    if data.type != pa.binary():
+        data = data.cast(pa.binary())
     png = _png_sizes(data) if t == _IMAGE else None
-    known: dict[str, Any] = {}
-    rest: Sequence[int] = range(len(data))
-    if png is not None:  # PNG headers read for the whole column at once
-        known = {"width": png[1], "height": png[2], "format": np.full(len(data), "PNG")}
-        rest = np.flatnonzero(~png[0]).tolist()
+    rest: Sequence[int] = range(len(data)) if png is None else np.flatnonzero(~png[0]).tolist()
     metas = {i: meta(data[i].as_buffer()) for i in rest if data[i].is_valid}
-    fields = [data, paths.cast(pa.string())]
+    fields = [data, paths if paths.type == pa.string() else paths.cast(pa.string())]
     for f in list(t)[2:]:
-        if f.name in known and not metas:  # every value a PNG (or null): Arrow from NumPy, no Python per row
-            assert png is not None
-            fields.append(pa.array(known[f.name], mask=~png[0]).cast(f.type))
+        if png is not None and not metas:  # every value a PNG (or null): Arrow from NumPy, no Python per row
+            fields.append(_png_field(png, f))
             continue
-        if f.name in known:
-            values = known[f.name].astype(object)
-            values[~png[0]] = None  # type: ignore[index]
-        else:
-            values = np.full(len(data), None, dtype=object)
+        values = np.full(len(data), None, dtype=object)
+        if png is not None:
+            values[png[0]] = _png_field(png, f).filter(pa.array(png[0])).to_pylist()
         for i, m in metas.items():
             values[i] = m.get(f.name)
         fields.append(pa.array(values, f.type))
     return pa.StructArray.from_arrays(fields, fields=list(t), mask=col.is_null() if col.null_count else None)
 
 
-_PNG = np.frombuffer(b"\x89PNG\r\n\x1a\n", dtype=np.uint8)
+def _png_field(png: tuple[np.ndarray, np.ndarray, np.ndarray], f: pa.Field) -> pa.Array:
+    """Field `f` (width, height or format) of an image column from `_png_sizes`: null where a
+    value is not a PNG."""
+    ok, width, height = png
+    everywhere = bool(ok.all())
+    if f.name == "format":
+        png_ = pa.scalar("PNG", pa.string())
+        return pa.repeat(png_, len(ok)) if everywhere else pc.if_else(pa.array(ok), png_, pa.scalar(None, pa.string()))
+    return pa.array((width if f.name == "width" else height).astype(np.int32), mask=None if everywhere else ~ok)
+
+
+_PNG = np.frombuffer(b"\x89PNG\r\n\x1a\n", dtype="<u8")[0]
 
 
 def _png_sizes(data: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -204,15 +213,16 @@ def _png_sizes(data: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * data.offset)
     body = data.buffers()[2]
     buf = np.frombuffer(body, dtype=np.uint8) if body is not None else np.zeros(0, np.uint8)
-    starts = offsets[:-1].astype(np.int64)
-    ok = (np.diff(offsets) >= 24) & np.asarray(data.is_valid().to_numpy(zero_copy_only=False))
-    at = np.where(ok, starts, 0)
     if len(buf) < 24:
         return np.zeros(n, dtype=bool), np.zeros(n, np.int64), np.zeros(n, np.int64)
-    head = buf[np.minimum(at[:, None] + np.arange(24), len(buf) - 1)]
-    ok &= (head[:, :8] == _PNG).all(axis=1)
-    be = np.array([1 << 24, 1 << 16, 1 << 8, 1], dtype=np.int64)
-    return ok, head[:, 16:20].astype(np.int64) @ be, head[:, 20:24].astype(np.int64) @ be
+    ok = np.diff(offsets) >= 24
+    if data.null_count:
+        ok &= np.asarray(data.is_valid().to_numpy(zero_copy_only=False))
+    at = np.where(ok, offsets[:-1].astype(np.int64), 0)
+    head = buf[np.minimum(at[:, None] + np.arange(24), len(buf) - 1)]  # each value's first 24 bytes
+    ok &= np.ascontiguousarray(head[:, :8]).view("<u8")[:, 0] == _PNG
+    size = np.ascontiguousarray(head[:, 16:24]).view(">u4").astype(np.int64)  # IHDR width, height
+    return ok, size[:, 0], size[:, 1]
 
 
 def _image_meta(data: Any) -> dict[str, Any]:
@@ -281,19 +291,24 @@ def dataset(source: Scan | Snapshot | Table, n_shards: int | None = None) -> Any
     path's file name only, as `datasets` embeds files: the table's `path` column has it whole).
     `datasets` decodes `Audio` values with `torchcodec` (the `torch` extra; it needs FFmpeg's
     libraries): without it installed, audio columns are typed as that struct of `bytes` and
-    `path` (cast them once it is there)."""
+    `path` (cast them once it is there).
+
+    It is Arrow-backed: each shard streams its split's record batches (`Split.to_record_batches`,
+    one batch in memory at a time), converted to the features' Arrow types column by column, so
+    `.with_format("arrow")`, `.iter(batch_size=...)` and batched `.map` see Arrow tables without a
+    Python object per row, and rows are formatted a batch at a time. (`datasets` builds its own
+    `from_polars` this way: `ArrowExamplesIterable` is not exported at the top of `datasets`.)"""
     ds = _datasets()
+    from datasets.iterable_dataset import ArrowExamplesIterable
+
     scan = source if isinstance(source, Scan) else source.scan()
     features = _features(ds, scan)
-    media = [n for n, f in features.items() if isinstance(f, ds.Image | ds.Audio)]
     if importlib.util.find_spec("torchcodec") is None:  # datasets encodes Audio with torchcodec only
         storage = {"bytes": ds.Value("binary"), "path": ds.Value("string")}
         features = ds.Features({n: storage if isinstance(f, ds.Audio) else f for n, f in features.items()})
-    return ds.IterableDataset.from_generator(
-        _rows,
-        features=features,
-        gen_kwargs={"splits": scan.splits(n_shards), "names": tuple(features), "media": tuple(media)},
-    )
+    media = tuple(n for n, f in features.items() if isinstance(f, ds.Image | ds.Audio))
+    kwargs = {"splits": scan.splits(n_shards), "schema": features.arrow_schema, "media": media}
+    return ds.IterableDataset(ArrowExamplesIterable(_tables, kwargs), info=ds.DatasetInfo(features=features))
 
 
 def _features(ds: Any, scan: Scan) -> Any:
@@ -320,15 +335,31 @@ def _shaped(t: pa.DataType, like: pa.StructType) -> bool:
     return pa.types.is_struct(t) and {f.name for f in t} == {f.name for f in like}
 
 
-def _rows(splits: list[Split], names: tuple[str, ...], media: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-    """The records of `splits` as `datasets` rows (one shard's generator: picklable arguments)."""
-    for split in splits:
-        for batch in split.to_record_batches():
-            for row in batch.select(names).to_pylist():
-                for m in media:
-                    v = row[m]
-                    # bytes with the path's file name, as `datasets` embeds files: a full local
-                    # path would make it reference the file instead of the stored bytes
-                    path = None if v is None or v["path"] is None else os.path.basename(v["path"])
-                    row[m] = None if v is None else {"bytes": v["bytes"], "path": path}
-                yield row
+def _tables(
+    splits: list[Split], schema: pa.Schema, media: tuple[str, ...]
+) -> Iterator[tuple[tuple[int, int], pa.Table]]:
+    """One shard's Arrow tables (its splits' record batches in the features' `schema`), keyed by
+    (split, batch): `ArrowExamplesIterable`'s generator (picklable arguments, for workers)."""
+    for i, split in enumerate(splits):
+        for j, batch in enumerate(split.to_record_batches()):
+            yield (i, j), _hf_table(batch, schema, media)
+
+
+def _hf_table(batch: pa.RecordBatch, schema: pa.Schema, media: tuple[str, ...]) -> pa.Table:
+    """A scan's batch as `datasets` stores it: media columns as `{bytes, path}` structs (the
+    path's file name only, as `datasets` embeds files: a full local path would make it reference
+    the file instead of the stored bytes), the rest cast to the features' Arrow types."""
+    cols = []
+    for field in schema:
+        col = batch.column(field.name)
+        if field.name in media:
+            data, path = col.field("bytes"), col.field("path")
+            # a group of columns has no null of its own: a value with neither bytes nor a path
+            # was a null image (what `datasets` cannot decode otherwise)
+            mask = pc.and_(data.is_null(), path.is_null())
+            path = pc.replace_substring_regex(path, r"^.*/", "")
+            col = pa.StructArray.from_arrays([data, path], fields=list(field.type), mask=mask)
+        elif col.type != field.type:
+            col = col.cast(field.type)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=schema)

@@ -5,7 +5,7 @@ the bytes of the rows it takes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,15 +51,21 @@ def _value_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
     return offs[:-1].copy(), np.diff(offs), memoryview(data) if data is not None else memoryview(b"")
 
 
-def write_blobs(table: pa.Table, local_path: str, blob_columns: Sequence[str]) -> tuple[pa.Table, int, str]:
+def write_blobs(
+    table: pa.Table,
+    local_path: str,
+    blob_columns: Sequence[str],
+    writeback: Callable[[int, int, int], None] | None = None,
+) -> tuple[pa.Table, int, str]:
     """Write the blob columns' values to the local scratch file `local_path` (made durable by the
-    storage's `staged`), sealed with its block table (`integrity.SealingWriter`); returns the
-    table with `.off`/`.len`/`.sum` index columns in their place, the values' bytes and the
-    file's checksum. Values given as streams (`conch.files.blobsource`) are copied in parts,
-    never held whole."""
+    storage's `staged`; `writeback` starts the disk's writes as it grows: `SealingWriter`),
+    sealed with its block table (`integrity.SealingWriter`); returns the table with
+    `.off`/`.len`/`.sum` index columns in their place, the values' bytes and the file's
+    checksum. Values given as streams (`conch.files.blobsource`) are copied in parts, never held
+    whole."""
     written = 0
     with open(local_path, "wb") as raw:
-        bf = SealingWriter(raw)
+        bf = SealingWriter(raw, writeback)
         for name in blob_columns:
             col = table.column(name)
             # chunk by chunk: a write's chunk is many input batches, and combining them would

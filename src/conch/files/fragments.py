@@ -165,7 +165,9 @@ class VortexFormat:
         table, total, blob_checksum = job.table, 0, ""
         if job.blob_columns:
             # sealed as written: ranged reads verify its blocks (conch.files.blobfile)
-            table, total, blob_checksum = write_blobs(table, blob_local, job.blob_columns)
+            # a storage whose scratch files are its files (local) starts their writeback early
+            writeback = getattr(self.storage, "writeback", None)
+            table, total, blob_checksum = write_blobs(table, blob_local, job.blob_columns, writeback)
         if job.ordinal:
             table = table.append_column(ORDINAL, pa.array(np.arange(table.num_rows, dtype=np.uint32)))
         # Through Vortex's object-store writer, not its local-file one: that one issues ~50

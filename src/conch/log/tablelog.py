@@ -379,10 +379,12 @@ class TableLog:
                 ) from e
         raise CommitConflictError(f"table {self.name!r}: {what}: no attempt")  # attempts < 1
 
-    def commit(self, txn: Transaction, flush: bool = True) -> Commit:
+    def commit(self, txn: Transaction, flush: bool = True, maintain: bool = True) -> Commit:
         """Append `txn` as one log entry: compare-and-swap on the sequence number, and on a lost
         race re-read the newer entries and retry unless `conch.log.wal.conflicts` says they clash.
-        The files of a transaction that definitely failed are deleted."""
+        The files of a transaction that definitely failed are deleted. `maintain=False`: no
+        automatic compaction after this commit, whatever the policy (a Spark job's
+        `autoCompact=false`); the next maintained commit or `compact()` catches up."""
         storage = self.warehouse.storage
         try:
             missing = [f for f in txn.files if not storage.exists(f)]
@@ -406,7 +408,7 @@ class TableLog:
         if flush and self.warehouse.flush_every and done.seq % self.warehouse.flush_every == 0:
             self._after_commit(done, "flush", self.flush)  # the next flush catches up
         hook = self.warehouse.after_commit
-        if hook is not None and done.kind in MAINTAINED_KINDS and self.warehouse.maintenance.auto:
+        if maintain and hook is not None and done.kind in MAINTAINED_KINDS and self.warehouse.maintenance.auto:
             # automatic compaction, bounded per commit (`conch.maintain.compaction.run.auto`)
             self._after_commit(done, "automatic compaction", lambda: hook(self, done))
         return done

@@ -329,7 +329,10 @@ def write_groups(
         n = table.num_rows
         streamed = {c.id: source_bytes(data) for c, data in cols}  # values given as files (conch.Blob)
         bytes_per_row = max(1, (table.nbytes + sum(streamed.values())) // max(n, 1))
-        rows_per_fragment = max(1, opts.fragment_bytes // bytes_per_row)
+        # as many fragments as the byte bound needs, of equal rows: they encode in parallel, and
+        # 128 + 32 MB would wait on the larger (issue 33: a 160 MB image chunk)
+        pieces = -(-n // max(1, opts.fragment_bytes // bytes_per_row))
+        rows_per_fragment = max(1, -(-n // max(1, pieces)))
         # Large values go out of line so a take reads only the bytes of the rows it takes.
         blob_ids = tuple(
             c.id

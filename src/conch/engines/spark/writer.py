@@ -23,7 +23,10 @@ DataFrame (`df.repartitionByRange(n, "id")`, what `conch.apps.pipelines.ingest` 
 to check, and its runs are disjoint, which also makes later reads a zip instead of a merge.
 
 Options: `level` (write rows of a child level: the DataFrame holds the level's full key, e.g.
-`id`, `scenes`), `mergeSchema`, `key`, `chunkRows` (rows per sorted run, bounds task memory).
+`id`, `scenes`), `mergeSchema`, `key`, `chunkRows` (rows per sorted run, bounds task memory),
+`autoCompact` (default `true`: the commit runs the warehouse policy's automatic compaction, as
+`Table.write` does; `false`: the job only commits, like `Policy(auto=False)` for this one write,
+and the next maintained commit, the background settle or `compact()` catches up).
 
 >>> df.write.format("conch").mode("append").option("mergeSchema", "true").save("wh/audio")  # doctest: +SKIP
 """
@@ -41,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from conch.engines.spark.common import Location, forget_table, open_table, option, split_list
 from conch.engines.spark.types import arrow_schema, cast_batch, write_type
-from conch.errors import CommitStateUnknownError, SchemaError, TableNotFoundError
+from conch.errors import CommitStateUnknownError, ConchError, SchemaError, TableNotFoundError
 from conch.files.blobs import BLOB_SUFFIX
 from conch.files.layout import TableFiles
 from conch.files.storage import new_id
@@ -99,11 +102,21 @@ def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool)
         state = table.state()
         target, unknown = target_schema(df_schema, state.schema, level)
     chunk_rows = int(option(options, "chunkRows") or 0)
+    maintain = _flag(options, "autoCompact", default=True)
     opts = table.write_options
     # One sorted run per task where memory allows (runs stay bounded by `chunk_bytes`): fewer,
     # larger runs make reads zip fewer key spaces and cut read partitions at run starts.
     opts = replace(opts, chunk_rows=chunk_rows or max(opts.chunk_rows, SPARK_CHUNK_ROWS))
-    return ConchWriter(loc, level, target, overwrite, opts, state.seq)
+    return ConchWriter(loc, level, target, overwrite, opts, state.seq, maintain)
+
+
+def _flag(options: dict[str, str], name: str, default: bool) -> bool:
+    raw = option(options, name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise ConchError(f"option {name} must be true or false, got {raw!r}")
+    return raw.lower() == "true"
 
 
 def _create(loc: Location, df_schema: pa.Schema, keys: tuple[str, ...]) -> Any:
@@ -230,7 +243,14 @@ class ConchWriter(DataSourceArrowWriter):
     """Pickled to every task and to the commit worker; holds only options and the target schema."""
 
     def __init__(
-        self, loc: Location, level: str, target: pa.Schema, overwrite: bool, opts: WriteOptions, base_seq: int = -1
+        self,
+        loc: Location,
+        level: str,
+        target: pa.Schema,
+        overwrite: bool,
+        opts: WriteOptions,
+        base_seq: int = -1,
+        maintain: bool = True,
     ) -> None:
         self.job = new_id()  # names this job's files: abort() finds tasks' files it has no message for
         # Before any task wrote a file: a vacuum with a later cutoff conflicts with the commit.
@@ -241,6 +261,7 @@ class ConchWriter(DataSourceArrowWriter):
         self.target = target
         self.overwrite = overwrite
         self.opts = opts
+        self.maintain = maintain  # option autoCompact
 
     def write(self, iterator: Any) -> ConchCommitMessage:
         from pyspark import TaskContext
@@ -302,7 +323,7 @@ class ConchWriter(DataSourceArrowWriter):
             txn = staged.transaction(
                 kind, f"{summary} {kind}: {what} from {len(done)} tasks", rows=rows, **(extra or {})
             )
-            table.commit(txn)
+            table.commit(txn, maintain=self.maintain)
         except CommitStateUnknownError:
             raise  # the entry may be in the log: its files must stay
         except BaseException:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from conch.files.storage.base import FileInfo, new_id
 
@@ -69,6 +72,17 @@ class LocalRangeReader:
 
 class LocalStorage:
     """Files under one local directory (`connect("dir")`, `connect("file:///dir")`)."""
+
+    @staticmethod
+    def writeback(fd: int, offset: int, length: int) -> None:
+        """Start writing a range of a scratch file being written (`staged`) to disk, without
+        waiting: the scratch file becomes the stored file, so the commit's fsync then waits only
+        for what was written since (a 160 MB file written in 3 MB parts, a hint every 4 MB: fsync
+        86-112 ms -> 3 ms, the whole write + fsync 0.22-0.27 s -> 0.17-0.18 s; issue 33).
+        A hint (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`): nothing elsewhere, and never
+        what makes the file durable."""
+        if _sync_file_range is not None:
+            _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
@@ -196,6 +210,20 @@ class LocalStorage:
         shutil.rmtree(self._path(prefix), ignore_errors=True)
 
 
+def _libc_sync_file_range() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        f = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    f.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    f.restype = ctypes.c_int
+    return f
+
+
+_sync_file_range = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of dirty pages, do not wait
 _SYNC_THREADS = 8
 _sync_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool)
 
