@@ -308,7 +308,9 @@ class Stream:
                 continue
             idx = None if (a, b) == (mask.lo, mask.hi) else mask.to_fragment_rows(np.arange(a, b))
             # a small run (an LSM tree's append or fold) read whole stays decoded across scans
-            t = None if ordinal or dicts else self.ctx.small(u.group, fr, schema, only_cached=idx is not None)
+            # (not under a filter: the Vortex scan applies it, `_passing` filters decoded runs itself)
+            plain = not ordinal and not dicts and self.filter_expr is None
+            t = self.ctx.small(u.group, fr, schema, only_cached=idx is not None) if plain else None
             if t is not None:
                 for batch in (t if idx is None else t.take(pa.array(idx))).to_batches():
                     yield mask.lo, batch
