@@ -54,6 +54,10 @@ class DecodedCache:
             self._bytes -= old.nbytes
 
 
+def _fixed_width(t: pa.DataType) -> bool:
+    return pa.types.is_primitive(t) or pa.types.is_decimal(t)
+
+
 def file_schema(cols: Sequence[Column]) -> pa.Schema:
     """The Vortex file columns holding `cols`."""
     return pa.schema([pa.field(column_name(c.id), c.type) for c in cols])
@@ -62,8 +66,13 @@ def file_schema(cols: Sequence[Column]) -> pa.Schema:
 class ScanContext:
     """The plan, the I/O handles, the options and the metrics of one run of a scan."""
 
-    def __init__(self, plan: ScanPlan, fmt: FragmentFormat, key_cache: KeyCache, options: ScanOptions) -> None:
+    def __init__(
+        self, plan: ScanPlan, fmt: FragmentFormat, key_cache: KeyCache, options: ScanOptions, admit: bool = True
+    ) -> None:
         self.plan = plan
+        # whether small runs read whole are kept decoded (`small`): not by a compaction's reads,
+        # whose inputs are about to be replaced
+        self.admit = admit
         self.format = fmt
         self.key_cache = key_cache
         self.options = options
@@ -71,6 +80,7 @@ class ScanContext:
         self.metrics = ScanMetrics(pruned=dict(plan.pruned))
         self.decoded = DecodedCache(options.cache_bytes)
         self._seen: set[str] = set()  # fragments counted as considered
+        self._fixed: dict[str, list[tuple[Column, str, int, str]]] = {}  # per group (`small`)
         # the key cache's admission (`KeyCache.fits`), decided once for the scan's key spaces
         keep = key_cache.fits(plan.key_spaces, plan.key_fields)
         self._keys = CountedKeys(key_cache, fmt, self.metrics.add_key_bytes_read, keep)
@@ -127,7 +137,21 @@ class ScanContext:
     def read_many(self, group: str, parts: Sequence[tuple[Fragment, np.ndarray]], schema: pa.Schema) -> pa.Table:
         """Columns `schema` at the sorted fragment rows of several fragments, concatenated in
         order, counted: a take over many fragments builds one Arrow array per column
-        (`VortexFormat.read_many`), not one per fragment plus a concatenation."""
+        (`VortexFormat.read_many`), not one per fragment plus a concatenation. Small runs are
+        taken from their decoded columns (`small`), without a Vortex read."""
+        decoded = [self.small(group, fr, schema) for fr, _ in parts]
+        if any(t is not None for t in decoded):
+            pieces = []
+            for is_small, run in itertools.groupby(zip(parts, decoded, strict=True), key=lambda p: p[1] is not None):
+                got = list(run)
+                if is_small:
+                    pieces += [t.take(pa.array(rows)) for (_, rows), t in got if t is not None]
+                else:
+                    pieces.append(self._read_many(group, [p for p, _ in got], schema))
+            return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        return self._read_many(group, parts, schema)
+
+    def _read_many(self, group: str, parts: Sequence[tuple[Fragment, np.ndarray]], schema: pa.Schema) -> pa.Table:
         gm = self.group(group)
         tables = []
         for blob_ids, run in itertools.groupby(parts, key=lambda p: p[0].blob_columns):
@@ -143,12 +167,48 @@ class ScanContext:
         gm.fragments_read += len(parts)
         return t
 
+    def small(self, group: str, fr: Fragment, schema: pa.Schema, only_cached: bool = False) -> pa.Table | None:
+        """Columns `schema` of all of `fr`'s rows if `fr` is a small run, else None. A small run's
+        fixed-width columns (all it holds, whatever `schema` asks) fit one entry of the format's
+        hot cache (`FragmentFormat.hot`): they are decoded whole once and kept across scans. An
+        LSM tree being written is a large run plus many small ones (appends, their folds, partial
+        upserts) that every scan reads; a Vortex scan's fixed cost per file (~0.3-1 ms: its
+        threads, its set-up) would be most of what they cost, and the projections of one query
+        (the filter's column, then the others at the passing rows) share one entry. With
+        `only_cached`, None unless the entry is there (a scan reading a few rows of it)."""
+        if fr.blob_columns or self._refs(schema):
+            return None
+        cols = self._fixed.get(group)
+        if cols is None:  # (column, file name, bytes per cell, cache label) of the group's fixed-width ones
+            cols = [
+                (c, column_name(c.id), max(1, c.type.bit_width // 8), f"{column_name(c.id)} {c.type}")
+                for c in self.plan.schema.columns_of(self.plan.level, group)
+                if _fixed_width(c.type)
+            ]
+            self._fixed[group] = cols
+        ids = set(fr.column_ids)
+        held = [h for h in cols if h[0].id in ids]
+        names = [h[1] for h in held]
+        if not set(schema.names) <= set(names) or fr.rows * sum(h[2] for h in held) > self.format.hot.entry_bytes:
+            return None
+        key = (fr.path + fr.mask, ("small", *(h[3] for h in held)))
+        t = self.format.hot.get(key)
+        if t is None:
+            if only_cached or not self.admit:
+                return None
+            t = self.read(group, fr, file_schema([h[0] for h in held])).combine_chunks()
+            self.format.hot.put(key, t)
+        return t if t.schema.names == schema.names else t.select(schema.names)
+
     def read_decoded(self, group: str, fr: Fragment, schema: pa.Schema) -> pa.Table:
         """Columns `schema` of all of `fr`'s rows, decoded once per scan (the scan's decoded
         cache): for a fragment read again and again (by several units, segments or takes).
         Keyed by file and mask: fragments sharing a file differ by mask. A fragment small enough
         stays decoded across scans (`FragmentFormat.hot`): the small runs of an LSM tree being
         written are read whole by every scan of it (`overlay.py`)."""
+        t = self.small(group, fr, schema)
+        if t is not None:
+            return t
         hot_key = self.decoded_key(fr, schema)
         t = self.format.hot.get(hot_key)
         if t is not None:
@@ -205,14 +265,16 @@ class ScanContext:
         columns `schema` (`names`: column path → file column) decoded whole and kept decoded
         across scans by the format (`FragmentFormat.hot`, for fragments small enough): a small
         fragment filtered again and again costs no Vortex scan. Returns the rows and the columns."""
-        key = (
-            fr.path + fr.mask,
-            (*schema.names, *sorted(self._refs(schema)), str(self._ref_min)),
-        )  # refs: another read
-        t = self.format.hot.get(key)
+        t = self.small(group, fr, schema)
         if t is None:
-            t = self.read(group, fr, schema).combine_chunks()
-            self.format.hot.put(key, t)
+            key = (
+                fr.path + fr.mask,
+                (*schema.names, *sorted(self._refs(schema)), str(self._ref_min)),
+            )  # refs: another read
+            t = self.format.hot.get(key)
+            if t is None:
+                t = self.read(group, fr, schema).combine_chunks()
+                self.format.hot.put(key, t)
         gm = self.group(group)
         gm.fragments_filtered += 1
         gm.rows_filtered += t.num_rows

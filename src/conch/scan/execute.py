@@ -38,7 +38,7 @@ from conch.scan.merge import merge
 from conch.scan.pick import picked
 from conch.scan.rowmask import row_mask
 from conch.scan.stream import streamed
-from conch.scan.take import batch_rows, gather, plan_sharing, take_rows
+from conch.scan.take import batch_rows, gather, plan_sharing, prefetch, take_rows
 
 
 def execute(ctx: ScanContext) -> Iterator[pa.RecordBatch]:
@@ -78,8 +78,9 @@ def execute(ctx: ScanContext) -> Iterator[pa.RecordBatch]:
     emitted = False
     for start in range(0, len(positions), step):
         arrays: dict[int, pa.Array] = {}
+        pre = prefetch(ctx, units, out[start : start + step]) if len(units) > 1 else None
         for u in units:
-            arrays.update(gather(ctx, u, out[start : start + step]))
+            arrays.update(gather(ctx, u, out[start : start + step], pre))
         batch = assemble(schema, take_rows(keys, positions[start : start + step]), plan.columns, arrays)
         ctx.metrics.rows_out += batch.num_rows
         ctx.metrics.bytes_out += batch.nbytes

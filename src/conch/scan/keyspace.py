@@ -16,6 +16,7 @@ Key predicates select rows of each run by binary search (runs are sorted), not b
 from __future__ import annotations
 
 import bisect
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -196,7 +197,14 @@ def decode_numeric(encoded: pa.BinaryArray, t: pa.DataType) -> np.ndarray:
 
 def numeric_bound(encoded: bytes, fields: list[pa.Field]) -> Any:
     """A full one-column numeric key's encoding as the value numpy compares (timestamps: int64)."""
-    arr = pa.array([decode_key(encoded, fields)[0]], fields[0].type)
+    return _bound(encoded, tuple(fields))
+
+
+@functools.lru_cache(maxsize=4096)
+def _bound(encoded: bytes, fields: tuple[pa.Field, ...]) -> Any:
+    # memoised: a scan cuts its segments at every base run's first key (20+ runs of an LSM tree
+    # being written), and decoding one key costs ~0.1 ms
+    arr = pa.array([decode_key(encoded, list(fields))[0]], fields[0].type)
     if pa.types.is_timestamp(arr.type):
         arr = arr.cast(pa.int64())
     return arr.to_numpy(zero_copy_only=False)[0]

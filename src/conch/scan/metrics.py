@@ -33,6 +33,7 @@ class ScanMetrics:
     keys_merged: int = 0
     keys_out: int = 0
     merge: str = ""
+    segments: int = 0  # the streamed path's segments (`conch.scan.segments`); 0: another path
     fragments_considered: int = 0
     fragments_read: int = 0
     fragments_pruned_by_stats: int = 0

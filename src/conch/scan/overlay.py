@@ -50,8 +50,8 @@ class OverlayKeys:
     rows: list[np.ndarray]  # per small run: its selected rows (a key predicate may exclude some)
     name: str = ""  # its name in the key cache, where it is kept across scans ("": not kept)
 
-    @property
-    def inserted(self) -> int:
+    @functools.cached_property
+    def inserted(self) -> int:  # asked per segment per scan of an overlay kept across scans
         return int(len(self.hit) - self.hit.sum())
 
     @property
@@ -256,7 +256,8 @@ def overlay_values(
     # each run gives only the cells shown (a take of a few keys decodes and copies no more of
     # the small runs than those; a run showing none is not read), then one take aligns them
     shown = np.flatnonzero(wins)
-    order = shown[np.argsort(best[shown], kind="stable")]  # by run, ascending keys within one
+    # by run, ascending keys within one (a radix sort where run numbers fit 16 bits)
+    order = shown[np.argsort(best[shown].astype(np.int16 if len(runs) < 1 << 15 else np.int64), kind="stable")]
     cuts = np.searchsorted(best[order], np.arange(len(runs) + 1), "left")
     pieces = []
     idx = np.empty(n, dtype=np.int64)
@@ -305,10 +306,11 @@ def laid_over(base: pa.Array | None, from_base: np.ndarray, values: OverlayColum
         idx[from_base] = np.arange(len(base), dtype=np.int64)
         off = len(base)
     from_values = ~from_base & (js >= 0) if values is not None else np.zeros(n, dtype=bool)
-    if values is not None:
-        parts.append(values.array)
-        idx[from_values] = off + js[from_values]
-        off += len(values.array)
+    if values is not None:  # only the cells taken: U may hold every key of the absorbed runs
+        picked = js[from_values]
+        parts.append(values.array.take(pa.array(picked)))
+        idx[from_values] = off + np.arange(len(picked))
+        off += len(picked)
     rest = ~from_base & ~from_values
     if rest.any():
         typ = base.type if base is not None else values.array.type if values is not None else None

@@ -79,7 +79,7 @@ def overlaid_take(st: StreamLike, s: Any) -> Iterator[pa.RecordBatch]:
         per_row += sum(f.bytes for f in frs) / max(1, sum(f.rows for f in frs))
     opts = ctx.options
     step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
-    for rows, touched, own_cols in passing:
+    for rows, touched, own_cols in _coalesced(passing, step):
         for a in range(0, len(rows), step):
             if st.left <= 0:
                 return
@@ -107,6 +107,31 @@ def overlaid_take(st: StreamLike, s: Any) -> Iterator[pa.RecordBatch]:
                             base = base if keep is None else base.filter(keep)
                         cols[c.id] = laid_over(base, from_base, values[0][j] if values is not None else None, js)
             yield st._emit(s, _keys_at(st, s, r, js), cols)
+
+
+def _coalesced(
+    parts: Iterator[tuple[np.ndarray, np.ndarray, dict[int, Any]]], step: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, dict[int, Any]]]:
+    """`parts` joined up to `step` rows: a selective filter passes a few rows per Vortex batch of
+    the base, and each output batch takes the other units' cells in one read (a Vortex read has
+    a fixed cost), not one per base batch."""
+    held: list[tuple[np.ndarray, np.ndarray, dict[int, Any]]] = []
+    n = 0
+
+    def joined() -> tuple[np.ndarray, np.ndarray, dict[int, Any]]:
+        if len(held) == 1:
+            return held[0]
+        cols = {k: pa.concat_arrays([_one(h[2][k]) for h in held]) for k in held[0][2]}
+        return np.concatenate([h[0] for h in held]), np.concatenate([h[1] for h in held]), cols
+
+    for part in parts:
+        if n and n + len(part[0]) > step:
+            yield joined()
+            held, n = [], 0
+        held.append(part)
+        n += len(part[0])
+    if held:
+        yield joined()
 
 
 def _passing(

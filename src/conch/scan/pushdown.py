@@ -362,3 +362,16 @@ def _(e: IsIn, frs: Sequence[Fragment], stats: StatsCache, column: Columns) -> n
         res = pc.and_kleene(pc.less_equal(lo, lit), pc.greater_equal(hi, lit))
         out |= np.asarray(pc.fill_null(res, True).to_numpy(zero_copy_only=False), dtype=bool)
     return out & ~((nulls >= 0) & (nulls == _rows(frs)))
+
+
+def prune(e: Expr, frs: Sequence[Sequence[Fragment]], stats: StatsCache, schema: Schema) -> list[list[Fragment]]:
+    """Each list of `frs` without the fragments whose statistics prove `e` false, in one
+    vectorised `may_match_many` over them all."""
+    flat = [f for part in frs for f in part]
+    may = may_match_many(e, flat, stats, lambda p: (schema.column(p).id, schema.column(p).type))
+    out, at = [], 0
+    for part in frs:
+        ok = may[at : at + len(part)]
+        at += len(part)
+        out.append([f for f, keep in zip(part, ok, strict=True) if keep])
+    return out

@@ -23,7 +23,6 @@ runs: merge → locate → row mask → take → assemble).
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,11 +39,12 @@ from conch.model.schema import Column
 from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
-from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
+from conch.scan.keyspace import numeric_key, selected_rows
 from conch.scan.overlay import OverlayCells, OverlayColumn, OverlayKeys, Window, member, overlay_values, placed, splice
 from conch.scan.overtake import overlaid_take
-from conch.scan.pushdown import may_match_many
+from conch.scan.pushdown import prune
 from conch.scan.rowmask import vortex_expr
+from conch.scan.segments import segments_of
 from conch.scan.take import one_array, take_rows
 
 
@@ -95,8 +95,13 @@ def streamed(ctx: ScanContext) -> Stream | None:
     groups: dict[tuple[str, str, int], list[int]] = {}
     for i, ks in enumerate(plan.key_spaces):
         groups.setdefault((ks.min_key, ks.max_key, ks.rows), []).append(i)
-    segs = _segments(ctx, groups)
+    segs = segments_of(ctx, groups)
     if segs is None:
+        return None
+    if isinstance(plan.key_predicate, KeySet) and len(segs) > 1:
+        # a take over several base runs (appends, folds: an LSM tree being written) pays this
+        # path's fixed cost per segment; the general path finds each key's run from the cached
+        # keys and reads each fragment once (50 keys over 20 runs: 4 ms against 13 ms)
         return None
     expr = None
     if plan.filter is not None:
@@ -114,60 +119,24 @@ def streamed(ctx: ScanContext) -> Stream | None:
         seg = _segment(ctx, base, small, ranges, by_ks)
         if seg is None:
             return None
-        if seg.hi > seg.lo:
-            segments.append(seg)
+        segments.append(seg)
+    if plan.filter is not None:
+        # fragments whose statistics prove the filter false are not opened: one vectorised pass
+        # over every segment's filter unit (an LSM tree being written has 20+ segments)
+        units = [s.units[0] for s in segments]
+        kept = prune(plan.filter, [u.fragments for u in units], ctx.stats, plan.schema)
+        for u, frs in zip(units, kept, strict=True):
+            if len(frs) < len(u.fragments):
+                ctx.pruned(u.group, len(u.fragments) - len(frs))
+                u.fragments = frs
+    segments = [s for s in segments if s.hi > s.lo]
     m = ctx.metrics
     m.key_spaces = len(plan.key_spaces)
     m.keys_merged = sum(ks.rows for ks in plan.key_spaces)
     m.keys_out = sum(_out(s) for s in segments)
     m.merge = "zip (streamed)"
+    m.segments = len(segments)
     return Stream(ctx, segments, expr)
-
-
-def _segments(
-    ctx: ScanContext, groups: dict[tuple[str, str, int], list[int]]
-) -> list[tuple[list[int], list[int], dict[int, tuple[int, int]]]] | None:
-    """(base key spaces, small runs, small-run row ranges) per segment, in key order; None when
-    small runs exist but the keys are not numeric (the general merge).
-
-    Bases are the largest key sets whose spans do not overlap one another (greedy, largest
-    first); every other key space is a small run. Segment j covers the keys from its base's first
-    key to the next base's first key (the first and last segments are open-ended), so a small run
-    spanning several bases (an upsert of keys all over a table written in many chunks) is cut by
-    row ranges among them: each segment overlays only its slice, and no segment ever holds more
-    than its base's keys plus its slice of the small runs.
-    """
-    plan = ctx.plan
-    mins: list[str] = []  # chosen bases' spans, sorted and disjoint
-    maxes: list[str] = []
-    bases: list[tuple[str, str, int]] = []
-    small: list[int] = []
-    for g in sorted(groups, key=lambda g: (-g[2], g[0])):
-        i = bisect.bisect_right(mins, g[1])
-        if i > 0 and maxes[i - 1] >= g[0]:
-            small.extend(groups[g])
-            continue
-        mins.insert(i, g[0])
-        maxes.insert(i, g[1])
-        bases.append(g)
-    bases.sort()
-    if not small:
-        return [(groups[b], [], {}) for b in bases]
-    fields = plan.key_fields
-    if not numeric_key(fields):
-        return None
-    keys_of = ctx.keys()
-    cuts = np.array([numeric_bound(bytes.fromhex(b[0]), fields) for b in bases[1:]])
-    per_seg: list[tuple[list[int], dict[int, tuple[int, int]]]] = [([], {}) for _ in bases]
-    for i in sorted(small):
-        num = keys_of.numeric(plan.key_spaces[i], fields)
-        edges = np.r_[0, np.searchsorted(num, cuts, "left"), len(num)] if len(cuts) else np.array([0, len(num)])
-        for j in range(len(bases)):
-            a, b = int(edges[j]), int(edges[j + 1])
-            if b > a:
-                per_seg[j][0].append(i)
-                per_seg[j][1][i] = (a, b)
-    return [(groups[b], runs, ranges) for b, (runs, ranges) in zip(bases, per_seg, strict=True)]
 
 
 def _segment(
@@ -258,15 +227,7 @@ def _segment(
             return None
         if not all(ctx.has_column(u.group, f, ORDINAL) for f in u.fragments):
             return None
-        # fragments whose statistics prove the filter false are not opened
-        schema = plan.schema
-        may = may_match_many(
-            plan.filter, u.fragments, ctx.stats, lambda p: (schema.column(p).id, schema.column(p).type)
-        )
-        if not may.all():
-            ctx.pruned(u.group, int((~may).sum()))
-            u.fragments = [f for f, ok in zip(u.fragments, may, strict=True) if ok]
-        # the filter's unit first: `Stream._taken` filters it and takes the others' cells
+        # the filter's unit first (its fragments pruned by statistics: `_prune`): `Stream._taken` filters it and takes the others' cells
         return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov)
     keyset = rows if isinstance(plan.key_predicate, KeySet) else None
     return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset)
@@ -285,6 +246,13 @@ def _compactable(t: pa.DataType) -> bool:
 def _compact(t: pa.DataType) -> pa.DataType | None:
     """The compact type of a column (`ScanOptions.compact_types`); None: a string (per fragment)."""
     return pa.decimal64(t.precision, t.scale) if isinstance(t, pa.Decimal128Type) else None
+
+
+def _tail(ov: OverlayKeys, hi: int) -> int:
+    """The first key of U past base row `hi` - 1 with none after it held by the base (then
+    `Stream._trailing` emits them), or len(U)."""
+    j = int(np.searchsorted(ov.ins, hi, "left"))
+    return j if not ov.hit[j:].any() else len(ov.ins)
 
 
 def _out(s: _Segment) -> int:
@@ -339,6 +307,14 @@ class Stream:
             if a >= b:
                 continue
             idx = None if (a, b) == (mask.lo, mask.hi) else mask.to_fragment_rows(np.arange(a, b))
+            # a small run (an LSM tree's append or fold) read whole stays decoded across scans
+            # (not under a filter: the Vortex scan applies it, `_passing` filters decoded runs itself)
+            plain = not ordinal and not dicts and self.filter_expr is None
+            t = self.ctx.small(u.group, fr, schema, only_cached=idx is not None) if plain else None
+            if t is not None:
+                for batch in (t if idx is None else t.take(pa.array(idx))).to_batches():
+                    yield mask.lo, batch
+                continue
             fs = self._compact_schema(fr, schema) if dicts else schema
             for batch in self.ctx.stream(u.group, fr, fs, idx, self.filter_expr, ordinal):
                 yield mask.lo, batch
@@ -513,28 +489,47 @@ class Stream:
             yield self._emit(s, keys, cols)
 
     def _zipped(self, s: _Segment) -> Iterator[pa.RecordBatch]:
-        its = [iter(self._unit_batches(s, u, ordinal=False)) for u in s.units]
+        # units holding their base cells in the same fragments (a partial upsert splits a group's
+        # columns into units by the small runs holding them) share one read of those fragments
+        reads: dict[tuple[str, bool, tuple[str, ...]], list[int]] = {}
+        for i, u in enumerate(s.units):
+            reads.setdefault((u.group, u.null_base, tuple(f.id for f in u.fragments)), []).append(i)
+        its = []
+        at: list[tuple[int, list[int]]] = [(0, [])] * len(s.units)  # per unit: its read, its columns there
+        for r, members in enumerate(reads.values()):
+            first = s.units[members[0]]
+            held = [c for i in members for c in s.units[i].columns]
+            read = _StreamUnit(first.group, held, first.fragments, first.null_base)
+            its.append(iter(self._unit_batches(s, read, ordinal=False)))
+            k = 0
+            for i in members:
+                n_cols = len(s.units[i].columns)
+                at[i] = (r, list(range(k, k + n_cols)))
+                k += n_cols
         pending: list[pa.RecordBatch | None] = [None] * len(its)
         pos = s.lo
         ov = s.overlay
         keys = OverlayColumn.of(ov.keys.column(0)) if ov is not None else None
+        tail = _tail(ov, s.hi) if ov is not None else 0
         while pos < s.hi and self.left > 0:
             for i, it in enumerate(its):
                 p = pending[i]
                 if p is None or p.num_rows == 0:
                     pending[i] = next(it)[1]
             n = min(self.left, s.hi - pos, 1 << 16, *(p.num_rows for p in pending if p is not None))
-            win = ov.window(pos, pos + n, pos + n >= s.hi) if ov is not None else None
+            win = ov.window(pos, pos + n, pos + n >= s.hi and tail == len(ov.ins)) if ov is not None else None
             cols: dict[int, pa.Array] = {}
-            for i, u in enumerate(s.units):
-                p = pending[i]
+            got = []
+            for i, p in enumerate(pending):
                 assert p is not None
-                here = p.slice(0, n)
+                got.append(p.slice(0, n))
+                pending[i] = p.slice(n)
+            for u, (r, js) in zip(s.units, at, strict=True):
+                here = got[r] if len(js) == got[r].num_columns else got[r].select(js)
                 if win is None:
                     cols.update((c.id, here.column(j)) for j, c in enumerate(u.columns))
                 else:
                     cols.update(self._overlaid(s, u, win, here))
-                pending[i] = p.slice(n)
             if ov is None and not self.ctx.options.with_keys:
                 yield self._emit(s, self._no_keys, cols, n)
                 pos += n
@@ -549,6 +544,26 @@ class Stream:
                 cols = {k: v.slice(0, self.left) for k, v in cols.items()}
             yield self._emit(s, key_part, cols)
             pos += n
+        if ov is not None and tail < len(ov.ins):
+            yield from self._trailing(s, tail)
+
+    def _trailing(self, s: _Segment, j: int) -> Iterator[pa.RecordBatch]:
+        """Keys of U from `j` on, all past the segment's last base row (appends after the large
+        run, the usual shape of an LSM tree being written): slices of the overlay's cells, kept
+        across scans, with no splice into a base batch."""
+        ov = s.overlay
+        assert ov is not None
+        while j < len(ov.ins) and self.left > 0:
+            m = min(1 << 16, len(ov.ins) - j, self.left)
+            cols: dict[int, pa.Array] = {}
+            for u in s.units:
+                if u.overlay:
+                    values = self._values(s, u)[0]
+                    cols.update((c.id, values[k].array.slice(j, m)) for k, c in enumerate(u.columns))
+                else:  # no small run holds these columns: nulls (`_overlaid`'s inserted keys)
+                    cols.update((c.id, pa.nulls(m, c.type)) for c in u.columns)
+            yield self._emit(s, ov.keys.slice(j, m), cols)
+            j += m
 
     def _overlaid(self, s: _Segment, u: _StreamUnit, win: Window, batch: pa.RecordBatch) -> dict[int, pa.Array]:
         """`u`'s columns of `batch` (base rows of window `win`) with the small runs' keys and

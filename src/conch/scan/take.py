@@ -20,9 +20,46 @@ from conch.files.manifest import Fragment
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.locate import ReadUnit
 
+# fragment id → (fragment rows, ascending; their cells; the units (by id) they were read for)
+Prefetched = dict[str, tuple[np.ndarray, pa.Table, set[int]]]
 
-def gather(ctx: ScanContext, unit: ReadUnit, positions: np.ndarray) -> dict[int, pa.Array]:
-    """Fresh values of a unit's columns at output key `positions` (sorted), in that order."""
+
+def prefetch(ctx: ScanContext, units: list[ReadUnit], positions: np.ndarray) -> Prefetched:
+    """One read of each fragment that several units take rows from at output `positions`, of
+    the union of their rows and columns. A partial upsert splits one group's columns into units
+    by the runs holding them, and each unit took its rows from the large run in a Vortex read
+    of its own (a fixed cost each: a 50-key take read the large run twice)."""
+    want: dict[str, list[tuple[ReadUnit, np.ndarray]]] = {}
+    frags: dict[str, Fragment] = {}
+    for u in units:
+        if u.resident is not None:
+            continue
+        schema = file_schema(u.columns)
+        fk, rk = u.frag[positions], u.row[positions]
+        for f, sel in split_by(fk):
+            fr = u.fragments[f] if f >= 0 else None
+            if fr is None or f in u.shared or len(sel) == fr.rows or ctx.hot(fr, schema) is not None:
+                continue
+            if ctx.small(u.group, fr, schema) is not None:  # decoded whole and kept: no read to share
+                continue
+            want.setdefault(fr.id, []).append((u, rk[sel]))
+            frags[fr.id] = fr
+    out: Prefetched = {}
+    for fid, takes in want.items():
+        if len(takes) < 2:
+            continue
+        rows = np.unique(np.concatenate([r for _, r in takes]))
+        cols = list({c.id: c for u, _ in takes for c in u.columns}.values())
+        got = ctx.read_many(takes[0][0].group, [(frags[fid], rows)], file_schema(cols))
+        out[fid] = (rows, got, {id(u) for u, _ in takes})
+    return out
+
+
+def gather(
+    ctx: ScanContext, unit: ReadUnit, positions: np.ndarray, prefetched: Prefetched | None = None
+) -> dict[int, pa.Array]:
+    """Fresh values of a unit's columns at output key `positions` (sorted), in that order
+    (`prefetched`: fragments read once for several units, `prefetch`)."""
     fk, rk = unit.frag[positions], unit.row[positions]
     schema = file_schema(unit.columns)
     if unit.resident is not None and unit.base is not None:
@@ -40,8 +77,12 @@ def gather(ctx: ScanContext, unit: ReadUnit, positions: np.ndarray) -> dict[int,
             continue
         fr = unit.fragments[f]
         rows = rk[sel]
-        hot = ctx.hot(fr, schema)
-        if hot is not None:  # a small run kept decoded across scans
+        pre = prefetched.get(fr.id) if prefetched else None
+        pre = pre if pre is not None and id(unit) in pre[2] else None
+        hot = ctx.hot(fr, schema) if pre is None else None
+        if pre is not None:
+            t = pre[1].select(schema.names).take(pa.array(np.searchsorted(pre[0], rows)))
+        elif hot is not None:  # a small run kept decoded across scans
             t = take_rows(hot, rows)
         elif len(rows) == fr.rows:
             t = ctx.read(unit.group, fr, schema)

@@ -293,7 +293,7 @@ def _fresh_batches(
     if within is not None:
         plan = narrow(plan, within)
     scan = blobcopy.ref_options(scan, plan, view)
-    for b in run_scan(ScanContext(plan, fmt, key_cache, scan)):
+    for b in run_scan(ScanContext(plan, fmt, key_cache, scan, admit=False)):
         if b.num_rows:
             yield blobcopy.as_sources(_flatten(pa.Table.from_batches([b]), view.schema, level), plan, scan)
 
