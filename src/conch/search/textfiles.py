@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,19 +86,9 @@ def build_file(
 ) -> AddIndexFile | None:
     """Write a run's text index file from `(keys, texts)` batches (nulls skipped)."""
     keys: list[pa.Table] = []
-    rows = 0
-
-    def docs() -> Iterable[tuple[int, str]]:
-        nonlocal rows
-        for key_table, texts in batches:
-            for i, text in enumerate(texts.to_pylist()):
-                if text is not None:
-                    yield rows + i, text
-            rows += key_table.num_rows
-            keys.append(key_table)
-
     with tempfile.TemporaryDirectory(prefix="conch-text-") as tmp:
-        write_index(tmp, run, docs())
+        write_index(tmp, run, _documents(batches, keys))
+        rows = sum(k.num_rows for k in keys)
         if not rows:
             return None
         data = encode(tmp, pa.concat_tables(keys).combine_chunks())
@@ -106,6 +96,18 @@ def build_file(
     path = f"{table_id}/idx/{fid}.ctx"
     storage.write(path, data)
     return AddIndexFile(IndexFile(fid, index, run, path, rows, frs, len(data), digest(data)))
+
+
+def _documents(batches: Iterable[tuple[pa.Table, pa.Array]], keys: list[pa.Table]) -> Iterator[tuple[int, str]]:
+    """`(row, text)` documents of `(keys, texts)` batches, rows counted over all of them (a null
+    text is no document but keeps its row); each batch's keys are appended to `keys` as it is read."""
+    rows = 0
+    for key_table, texts in batches:
+        for i, text in enumerate(texts.to_pylist()):
+            if text is not None:
+                yield rows + i, text
+        rows += key_table.num_rows
+        keys.append(key_table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,17 +204,7 @@ def _indexed(directory: str, run: str, batches: Iterable[tuple[pa.Table, pa.Arra
     """`(keys, texts)` batches indexed in `directory` as a part (nulls skipped, rows kept)."""
     os.makedirs(directory, exist_ok=True)
     keys: list[pa.Table] = []
-
-    def docs() -> Iterable[tuple[int, str]]:
-        rows = 0
-        for key_table, texts in batches:
-            for i, text in enumerate(texts.to_pylist()):
-                if text is not None:
-                    yield rows + i, text
-            rows += key_table.num_rows
-            keys.append(key_table)
-
-    write_index(directory, run, docs())
+    write_index(directory, run, _documents(batches, keys))
     return _part(directory, run, pa.concat_tables(keys).combine_chunks() if keys else None)
 
 
