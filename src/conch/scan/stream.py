@@ -384,25 +384,28 @@ class Stream:
                 cols = {c.id: batch.column(i) for i, c in enumerate(u.columns)}
                 yield self._emit(s, self._no_keys, cols, batch.num_rows)
             return
-        for start, batch in self._unit_batches(s, u, ordinal=True):
+        # `_passing`: a run small enough to stay decoded (an LSM tree's append, its own segment)
+        # is filtered in Arrow over its cached columns, with no Vortex scan opened per scan
+        for rows, cols in self._passing(s, u, u.columns):
             if self.left <= 0:
                 return
-            rows = batch.column(batch.num_columns - 1).to_numpy().astype(np.int64) + start
             if len(dead) and len(rows):
                 keep = ~member(rows, dead)
-                rows, batch = rows[keep], batch.filter(pa.array(keep))
+                rows, cols = rows[keep], {k: col.filter(pa.array(keep)) for k, col in cols.items()}
             if ov is not None and len(rows):
                 upto = done + int(np.searchsorted(ov.ins[ov_rows[done:]], rows[-1], "right"))
-                yield from self._merged(s, u, rows, batch, ov_rows[done:upto])
+                yield from self._merged(s, u, rows, cols, ov_rows[done:upto])
                 done = upto
                 continue
+            if not len(rows):
+                continue
             if len(rows) > self.left:
-                rows, batch = rows[: self.left], batch.slice(0, self.left)
-            cols = {c.id: batch.column(i) for i, c in enumerate(u.columns)}
+                rows, cols = rows[: self.left], {k: col.slice(0, self.left) for k, col in cols.items()}
             yield self._emit(s, take_rows(self._keys(s), rows), cols)
         if ov is not None and done < len(ov_rows) and self.left > 0:
-            schema = file_schema(u.columns).append(pa.field(ORDINAL, pa.uint32()))
-            yield from self._merged(s, u, np.zeros(0, dtype=np.int64), schema.empty_table(), ov_rows[done:])
+            empty = file_schema(u.columns).empty_table()
+            cols = {c.id: empty.column(j).combine_chunks() for j, c in enumerate(u.columns)}
+            yield from self._merged(s, u, np.zeros(0, dtype=np.int64), cols, ov_rows[done:])
 
     def _taken(self, s: _Segment) -> Iterator[pa.RecordBatch]:
         """A filter in one unit, columns of others (spec/001: filter the metadata group, project
@@ -470,9 +473,9 @@ class Stream:
                 yield rows, {c.id: batch.column(j) for j, c in enumerate(own)}
 
     def _merged(
-        self, s: _Segment, u: _StreamUnit, rows: np.ndarray, batch: Any, js: np.ndarray
+        self, s: _Segment, u: _StreamUnit, rows: np.ndarray, base: dict[int, Any], js: np.ndarray
     ) -> Iterator[pa.RecordBatch]:
-        """Base rows `rows` (their columns in `batch`) and overlay keys `js` that passed the
+        """Base rows `rows` (their columns in `base`, by column id) and overlay keys `js` that passed the
         filter, in key order: a key of U goes before the base row at its insertion point."""
         ov = s.overlay
         assert ov is not None and u.values is not None
@@ -482,7 +485,7 @@ class Stream:
         cols = {}
         for j, c in enumerate(u.columns):
             extra = u.values[j].array.take(pa.array(js))
-            col = batch.column(j)
+            col = base[c.id]
             col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
             cols[c.id] = pa.concat_arrays([col, extra]).take(idx)
         if keys.num_rows:
