@@ -227,7 +227,8 @@ def _segment(
             return None
         if not all(ctx.has_column(u.group, f, ORDINAL) for f in u.fragments):
             return None
-        # the filter's unit first (its fragments pruned by statistics: `_prune`): `Stream._taken` filters it and takes the others' cells
+        # the filter's unit first (its fragments are pruned by statistics once over every segment,
+        # `streamed`'s `prune`): `Stream._taken` filters it and takes the others' cells
         return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov)
     keyset = rows if isinstance(plan.key_predicate, KeySet) else None
     return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset)
