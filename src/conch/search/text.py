@@ -26,8 +26,6 @@ after the last hit taken scores no better.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -164,9 +162,10 @@ class _Records:
         return table.select([*key_names, *values]).take(pa.array([self.rows[kt] for _, kt in hits], pa.int64()))
 
 
-_corpora: OrderedDict[tuple[Any, ...], textfiles.Corpus] = OrderedDict()
-_corpora_lock = threading.Lock()
 CACHED_CORPORA = 8  # opened union indexes kept per process
+_corpora: textfiles.Kept[textfiles.Corpus] = textfiles.Kept(
+    CACHED_CORPORA, lambda old: old.remove()
+)  # open files stay readable
 
 
 def _corpus(source: Any, d: IndexDef, col: Any) -> textfiles.Corpus:
@@ -182,27 +181,22 @@ def _corpus(source: Any, d: IndexDef, col: Any) -> textfiles.Corpus:
     )
     if overlapped:
         ident += (("fresh", source.asof, *textfiles.version_identity(state, d)),)
-    ident = (d.column_id, *ident)
-    with _corpora_lock:
-        hit = _corpora.get(ident)
-        if hit is not None:
-            _corpora.move_to_end(ident)
-            return hit
-    storage = source.log.files.storage
-    directory = textfiles.new_directory()
-    parts = [textfiles.extract(storage, f) if f is not None else textfiles.run_part(source, d, ks) for ks, f in alone]
-    files = sum(1 for _, f in alone if f is not None)
-    what = f"the segments of {files} index files and {len(alone) - files} runs indexed now"
-    if overlapped:
-        held = [_run_keys(source, d, ks, f) for ks, f in overlapped]
-        parts.append(textfiles.fresh_part(source, col, directory, [p.keys for p in parts], held))
-        what += f", and the fresh records of the {len(overlapped)} runs another run or a delete may hide"
-    corpus = textfiles.union(parts, what, directory)
-    with _corpora_lock:
-        _corpora[ident] = corpus
-        while len(_corpora) > CACHED_CORPORA:
-            _corpora.popitem(last=False)[1].remove()  # open files stay readable
-    return corpus
+
+    def make() -> textfiles.Corpus:
+        storage = source.log.files.storage
+        directory = textfiles.new_directory()
+        parts = [
+            textfiles.extract(storage, f) if f is not None else textfiles.run_part(source, d, ks) for ks, f in alone
+        ]
+        files = sum(1 for _, f in alone if f is not None)
+        what = f"the segments of {files} index files and {len(alone) - files} runs indexed now"
+        if overlapped:
+            held = [_run_keys(source, d, ks, f) for ks, f in overlapped]
+            parts.append(textfiles.fresh_part(source, col, directory, [p.keys for p in parts], held))
+            what += f", and the fresh records of the {len(overlapped)} runs another run or a delete may hide"
+        return textfiles.union(parts, what, directory)
+
+    return _corpora.get((d.column_id, *ident), make)
 
 
 def _run_keys(source: Any, d: IndexDef, ks: Any, f: Any) -> pa.Table:

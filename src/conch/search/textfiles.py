@@ -26,9 +26,9 @@ import tarfile
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -43,6 +43,7 @@ from conch.search.runs import run_cells, run_fragments
 MAGIC = b"CONCHTX1"
 WRITER_HEAP = 64 << 20  # tantivy's indexing buffer: a big run is flushed as several segments
 CACHED_FILES = 64  # extracted files kept per process
+V = TypeVar("V")
 SHM_FREE = 4 << 30  # free bytes /dev/shm must have to hold this process's parts
 FRESH_KEYS = 65_536  # keys per fresh-record scan of overlapped runs
 
@@ -132,25 +133,39 @@ def _parent() -> str | None:
     return "/dev/shm" if st.f_bavail * st.f_frsize >= SHM_FREE and os.access("/dev/shm", os.W_OK) else None
 
 
+class Kept(Generic[V]):
+    """Values made once per identity and kept per process (their inputs are immutable: files,
+    runs, versions), the `limit` most recently used; `drop` is called on each one evicted. Made
+    outside the lock: two threads asking for a new identity at once may both make it."""
+
+    def __init__(self, limit: int, drop: Callable[[V], None]) -> None:
+        self._values: OrderedDict[tuple[Any, ...], V] = OrderedDict()
+        self._lock = threading.Lock()
+        self._limit = limit
+        self._drop = drop
+
+    def get(self, ident: tuple[Any, ...], make: Callable[[], V]) -> V:
+        with self._lock:
+            hit = self._values.get(ident)
+            if hit is not None:
+                self._values.move_to_end(ident)
+                return hit
+        out = make()
+        with self._lock:
+            self._values[ident] = out
+            while len(self._values) > self._limit:
+                self._drop(self._values.popitem(last=False)[1])
+        return out
+
+
 _root = tempfile.TemporaryDirectory(prefix="conch-text-cache-", dir=_parent())  # removed when the process exits
-_cache: OrderedDict[tuple[Any, ...], Extracted] = OrderedDict()
-_lock = threading.Lock()
+# a union's hard links stay readable when a part's directory goes
+_parts: Kept[Extracted] = Kept(CACHED_FILES, lambda old: shutil.rmtree(old.directory, ignore_errors=True))
 
 
-def _cached(ident: tuple[Any, ...], make: Any) -> Extracted:
+def _cached(ident: tuple[Any, ...], make: Callable[[str], Extracted]) -> Extracted:
     """The part `ident` from this process's cache, else `make(directory)`'s, kept (LRU)."""
-    with _lock:
-        hit = _cache.get(ident)
-        if hit is not None:
-            _cache.move_to_end(ident)
-            return hit
-    out: Extracted = make(tempfile.mkdtemp(prefix="part-", dir=_root.name))
-    with _lock:
-        _cache[ident] = out
-        while len(_cache) > CACHED_FILES:
-            _, old = _cache.popitem(last=False)
-            shutil.rmtree(old.directory, ignore_errors=True)  # a union's hard links stay readable
-    return out
+    return _parts.get(ident, lambda: make(tempfile.mkdtemp(prefix="part-", dir=_root.name)))
 
 
 def extract(storage: Storage, f: IndexFile) -> Extracted:
