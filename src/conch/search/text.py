@@ -97,7 +97,7 @@ def search_text(
             found, how = _selected(corpus, parsed, k, passing)
             plan += f"; where: {passing.documents} documents pass ({passing.keys} keys), {how}"
     addresses = [a for _, a in found]
-    keys = corpus.keys_of(corpus.rows_of(addresses))
+    keys = corpus.keys_of(*corpus.positions(addresses))
     hits = list(zip((score for score, _ in found), keys))
     if values == [col.path]:  # the indexed column: the part holds the fresh cell
         table = pa.table(
@@ -135,12 +135,16 @@ class _Passing:
     def documents(self) -> int:
         return sum(len(r) for r in self.rows.values())
 
-    def admits(self, at: list[tuple[str, int]]) -> list[bool]:
-        out = []
-        for run, row in at:
-            rows = self.rows.get(run)
-            i = int(np.searchsorted(rows, row)) if rows is not None else 0
-            out.append(rows is not None and i < len(rows) and int(rows[i]) == row)
+    def admits(self, runs: list[str], ords: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Which documents at `(segment ordinals, rows)` pass (`runs`: a segment's part)."""
+        out = np.zeros(len(rows), bool)
+        for ordinal in np.unique(ords).tolist():
+            passing = self.rows.get(runs[ordinal])
+            if passing is None or not len(passing):
+                continue
+            mine = np.flatnonzero(ords == ordinal)
+            at = np.minimum(np.searchsorted(passing, rows[mine]), len(passing) - 1)
+            out[mine] = passing[at] == rows[mine]
         return out
 
     def query(self, index: Any) -> Any:
@@ -176,8 +180,8 @@ def _selected(corpus: textfiles.Corpus, parsed: Any, k: int, passing: _Passing) 
         return searcher.search(filtered, k, count=False).hits, "filtered by tantivy (a term set of their rows)"
     while True:
         hits = searcher.search(parsed, n, count=False).hits
-        admitted = passing.admits(corpus.rows_of([a for _, a in hits]))
-        kept = [hit for hit, ok in zip(hits, admitted) if ok]
+        admitted = passing.admits(corpus.segment_runs, *corpus.positions([a for _, a in hits]))
+        kept = [hits[i] for i in np.flatnonzero(admitted)[:k].tolist()]
         if len(kept) >= k or len(hits) < n:
             return kept[:k], f"the best {len(hits)} hits checked against their rows"
         n *= 4
@@ -189,7 +193,7 @@ def _checked(corpus: textfiles.Corpus, parsed: Any, k: int, records: _Records) -
     n = FIRST_HITS * k
     while True:
         hits = corpus.searcher.search(parsed, n, count=False).hits
-        keys = corpus.keys_of(corpus.rows_of([a for _, a in hits]))
+        keys = corpus.keys_of(*corpus.positions([a for _, a in hits]))
         records.fetch(keys)
         kept = [hit for hit, kt in zip(hits, keys) if kt in records.rows]
         if len(kept) >= k or len(hits) < n:

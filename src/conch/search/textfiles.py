@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
 from conch.files.integrity import digest
@@ -261,18 +262,22 @@ class Corpus:
     directory: str
     what: str
 
-    def rows_of(self, addresses: list[Any]) -> list[tuple[str, int]]:
-        """`(run, row)` of hit documents: the `row` fast field, no stored document read."""
-        rows = self.searcher.fast_field_values("row", addresses)
-        return [(self.segment_runs[a.segment_ord], row) for a, row in zip(addresses, rows)]
+    def positions(self, addresses: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """`(segment ordinals, rows)` of hit documents: the `row` fast field, no stored document
+        read (a segment's part is `segment_runs[ordinal]`)."""
+        if len(self.segment_runs) == 1:
+            ords = np.zeros(len(addresses), np.int64)
+        else:
+            ords = np.fromiter((a.segment_ord for a in addresses), np.int64, len(addresses))
+        return ords, np.asarray(self.searcher.fast_field_values("row", addresses), np.int64)
 
-    def keys_of(self, at: list[tuple[str, int]]) -> list[tuple[Any, ...]]:
-        """The keys at `(run, row)` positions, one `take` per run."""
-        out: list[tuple[Any, ...]] = [()] * len(at)
-        for run in {r for r, _ in at}:
-            mine = [i for i, (r, _) in enumerate(at) if r == run]
-            taken = self.keys[run].take(pa.array([at[i][1] for i in mine], pa.int64()))
-            for i, kt in zip(mine, zip(*(c.to_pylist() for c in taken.columns))):
+    def keys_of(self, ords: np.ndarray, rows: np.ndarray) -> list[tuple[Any, ...]]:
+        """The keys at those positions, one `take` per part."""
+        out: list[tuple[Any, ...]] = [()] * len(rows)
+        for ordinal in np.unique(ords).tolist():
+            mine = np.flatnonzero(ords == ordinal)
+            taken = self.keys[self.segment_runs[ordinal]].take(pa.array(rows[mine]))
+            for i, kt in zip(mine.tolist(), zip(*(c.to_pylist() for c in taken.columns))):
                 out[i] = kt
         return out
 
