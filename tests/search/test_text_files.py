@@ -240,7 +240,7 @@ def test_a_selective_where_reads_its_rows_once_per_version(tmp_path: Path) -> No
         t.build_indexes(min_rows=0)
         snap = t.snapshot()
         plan = snap.search_text("car", where=t["grp"] == 7).explain()
-        assert "20 documents pass (20 keys), filtered by tantivy" in plan, plan
+        assert "20 keys pass (20 of the parts' rows), filtered by tantivy" in plan, plan
         got = snap.search_text("car", k=30, where=t["grp"] == 7, columns=["cap", "grp"]).to_arrow()
         assert sorted(got["id"].to_pylist()) == list(range(7, n, 1000)) and set(got["cap"].to_pylist()) == {"red car"}
         assert len(text_search._passing_kept._values) == 1  # one predicate, one version: read once

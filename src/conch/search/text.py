@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from conch.errors import InvalidArgumentError
 from conch.expr.tree import Expr
@@ -95,7 +96,7 @@ def search_text(
             plan += f"; where checked on the fresh records of {len(records.asked)} hits"
         else:
             found, how = _selected(corpus, parsed, k, passing)
-            plan += f"; where: {passing.documents} documents pass ({passing.keys} keys), {how}"
+            plan += f"; where: {passing.keys} keys pass ({passing.documents} of the parts' rows), {how}"
     addresses = [a for _, a in found]
     keys = corpus.keys_of(*corpus.positions(addresses))
     hits = list(zip((score for score, _ in found), keys))
@@ -201,7 +202,7 @@ def _checked(corpus: textfiles.Corpus, parsed: Any, k: int, records: _Records) -
         n *= 4
 
 
-_passing_kept: textfiles.Kept[_Passing | None] = textfiles.Kept(CACHED_PASSING, lambda old: None)
+_passing_kept: textfiles.Kept[tuple[_Passing | None]] = textfiles.Kept(CACHED_PASSING, lambda old: None)
 
 
 def _passing(
@@ -223,16 +224,23 @@ def _passing(
         wanted = pa.concat_tables(batches) if batches else key_schema.empty_table()
         rows: dict[str, np.ndarray] = {}
         for run, keys in corpus.keys.items():
-            if not keys.num_rows:
-                continue
-            numbered = keys.select(key_names).cast(key_schema).append_column("_row", pa.array(np.arange(keys.num_rows)))
-            joined = numbered.join(wanted, keys=key_names, join_type="inner")
-            rows[run] = np.sort(joined.column("_row").to_numpy())
+            if keys.num_rows:
+                rows[run] = _rows_in(keys.select(key_names).cast(key_schema), wanted)
         return _Passing(rows, count)
 
     if predicate is None:
         return make()
-    return _passing_kept.get((version, corpus_ident, predicate), make)
+    return _passing_kept.get((version, corpus_ident, predicate), lambda: (make(),))[0]  # None is kept too
+
+
+def _rows_in(keys: pa.Table, wanted: pa.Table) -> np.ndarray:
+    """The sorted rows of `keys` that are in `wanted` (same key columns; each key once)."""
+    if keys.num_columns == 1:  # a hash set of the wanted keys, probed by every row
+        found = pc.is_in(keys.column(0), value_set=wanted.column(0).combine_chunks())
+        return np.flatnonzero(found.to_numpy(zero_copy_only=False))
+    numbered = keys.append_column("_row", pa.array(np.arange(keys.num_rows)))
+    joined = numbered.join(wanted, keys=keys.column_names, join_type="inner")
+    return np.sort(joined.column("_row").to_numpy())
 
 
 _PLAIN = (str, int, float, bool, bytes, type(None), decimal.Decimal, datetime.date, datetime.time, datetime.timedelta)
