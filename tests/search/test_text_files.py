@@ -33,7 +33,7 @@ from conch.files.integrity import digest
 from conch.files.manifest import IndexFile
 from conch.files.storage import new_id
 from conch.log.wal import AddIndexFile
-from conch.search import build, runs, textfiles
+from conch.search import build, runs
 from conch.search import text as text_search
 
 WORDS = ["red", "car", "blue", "tree", "bike", "road", "sky", "green", "fast", "slow"]
@@ -243,7 +243,7 @@ def test_a_selective_where_reads_its_rows_once_per_version(tmp_path: Path) -> No
         assert "20 keys pass (20 of the parts' rows), filtered by tantivy" in plan, plan
         got = snap.search_text("car", k=30, where=t["grp"] == 7, columns=["cap", "grp"]).to_arrow()
         assert sorted(got["id"].to_pylist()) == list(range(7, n, 1000)) and set(got["cap"].to_pylist()) == {"red car"}
-        assert len(text_search._passing_kept._values) == 1  # one predicate, one version: read once
+        assert len(text_search._passing_kept) == 1  # one predicate, one version: read once
         t.write(pa.table({"id": [7], "grp": [8]}))
         got = t.search_text("car", k=30, where=t["grp"] == 7).to_arrow()
         assert sorted(got["id"].to_pylist()) == list(range(1007, n, 1000))  # a new version: read again
@@ -264,12 +264,12 @@ def where_mode(mode: str) -> Iterator[None]:
     saved = text_search.PUSHDOWN_HITS, text_search.PREFILTER_ROWS
     text_search.PUSHDOWN_HITS = 0 if mode == "tantivy filter" else saved[0]
     text_search.PREFILTER_ROWS = -1 if mode == "scans" else saved[1]
-    text_search._passing_kept = textfiles.Kept(text_search.CACHED_PASSING, lambda old: None)
+    text_search._passing_kept.clear()
     try:
         yield
     finally:
         text_search.PUSHDOWN_HITS, text_search.PREFILTER_ROWS = saved
-        text_search._passing_kept = textfiles.Kept(text_search.CACHED_PASSING, lambda old: None)
+        text_search._passing_kept.clear()
 
 
 class TextSearchMachine(RuleBasedStateMachine):

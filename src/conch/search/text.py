@@ -52,6 +52,7 @@ from conch.errors import InvalidArgumentError
 from conch.expr.tree import Expr
 from conch.files.manifest import IndexDef
 from conch.model.deps import optional_import
+from conch.model.lru import Lru
 from conch.scan.metrics import ScanMetrics
 from conch.search import definitions, runs, textfiles
 from conch.search.query import PREFILTER_ROWS, SearchResult, hiders
@@ -202,7 +203,7 @@ def _checked(corpus: textfiles.Corpus, parsed: Any, k: int, records: _Records) -
         n *= 4
 
 
-_passing_kept: textfiles.Kept[tuple[_Passing | None]] = textfiles.Kept(CACHED_PASSING, lambda old: None)
+_passing_kept: Lru[tuple[Any, ...], tuple[_Passing | None]] = Lru(max_entries=CACHED_PASSING)
 
 
 def _passing(
@@ -230,7 +231,7 @@ def _passing(
 
     if predicate is None:
         return make()
-    return _passing_kept.get((version, corpus_ident, predicate), lambda: (make(),))[0]  # None is kept too
+    return _passing_kept.get_or_make((version, corpus_ident, predicate), lambda: (make(),))[0]  # None is kept too
 
 
 def _rows_in(keys: pa.Table, wanted: pa.Table) -> np.ndarray:
@@ -295,8 +296,8 @@ class _Records:
 
 
 CACHED_CORPORA = 8  # opened union indexes kept per process
-_corpora: textfiles.Kept[textfiles.Corpus] = textfiles.Kept(
-    CACHED_CORPORA, lambda old: old.remove()
+_corpora: Lru[tuple[Any, ...], textfiles.Corpus] = Lru(
+    max_entries=CACHED_CORPORA, on_evict=lambda old: old.remove()
 )  # open files stay readable
 
 
@@ -330,7 +331,7 @@ def _corpus(source: Any, d: IndexDef, col: Any) -> tuple[tuple[Any, ...], textfi
         return textfiles.union(parts, what, directory)
 
     ident = (d.column_id, *ident)
-    return ident, _corpora.get(ident, make)
+    return ident, _corpora.get_or_make(ident, make)
 
 
 def _run_keys(source: Any, d: IndexDef, ks: Any, f: Any) -> pa.Table:

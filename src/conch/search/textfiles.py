@@ -34,11 +34,9 @@ import shutil
 import struct
 import tarfile
 import tempfile
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -48,13 +46,13 @@ from conch.files.manifest import IndexDef, IndexFile, KeySpace
 from conch.files.storage import Storage, new_id
 from conch.log.wal import AddIndexFile
 from conch.model.deps import optional_import
+from conch.model.lru import Lru
 from conch.search.framing import TEXT_SUFFIX, read_frame
 from conch.search.runs import run_cells, run_fragments
 
 MAGIC = b"CONCHTX2"
 WRITER_HEAP = 64 << 20  # tantivy's indexing buffer: a big run is flushed as several segments
 CACHED_FILES = 64  # extracted files kept per process
-V = TypeVar("V")
 SHM_FREE = 4 << 30  # free bytes /dev/shm must have to hold this process's parts
 FRESH_KEYS = 65_536  # keys per fresh-record scan of overlapped runs
 
@@ -145,39 +143,16 @@ def _parent() -> str | None:
     return "/dev/shm" if st.f_bavail * st.f_frsize >= SHM_FREE and os.access("/dev/shm", os.W_OK) else None
 
 
-class Kept(Generic[V]):
-    """Values made once per identity and kept per process (their inputs are immutable: files,
-    runs, versions), the `limit` most recently used; `drop` is called on each one evicted. Made
-    outside the lock: two threads asking for a new identity at once may both make it."""
-
-    def __init__(self, limit: int, drop: Callable[[V], None]) -> None:
-        self._values: OrderedDict[tuple[Any, ...], V] = OrderedDict()
-        self._lock = threading.Lock()
-        self._limit = limit
-        self._drop = drop
-
-    def get(self, ident: tuple[Any, ...], make: Callable[[], V]) -> V:
-        with self._lock:
-            hit = self._values.get(ident)
-            if hit is not None:
-                self._values.move_to_end(ident)
-                return hit
-        out = make()
-        with self._lock:
-            self._values[ident] = out
-            while len(self._values) > self._limit:
-                self._drop(self._values.popitem(last=False)[1])
-        return out
-
-
 _root = tempfile.TemporaryDirectory(prefix="conch-text-cache-", dir=_parent())  # removed when the process exits
 # a union's hard links stay readable when a part's directory goes
-_parts: Kept[Extracted] = Kept(CACHED_FILES, lambda old: shutil.rmtree(old.directory, ignore_errors=True))
+_parts: Lru[tuple[Any, ...], Extracted] = Lru(
+    max_entries=CACHED_FILES, on_evict=lambda old: shutil.rmtree(old.directory, ignore_errors=True)
+)
 
 
 def _cached(ident: tuple[Any, ...], make: Callable[[str], Extracted]) -> Extracted:
     """The part `ident` from this process's cache, else `make(directory)`'s, kept (LRU)."""
-    return _parts.get(ident, lambda: make(tempfile.mkdtemp(prefix="part-", dir=_root.name)))
+    return _parts.get_or_make(ident, lambda: make(tempfile.mkdtemp(prefix="part-", dir=_root.name)))
 
 
 def extract(storage: Storage, f: IndexFile) -> Extracted:
