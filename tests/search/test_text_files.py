@@ -366,3 +366,29 @@ class TextSearchMachine(RuleBasedStateMachine):
 
 TestTextSearchModel = TextSearchMachine.TestCase
 TestTextSearchModel.settings = settings(max_examples=20, stateful_step_count=10)
+
+
+@pytest.mark.parametrize("mode", WHERE_MODES)
+def test_a_child_levels_where_on_its_full_key(tmp_path: Path, mode: str) -> None:
+    """A child level's key has two columns (the passing rows come from a join, not a hash set)."""
+    items = pa.list_(pa.struct([("$", pa.uint8()), ("note", pa.string()), ("grp", pa.int64())]))
+    schema = pa.schema([("id", pa.int64()), ("items", items)])
+    note = {
+        (i, j): "red car" if (i + j) % 3 else "blue sky red" if j == 2 else "sky" for i in range(40) for j in range(3)
+    }
+    grp = {(i, j): (i * 7 + j) % 4 for i, j in note}
+    rows = [{"id": i, "items": [{"$": j, "note": note[i, j], "grp": grp[i, j]} for j in range(3)]} for i in range(40)]
+    with conch.connect(tmp_path, maintenance=conch.Policy(auto=False)) as cat:
+        t = cat.create_table("n", [("id", pa.int64())], pa.schema([schema.field("items")]))
+        t.write(pa.Table.from_pylist(rows, schema=schema))
+        t.create_index("items.note", kind="text")
+        t.build_indexes(min_rows=0)
+        with where_mode(mode):
+            got = t.search_text("red", k=200, where=t["items.grp"] == 1, columns=["note", "grp"]).to_arrow()
+        keys = list(zip(got["id"].to_pylist(), got["items"].to_pylist()))
+        assert sorted(keys) == sorted(kt for kt in note if grp[kt] == 1 and "red" in note[kt].split())
+        assert got["note"].to_pylist() == [note[kt] for kt in keys] and set(got["grp"].to_pylist()) == {1}
+        scores = got["_score"].to_pylist()
+        assert scores == sorted(scores, reverse=True)
+        best = t.search_text("red", k=3, where=t["items.grp"] == 1, columns=["note"]).to_arrow()
+        assert best["note"].to_pylist() == [note[kt] for kt in zip(best["id"].to_pylist(), best["items"].to_pylist())]
