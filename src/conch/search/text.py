@@ -13,7 +13,8 @@ non-null cell of the column), answered from one tantivy index over the *corpus* 
 Either way document counts, lengths and frequencies are summed over exactly the fresh corpus, so
 scores equal tantivy's over that corpus indexed at once (tested). Every part is immutable (a file,
 a run, or a table version), so the opened union is kept per process, keyed by its parts: a repeated
-query costs a tantivy search, the hits' keys and, for projected value columns, one `keys=` scan.
+query costs a tantivy search, the hits' keys and, for projected columns other than the indexed
+one, one `keys=` scan.
 
 **`where` selects, it does not rescore** (as a filter clause in tantivy or Elasticsearch, and
 Lance's pre-filtered full-text search): a record's score is its BM25 over the whole fresh corpus,
@@ -101,16 +102,17 @@ def search_text(
     addresses = [a for _, a in found]
     keys = corpus.keys_of(*corpus.positions(addresses))
     hits = list(zip((score for score, _ in found), keys))
+    key_fields = state.schema.key_fields(col.level)
     if values == [col.path]:  # the indexed column: the part holds the fresh cell
-        table = pa.table(
-            [*_key_columns(keys, state.schema.key_fields(col.level)), pa.array(corpus.texts_of(addresses), col.type)],
-            names=[*key_names, col.path],
+        table = pa.Table.from_arrays(
+            [*_key_columns(keys, key_fields), pa.array(corpus.texts_of(addresses), col.type)],
+            schema=pa.schema([*key_fields, pa.field(col.path, col.type)]),
         )
     elif values:
         records.fetch(keys)
         table = records.table(hits, key_names, values)
     else:
-        table = pa.table(_key_columns(keys, state.schema.key_fields(col.level)), names=key_names)
+        table = pa.Table.from_arrays(_key_columns(keys, key_fields), schema=pa.schema(key_fields))
     table = table.add_column(len(key_names), "_score", pa.array([s for s, _ in hits], pa.float32()))
     return SearchResult(table, plan, records.metrics)
 
