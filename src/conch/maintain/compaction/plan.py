@@ -219,6 +219,7 @@ def plan(
     policy: Policy,
     force: bool = False,
     budget: int | None = None,
+    memory: int | None = None,
 ) -> MaintenancePlan:
     """The compaction tasks the policy asks for now (`force`: a major compaction of every
     component with any L0 run or more than one L1 run of one level, whatever the thresholds; a
@@ -269,44 +270,76 @@ def plan(
         # (not over tombstones: a scan over any tombstone run takes the general path, ~18x a clean
         # read, and each further one adds ~5 % of that, so their runs are still bounded at l0_trigger)
         tiered = not force and not small and bool(l1) and not any(k.kind == "tombstone" for k in l0)
-        if tiered and not l0_large and len(groups) < policy.l0_stop:
+        if force:
+            tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), "forced"))
             continue
-        window = [] if force else _tier_window(groups, sizes, policy, cap, 1.0 if tiered else None)
-        if tiered and n_sorted_runs(window) < policy.l0_stop // 2:  # long cycles: the size rule on rows
-            window = _tier_window(groups, sizes, policy, cap, policy.size_ratio)
-        window = time_contiguous(window, comp.runs)
-        if not force and n_sorted_runs(window) < 2:
-            window = time_contiguous(_newest_window(groups, sizes, policy, cap), comp.runs)
-        merges = n_sorted_runs(window) >= 2  # a window of one commit's runs would rewrite them as they are
-        stalled = not merges and len(groups) >= STOP_RUNS * policy.l0_trigger
-        if not force and not (small or not l1 or l0_large or stalled) and not merges:
-            continue  # no merge window (time order): the settle or compact() folds it
-        major = force or small or not l1 or l0_large or not merges
-        if major and not force and budget is not None and l0_bytes + l1_bytes > budget:
-            if not merges:
-                continue  # nothing within this trigger's budget: the settle or compact() runs the major
-            major = False  # the merge that fits; the major waits for the settle or compact()
-        if major:
-            why = (
-                "forced"
-                if force
-                else f"{len(groups)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
-                f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
-                if small
-                else f"{len(groups)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B, {l0_rows:,} rows >= "
-                f"{policy.l1_ratio:g} × L1 {l1_bytes:,} B, {l1_rows:,} rows"
-                if l1 and l0_large
-                else f"{len(groups)} L0 runs >= {STOP_RUNS} × {policy.l0_trigger} and no merge window in commit-time order"
-                if l1
-                else f"{len(groups)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
+        # The major of a large component (module doc, "The major of a large component"): wanted at
+        # `l1_ratio`; the commit-time trigger runs it when it fits this commit's budget or, amortized
+        # over the commits that wrote L0, when it rewrites at most `major_amplification` x the L0
+        # bytes it applies; within the memory budget either way (a hard limit)
+        amplification = (l0_bytes + l1_bytes) / max(1, l0_bytes)
+        memory_needed = REWRITE_BYTES_PER_ROW * rows
+        amortized = (
+            bool(l1)
+            and not small
+            and amplification <= policy.major_amplification
+            and l0_bytes + l1_bytes <= policy.auto_budget_bytes
+        )
+        fits = (budget is None or l0_bytes + l1_bytes <= budget or amortized) and (
+            memory is None or memory_needed <= memory
+        )
+        wanted = small or not l1 or l0_large
+        if not (wanted and fits):
+            # L0 -> L0, size-tiered, whatever the major waits for: a large component's sorted runs
+            # wait for `l0_stop` (module doc, "Sorted runs"; not over tombstones: a scan over any
+            # tombstone run takes the general path, ~18x a clean read, and each further one adds ~5 %
+            # of that, so their runs are bounded at l0_trigger). Before, a major over the commit's
+            # budget made every commit from `l0_trigger` on merge "the window that fits": the large
+            # merged L0 run with the newest small one, every commit (57 MB rewritten for 7 MB)
+            if len(groups) < (policy.l0_stop if tiered else trigger):
+                continue
+            window = _tier_window(groups, sizes, policy, cap, 1.0 if tiered else None)
+            if tiered and n_sorted_runs(window) < policy.l0_stop // 2:  # long cycles: the size rule on rows
+                window = _tier_window(groups, sizes, policy, cap, policy.size_ratio)
+            window = time_contiguous(window, comp.runs)
+            if n_sorted_runs(window) < 2 and len(groups) >= policy.l0_stop:
+                # the stop trigger: runs stay bounded even when no run joins the newest by size
+                window = time_contiguous(_newest_window(groups, sizes, policy, cap), comp.runs)
+            if n_sorted_runs(window) < 2:  # a window of one commit's runs would rewrite them as they are
+                if not (l1 and fits and len(groups) >= STOP_RUNS * policy.l0_trigger):
+                    continue  # no merge window (time order): the settle or compact() folds it
+                why = f"{len(groups)} L0 runs >= {STOP_RUNS} × {policy.l0_trigger} and no merge window in commit-time order"
+                tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
+                continue
+            waits = (
+                f"L0 {l0_bytes:,} B, {l0_rows:,} rows < {policy.l1_ratio:g} × L1 in bytes or rows"
+                if not wanted
+                else f"the major waits: it needs ~{memory_needed:,} B > the memory budget {memory:,} B"
+                if memory is not None and memory_needed > memory
+                else f"the major waits: {l0_bytes + l1_bytes:,} B > this commit's budget {budget or 0:,} B and it "
+                f"rewrites {amplification:.1f}x the L0 bytes it applies > {policy.major_amplification:g}"
             )
-            tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
-        else:
             why = (
-                f"{len(groups)} L0 runs >= {policy.l0_trigger}; the newest {n_sorted_runs(window)} merged (similar sizes, or the "
-                f"newest past the trigger); L0 {l0_bytes:,} B, {l0_rows:,} rows < {policy.l1_ratio:g} × L1 in bytes or rows"
+                f"{len(groups)} L0 sorted runs >= {policy.l0_stop if tiered else trigger}; the newest "
+                f"{n_sorted_runs(window)} merged (similar sizes, or the newest at the stop trigger); {waits}"
             )
             tasks.append(_task("merge", lo, hi, window, sizes, len(window), why, comp.runs))
+            continue
+        why = (
+            f"{len(groups)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
+            f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
+            if small
+            else f"{len(groups)} L0 sorted runs; L0 {l0_bytes:,} B, {l0_rows:,} rows >= {policy.l1_ratio:g} × L1 "
+            f"{l1_bytes:,} B, {l1_rows:,} rows; rewrites {amplification:.1f}x the L0 bytes it applies"
+            + (
+                f" (<= {policy.major_amplification:g}: amortized over the commits that wrote L0)"
+                if budget is not None and l0_bytes + l1_bytes > budget
+                else ""
+            )
+            if l1
+            else f"{len(groups)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
+        )
+        tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
     fold = fold_task(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger, tiered=not force)
     if fold is not None:
         tasks.append(fold)
