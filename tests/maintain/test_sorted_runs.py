@@ -1,4 +1,4 @@
-"""L0 counted in sorted runs, and a large component's stop trigger (issue 30, `plan.sorted_runs`,
+"""L0 counted in sorted runs, and a large component's stop trigger (issue 30, `tiers.sorted_runs`,
 `Policy.l0_stop`): the plans on hand-made states, then real histories of upserts and of upserts
 and deletes interleaved, checked against a dict model after every commit, with the rewrites they
 triggered counted."""
@@ -131,7 +131,9 @@ def test_a_major_over_the_commit_budget_does_not_merge_the_large_l0_run_with_the
     (task,) = plan(runs, {}, dataclasses.replace(LARGE, major_amplification=10.0), budget=200_000).tasks
     assert task.kind == "major" and "amortized" in task.reason
     # ... within the memory budget (a hard limit): past it the major waits and L0 stays tiered
-    assert plan(runs, {}, dataclasses.replace(LARGE, major_amplification=10.0), budget=200_000, memory=1 << 20).tasks == ()
+    assert (
+        plan(runs, {}, dataclasses.replace(LARGE, major_amplification=10.0), budget=200_000, memory=1 << 20).tasks == ()
+    )
 
 
 def test_at_the_stop_trigger_the_window_past_the_budget_is_size_tiered() -> None:
