@@ -21,6 +21,7 @@ import pytest
 import conch
 from conch.apps.pipelines.demo import has_filter_node
 from conch.engines.spark.types import arrow_schema, spark_schema
+from conch.errors import ConchError
 from conftest_spark import spark_session
 
 pytestmark = pytest.mark.spark
@@ -441,3 +442,17 @@ def test_auto_compact_option_decides_whether_the_job_commit_compacts(spark: Any,
         spark.range(3).selectExpr("id", "id as v").write.format("conch").mode("append").option(
             "autoCompact", "sometimes"
         ).save(str(tmp_path / "wh" / "off"))
+
+
+@pytest.mark.parametrize("name", ["autoCompact", "mergeSchema", "perCommit", "applyChanges"])
+def test_every_boolean_option_is_parsed_by_one_strict_rule(name: str) -> None:
+    """The Spark source's boolean options share one rule: true/false in any case, absent is the
+    default, anything else a ConchError naming the option (before: mergeSchema, perCommit and
+    applyChanges read a misspelt value as false)."""
+    from conch.engines.spark.common import flag_option
+
+    assert flag_option({name.lower(): "TRUE"}, name, default=False) is True
+    assert flag_option({name: "false"}, name, default=True) is False
+    assert flag_option({}, name, default=True) is True
+    with pytest.raises(ConchError, match=f"{name} must be true or false, got 'ture'"):
+        flag_option({name.lower(): "ture"}, name, default=False)

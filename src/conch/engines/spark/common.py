@@ -149,3 +149,14 @@ def split_list(text: str | None) -> tuple[str, ...]:
 def option(options: Any, name: str) -> str | None:
     """An option by its camelCase name: Spark lower-cases option keys, Python callers may not."""
     return options.get(name.lower()) or options.get(name) or None
+
+
+def flag_option(options: Any, name: str, default: bool) -> bool:
+    """A boolean option (`true`/`false`, any case); anything else is a `ConchError` naming the
+    option, raised before a task runs (a misspelt `"ture"` must not silently mean false)."""
+    raw = option(options, name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise ConchError(f"option {name} must be true or false, got {raw!r}")
+    return raw.lower() == "true"

@@ -48,7 +48,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from conch.api.changes import Changes
-from conch.engines.spark.common import Location, open_table, option, split_list
+from conch.engines.spark.common import Location, flag_option, open_table, option, split_list
 from conch.engines.spark.types import arrow_schema, cast_batch, spark_schema
 from conch.engines.spark.writer import ConchCommitMessage, ConchWriter, job_files, prepare_writer, remove_files
 from conch.errors import CommitConflictError, InvalidArgumentError
@@ -69,7 +69,7 @@ def _changes(options: Any, since: int, until: int) -> Changes:
         until,
         columns=list(split_list(option(options, "columns"))) or None,
         images=option(options, "images") or "after",
-        per_commit=(option(options, "perCommit") or "false").lower() == "true",
+        per_commit=flag_option(options, "perCommit", default=False),
         level=option(options, "level"),
     )
 
@@ -159,7 +159,7 @@ class ConchStreamReader(DataSourceStreamReader):
             e,
             columns=[current[p] for p in columns] or None,
             images=option(self.options, "images") or "after",
-            per_commit=(option(self.options, "perCommit") or "false").lower() == "true",
+            per_commit=flag_option(self.options, "perCommit", default=False),
             level=option(self.options, "level"),
         )
         for batch in changes.to_record_batches():
@@ -225,7 +225,7 @@ def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool) 
             "the Conch streaming sink needs a stable stream id to commit each micro-batch once: "
             "set .option('checkpointLocation', ...) or .option('streamId', ...)"
         )
-    apply = (option(options, "applyChanges") or "false").lower() == "true"
+    apply = flag_option(options, "applyChanges", default=False)
     if apply:
         kept = StructType([f for f in schema.fields if f.name not in CHANGE_COLUMNS])
         inner = prepare_writer(dict(options), kept, False)

@@ -42,9 +42,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from conch.engines.spark.common import Location, forget_table, open_table, option, split_list
+from conch.engines.spark.common import Location, flag_option, forget_table, open_table, option, split_list
 from conch.engines.spark.types import arrow_schema, cast_batch, write_type
-from conch.errors import CommitStateUnknownError, ConchError, SchemaError, TableNotFoundError
+from conch.errors import CommitStateUnknownError, SchemaError, TableNotFoundError
 from conch.files.blobs import BLOB_SUFFIX
 from conch.files.layout import TableFiles
 from conch.files.storage import new_id
@@ -74,7 +74,7 @@ class ConchCommitMessage(WriterCommitMessage):
 def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool) -> ConchWriter:
     loc = Location.from_options(options)
     level = option(options, "level") or ""
-    merge = (option(options, "mergeSchema") or "false").lower() == "true"
+    merge = flag_option(options, "mergeSchema", default=False)
     df_schema = arrow_schema(schema)
     forget_table(loc)  # the planner worker may hold a stale table object
     try:
@@ -102,21 +102,12 @@ def prepare_writer(options: dict[str, str], schema: StructType, overwrite: bool)
         state = table.state()
         target, unknown = target_schema(df_schema, state.schema, level)
     chunk_rows = int(option(options, "chunkRows") or 0)
-    maintain = _flag(options, "autoCompact", default=True)
+    maintain = flag_option(options, "autoCompact", default=True)
     opts = table.write_options
     # One sorted run per task where memory allows (runs stay bounded by `chunk_bytes`): fewer,
     # larger runs make reads zip fewer key spaces and cut read partitions at run starts.
     opts = replace(opts, chunk_rows=chunk_rows or max(opts.chunk_rows, SPARK_CHUNK_ROWS))
     return ConchWriter(loc, level, target, overwrite, opts, state.seq, maintain)
-
-
-def _flag(options: dict[str, str], name: str, default: bool) -> bool:
-    raw = option(options, name)
-    if raw is None:
-        return default
-    if raw.lower() not in ("true", "false"):
-        raise ConchError(f"option {name} must be true or false, got {raw!r}")
-    return raw.lower() == "true"
 
 
 def _create(loc: Location, df_schema: pa.Schema, keys: tuple[str, ...]) -> Any:
