@@ -274,13 +274,13 @@ def plan(
         l0_rows = sum(k.rows for k in l0)
         l1_rows = sum(k.rows for k in l1)
         l0_large = l0_bytes >= policy.l1_ratio * l1_bytes and l0_rows >= policy.l1_ratio * l1_rows
-        # a large component's L0 sorted runs wait for the stop trigger (module doc, "Sorted runs")
-        # (not over tombstones: a scan over any tombstone run takes the general path, ~18x a clean
-        # read, and each further one adds ~5 % of that, so their runs are still bounded at l0_trigger)
-        tiered = not force and not small and bool(l1) and not any(k.kind == "tombstone" for k in l0)
         if force:
             tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), "forced"))
             continue
+        # a large component's L0 sorted runs wait for the stop trigger (module doc, "Sorted runs")
+        # (not over tombstones: a scan over any tombstone run takes the general path, ~18x a clean
+        # read, and each further one adds ~5 % of that, so their runs are still bounded at l0_trigger)
+        tiered = not small and bool(l1) and not any(k.kind == "tombstone" for k in l0)
         # The major of a large component (module doc, "The major of a large component"): wanted at
         # `l1_ratio`; the commit-time trigger runs it when it fits this commit's budget or, amortized
         # over the commits that wrote L0, when it rewrites at most `major_amplification` x the L0
@@ -298,10 +298,7 @@ def plan(
         )
         wanted = small or not l1 or l0_large
         if not (wanted and fits):
-            # L0 -> L0, size-tiered, whatever the major waits for: a large component's sorted runs
-            # wait for `l0_stop` (module doc, "Sorted runs"; not over tombstones: a scan over any
-            # tombstone run takes the general path, ~18x a clean read, and each further one adds ~5 %
-            # of that, so their runs are bounded at l0_trigger). Before, a major over the commit's
+            # L0 -> L0, size-tiered, whatever the major waits for. Before, a major over the commit's
             # budget made every commit from `l0_trigger` on merge "the window that fits": the large
             # merged L0 run with the newest small one, every commit (57 MB rewritten for 7 MB)
             if len(groups) < (policy.l0_stop if tiered else trigger):
@@ -324,8 +321,14 @@ def plan(
                 if not wanted
                 else f"the major waits: it needs ~{memory_needed:,} B > the memory budget {memory:,} B"
                 if memory is not None and memory_needed > memory
-                else f"the major waits: {l0_bytes + l1_bytes:,} B > this commit's budget {budget or 0:,} B and it "
-                f"rewrites {amplification:.1f}x the L0 bytes it applies > {policy.major_amplification:g}"
+                else f"the major waits: {l0_bytes + l1_bytes:,} B > this commit's budget {budget or 0:,} B"
+                + (
+                    f" and it rewrites {amplification:.1f}x the L0 bytes it applies > {policy.major_amplification:g}"
+                    if l1 and not small and amplification > policy.major_amplification
+                    else f" and the automatic budget {policy.auto_budget_bytes:,} B"
+                    if l1 and not small
+                    else ""
+                )
             )
             why = (
                 f"{len(groups)} L0 sorted runs >= {policy.l0_stop if tiered else trigger}; the newest "
