@@ -323,7 +323,7 @@ def plan(
                 if memory is not None and memory_needed > memory
                 else f"the major waits: {l0_bytes + l1_bytes:,} B > this commit's budget {budget or 0:,} B"
                 + (
-                    f" and it rewrites {amplification:.1f}x the L0 bytes it applies > {policy.major_amplification:g}"
+                    f" and its write amplification (L1 + L0) / L0 = {amplification:.1f}x > {policy.major_amplification:g} (major_amplification)"
                     if l1 and not small and amplification > policy.major_amplification
                     else f" and the automatic budget {policy.auto_budget_bytes:,} B"
                     if l1 and not small
@@ -341,9 +341,10 @@ def plan(
             f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
             if small
             else f"{len(groups)} L0 sorted runs; L0 {l0_bytes:,} B, {l0_rows:,} rows >= {policy.l1_ratio:g} × L1 "
-            f"{l1_bytes:,} B, {l1_rows:,} rows; rewrites {amplification:.1f}x the L0 bytes it applies"
+            f"{l1_bytes:,} B, {l1_rows:,} rows; write amplification (L1 + L0) / L0 = {amplification:.1f}x"
             + (
-                f" (<= {policy.major_amplification:g}: amortized over the commits that wrote L0)"
+                f" <= {policy.major_amplification:g} (major_amplification): amortized over the commits that wrote L0, "
+                f"past this commit's budget {budget:,} B"
                 if budget is not None and l0_bytes + l1_bytes > budget
                 else ""
             )
