@@ -25,7 +25,6 @@ import contextlib
 import dataclasses
 import errno
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -53,6 +52,7 @@ from conch.files.storage import RangeReader, Storage
 from conch.files.writequeue import WriteQueue
 from conch.model.budget import DEFAULT_SPLIT
 from conch.model.deps import LazyModule
+from conch.model.lru import Lru
 
 vx: Any = LazyModule("vortex")
 
@@ -77,8 +77,7 @@ class VortexFormat:
     ) -> None:
         self.storage = storage
         # Open files hold no descriptor (see LocalRangeReader): the bound is for footer memory.
-        self._open: OrderedDict[str, tuple[Any, VerifiedReader | None]] = OrderedDict()
-        self._cache_size = cache_size
+        self._open: Lru[str, tuple[Any, VerifiedReader | None]] = Lru(max_entries=cache_size)
         # One byte-bounded cache of raw segments shared by every open file: repeated takes from
         # the same fragment (one per output batch) do not re-read storage, and memory stays
         # bounded however many files a scan touches.
@@ -89,11 +88,11 @@ class VortexFormat:
         self._lock = threading.Lock()
         # Blob index (offsets, lengths, validity: 17 B/row) of fragments taken from more than
         # once, so repeated random takes cost only the value preads; and open blob descriptors.
-        self._blob_idx: OrderedDict[tuple[str, str], BlobIndex] = OrderedDict()
-        self._blob_idx_bytes = 0
-        self._blob_idx_max = segment_cache_bytes
+        self._blob_idx: Lru[tuple[str, str], BlobIndex] = Lru(
+            max_weight=segment_cache_bytes, weight=lambda e: e.nbytes, keep=1
+        )
         self._takes: dict[str, int] = {}
-        self._blob_readers: OrderedDict[str, RangeReader] = OrderedDict()
+        self._blob_readers: Lru[str, RangeReader] = Lru(max_entries=64, on_evict=lambda r: r.close())
         self._local_store: Any = None
         self.hot = ColumnCache(segment_cache_bytes // 4)
         self._dict_cols: dict[tuple[str, str], bool] = {}  # (path, column): stored as a Vortex dict
@@ -102,12 +101,8 @@ class VortexFormat:
         """Forget open files and cached segments (benchmarks use it to measure cold reads)."""
         self._open.clear()
         self._blob_idx.clear()
-        self._blob_idx_bytes = 0
         self._takes.clear()
-        with self._lock:
-            for r in self._blob_readers.values():
-                r.close()
-            self._blob_readers.clear()
+        self._blob_readers.clear()
         self.segment_cache = vx.SegmentCache(self._segment_bytes)
         self.hot.clear()
 
@@ -195,6 +190,10 @@ class VortexFormat:
         return self._local_store
 
     def _file(self, ref: FileRef) -> Any:
+        return self._opened(ref)[0]
+
+    def _opened(self, ref: FileRef) -> tuple[Any, VerifiedReader | None]:
+        """The open Vortex file and its verifying reader (None: the file has no checksum)."""
         path = ref.path
         entry = self._open.get(path)
         if entry is None:
@@ -214,12 +213,8 @@ class VortexFormat:
             except Exception as e:  # vortex raises plain exceptions for corrupt files
                 raise _damage(verified, f"cannot open {path}", e) from e
             entry = (f, verified)
-            self._open[path] = entry
-            if len(self._open) > self._cache_size:
-                self._open.popitem(last=False)
-        else:
-            self._open.move_to_end(path)
-        return entry[0]
+            self._open.put(path, entry)
+        return entry
 
     def has_column(self, ref: FileRef, name: str) -> bool:
         """Whether the file has a column called `name`."""
@@ -465,19 +460,12 @@ class VortexFormat:
             except Exception as ex:
                 raise self._damage(ref, f"cannot read the blob index of {c} in {ref.path}", ex) from ex
             e = blob_index(t, c)
-            self._blob_idx[key] = e
-            self._blob_idx_bytes += e.nbytes
-            while self._blob_idx_bytes > self._blob_idx_max and len(self._blob_idx) > 1:
-                _, old = self._blob_idx.popitem(last=False)
-                self._blob_idx_bytes -= old.nbytes
-        else:
-            self._blob_idx.move_to_end(key)
+            self._blob_idx.put(key, e)
         return e
 
     def blob_checksum(self, ref: FileRef) -> str:
         """The checksum of `ref`'s blob file's block table its footer records ("": none)."""
-        self._file(ref)
-        verified = self._open[ref.path][1]
+        verified = self._opened(ref)[1]
         return verified.blob_checksum if verified is not None else ""
 
     def verify_file(self, ref: FileRef, blob_columns: Sequence[str] = ()) -> int:
@@ -544,18 +532,14 @@ class VortexFormat:
 
     def _blob_reader(self, path: str) -> RangeReader:
         """The (cached) ranged reader of a fragment's blob file."""
-        with self._lock:
-            r = self._blob_readers.get(path)
-            if r is None:
-                try:
-                    r = self._blob_readers[path] = self.storage.open(path + BLOB_SUFFIX)
-                except FileNotFoundError as e:
-                    raise CorruptFileError(f"{path}{BLOB_SUFFIX} is missing: the table references it") from e
-                if len(self._blob_readers) > 64:
-                    self._blob_readers.popitem(last=False)[1].close()
-            else:
-                self._blob_readers.move_to_end(path)
-            return r
+
+        def open_blobs() -> RangeReader:
+            try:
+                return self.storage.open(path + BLOB_SUFFIX)
+            except FileNotFoundError as e:
+                raise CorruptFileError(f"{path}{BLOB_SUFFIX} is missing: the table references it") from e
+
+        return self._blob_readers.get_or_make(path, open_blobs)
 
 
 _NO_COLUMNS = pa.table({})

@@ -8,7 +8,6 @@ own `ScanMetrics` (the one place metrics are counted). Bytes are counted per sca
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -21,6 +20,7 @@ from conch.files.format import FileRef, FragmentFormat, column_name
 from conch.files.keycache import KeyCache, KeyIndex
 from conch.files.manifest import Fragment, KeySpace
 from conch.model.budget import ScanOptions
+from conch.model.lru import Lru
 from conch.model.schema import Column, join_path
 from conch.scan.keymask import KeyMask, key_mask
 from conch.scan.metrics import GroupMetrics, ScanMetrics
@@ -34,24 +34,15 @@ class DecodedCache:
     """Whole decoded fragments, LRU, bounded by Arrow bytes."""
 
     def __init__(self, max_bytes: int) -> None:
-        self._d: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
-        self._bytes = 0
+        self._lru: Lru[tuple[str, tuple[str, ...]], pa.Table] = Lru(max_weight=max_bytes, weight=lambda t: t.nbytes)
         self.max_bytes = max_bytes
 
     def get(self, key: tuple[str, tuple[str, ...]]) -> pa.Table | None:
-        t = self._d.get(key)
-        if t is not None:
-            self._d.move_to_end(key)
-        return t
+        return self._lru.get(key)
 
     def put(self, key: tuple[str, tuple[str, ...]], t: pa.Table) -> None:
-        if t.nbytes > self.max_bytes:
-            return
-        self._d[key] = t
-        self._bytes += t.nbytes
-        while self._bytes > self.max_bytes:
-            _, old = self._d.popitem(last=False)
-            self._bytes -= old.nbytes
+        if t.nbytes <= self.max_bytes:
+            self._lru.put(key, t)
 
 
 def _fixed_width(t: pa.DataType) -> bool:

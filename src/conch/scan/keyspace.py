@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,6 +37,7 @@ from conch.model.keys import (
     predicate_mask,
     sort_indices,
 )
+from conch.model.lru import Lru
 
 
 class IndexLookup(Protocol):
@@ -151,8 +150,7 @@ def within_numeric(vals: np.ndarray, within: EncodedRange, fields: list[pa.Field
     return ok
 
 
-_DECODED: OrderedDict[int, tuple[KeySet, np.ndarray]] = OrderedDict()
-_DECODED_LOCK = threading.Lock()
+_DECODED: Lru[int, tuple[KeySet, np.ndarray]] = Lru(max_entries=16)
 
 
 def _decoded_set(pred: KeySet, fields: list[pa.Field]) -> np.ndarray:
@@ -160,15 +158,11 @@ def _decoded_set(pred: KeySet, fields: list[pa.Field]) -> np.ndarray:
     per key space it is looked up in (a take over 1,000 runs decoded every key 1,000 times)."""
     if pred.numeric is not None:  # built from numbers (`to_key_predicate`): nothing to decode
         return pred.numeric
-    with _DECODED_LOCK:
-        hit = _DECODED.get(id(pred))
+    hit = _DECODED.get(id(pred))
     if hit is not None and hit[0] is pred:
         return hit[1]
     want = decode_numeric(pred.encoded, fields[0].type)
-    with _DECODED_LOCK:
-        _DECODED[id(pred)] = (pred, want)  # the entry keeps `pred` alive, so its id stays its own
-        while len(_DECODED) > 16:
-            _DECODED.popitem(last=False)
+    _DECODED.put(id(pred), (pred, want))  # the entry keeps `pred` alive, so its id stays its own
     return want
 
 

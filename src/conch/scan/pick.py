@@ -15,8 +15,6 @@ paths then run).
 from __future__ import annotations
 
 import itertools
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +24,7 @@ import pyarrow as pa
 
 from conch.files.manifest import Fragment, TableState
 from conch.model.keys import KeySet
+from conch.model.lru import Lru
 from conch.model.schema import Column
 from conch.scan.assemble import assemble, output_schema
 from conch.scan.context import ScanContext, file_schema
@@ -57,8 +56,7 @@ class _Layout:
     schema: pa.Schema  # the output, with keys
 
 
-_LAYOUTS: OrderedDict[tuple[Any, ...], tuple[TableState, _Layout | None]] = OrderedDict()
-_LAYOUTS_LOCK = threading.Lock()
+_LAYOUTS: Lru[tuple[Any, ...], tuple[TableState, _Layout | None]] = Lru(max_entries=16)
 
 
 def picked(ctx: ScanContext) -> Iterator[pa.RecordBatch] | None:
@@ -103,15 +101,11 @@ def _layout(ctx: ScanContext) -> _Layout | None:
         opts.batch_rows,
         opts.batch_bytes,
     )
-    with _LAYOUTS_LOCK:
-        hit = _LAYOUTS.get(key)
+    hit = _LAYOUTS.get(key)
     if hit is not None and hit[0] is plan.state:
         return hit[1]
     layout = _work_out_layout(ctx)
-    with _LAYOUTS_LOCK:
-        _LAYOUTS[key] = (plan.state, layout)  # the entry keeps the state alive: its id stays its own
-        while len(_LAYOUTS) > 16:
-            _LAYOUTS.popitem(last=False)
+    _LAYOUTS.put(key, (plan.state, layout))  # the entry keeps the state alive: its id stays its own
     return layout
 
 

@@ -14,7 +14,6 @@ below -inf, -0.0 below 0.0) where Arrow follows IEEE: float comparisons are rewr
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +38,7 @@ from conch.expr.tree import (
 from conch.files.format import column_name, decode_stats
 from conch.files.manifest import Fragment
 from conch.model.deps import LazyModule
+from conch.model.lru import Lru
 from conch.model.schema import Schema
 
 vx: Any = LazyModule("vortex")
@@ -236,17 +236,10 @@ class StatsCache:
     """Decoded per-fragment statistics, by fragment id (fragments are immutable)."""
 
     def __init__(self, max_entries: int = 65536) -> None:
-        self._d: OrderedDict[str, pa.RecordBatch] = OrderedDict()
-        self._max = max_entries
+        self._lru: Lru[str, pa.RecordBatch] = Lru(max_entries=max_entries)
 
     def get(self, fr: Fragment) -> pa.RecordBatch:
-        b = self._d.get(fr.id)
-        if b is None:
-            b = decode_stats(fr.stats)
-            self._d[fr.id] = b
-            if len(self._d) > self._max:
-                self._d.popitem(last=False)
-        return b
+        return self._lru.get_or_make(fr.id, lambda: decode_stats(fr.stats))
 
     def column(self, frs: Sequence[Fragment], cid: int, t: pa.DataType) -> tuple[pa.Array, pa.Array, np.ndarray]:
         """(min, max, null count) of column `cid` across `frs`, as arrays (null = unknown)."""

@@ -22,8 +22,6 @@ names and ids are validated (no path traversal into other tables' prefixes); bod
 import json
 import math
 import reprlib
-import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
@@ -47,6 +45,7 @@ from conch.errors import (
 )
 from conch.files.integrity import bad_snapshot_path
 from conch.log.metastore.base import LogEntry, Metastore, TableRecord
+from conch.model.lru import Lru
 
 API_VERSION = 1
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,159}$"
@@ -242,13 +241,10 @@ class _Idempotency:
     the same answer instead of a second entry or a spurious conflict."""
 
     def __init__(self, size: int = 10_000) -> None:
-        self._items: OrderedDict[str, tuple[str, int, str, LogEntry]] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
+        self._items: Lru[str, tuple[str, int, str, LogEntry]] = Lru(max_entries=size)
 
     def get(self, key: str, table_id: str, expected: int, entry: str) -> LogEntry | None:
-        with self._lock:
-            hit = self._items.get(key)
+        hit = self._items.get(key)
         if hit is None:
             return None
         if hit[:3] != (table_id, expected, entry):
@@ -256,10 +252,7 @@ class _Idempotency:
         return hit[3]
 
     def put(self, key: str, table_id: str, expected: int, entry: str, result: LogEntry) -> None:
-        with self._lock:
-            self._items[key] = (table_id, expected, entry, result)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+        self._items.put(key, (table_id, expected, entry, result))
 
 
 def create_app(

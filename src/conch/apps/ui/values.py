@@ -17,8 +17,6 @@ import base64
 import dataclasses
 import hashlib
 import io
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from html import escape
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from conch.apps.previews import sniff, tensor_shape, waveform
+from conch.model.lru import Lru
 
 BlobUrl = Callable[[str], str]
 THUMB_PX = 128  # a thumbnail's longer side
@@ -144,8 +143,8 @@ def render_blob(blob: bytes, blob_url: str | None, size: int | None = None) -> s
     return f'<span class="blob">{escape(info.describe())}</span>'
 
 
-_thumbs: OrderedDict[bytes, tuple[str, bytes, int, int] | None] = OrderedDict()
-_thumbs_lock = threading.Lock()
+# (thumbnail,): a value that makes no thumbnail (None) is remembered too
+_thumbs: Lru[bytes, tuple[tuple[str, bytes, int, int] | None]] = Lru(max_entries=THUMB_CACHE)
 
 
 def thumbnail(blob: bytes) -> tuple[str, bytes, int, int] | None:
@@ -153,16 +152,7 @@ def thumbnail(blob: bytes) -> tuple[str, bytes, int, int] | None:
     longer side (a small image is its own), or None when Pillow is missing or cannot decode it.
     Computed once per distinct image (a bounded LRU cache keyed by the image's digest)."""
     digest = hashlib.blake2b(blob, digest_size=16).digest()
-    with _thumbs_lock:
-        if digest in _thumbs:
-            _thumbs.move_to_end(digest)
-            return _thumbs[digest]
-    thumb = _make_thumbnail(blob)
-    with _thumbs_lock:
-        _thumbs[digest] = thumb
-        while len(_thumbs) > THUMB_CACHE:
-            _thumbs.popitem(last=False)
-    return thumb
+    return _thumbs.get_or_make(digest, lambda: (_make_thumbnail(blob),))[0]
 
 
 def _make_thumbnail(blob: bytes) -> tuple[str, bytes, int, int] | None:
