@@ -9,7 +9,7 @@ process, in three steps on the contract `conch.maintain.compaction` exposes:
    so a part computes exactly the runs the Python compaction writes for that range); a forced
    major (`force=True`) drops those boundaries and is cut where one write of its rows would be:
    the driver chooses those cuts once from the inputs' keys (`Table.cut_compaction`), and each
-   part is one output piece; a merge or fold (small runs) is one part. All parts of all tasks run as one Spark job; each part
+   part is one output piece (a forced fold too); a merge or another fold is one part. All parts of all tasks run as one Spark job; each part
    reopens the table on its executor (with the data source's connection options: metastore,
    token, storage options), takes the table state of the planned commit, and calls
    `execute(log, state, task, within=part's range)`, which writes its output files and returns
@@ -104,11 +104,14 @@ def compact(
 
 
 def ranges(task: CompactionTask, state: TableState) -> list[tuple[bytes | None, bytes | None]]:
-    """The parts of `task`: its range cut at its output boundaries (a forced major's `cuts`) or
+    """The parts of `task`: its range cut at its output boundaries (a forced task's `cuts`) or
     at the L1 boundaries inside it (another major), or whole."""
-    if task.kind != "major":
+    if task.cuts is not None:
+        bounds: tuple[bytes, ...] = task.cuts
+    elif task.kind == "major":
+        bounds = table_ranges(state.key_spaces.values()).boundaries
+    else:
         return [(None, None)]
-    bounds = task.cuts if task.cuts is not None else table_ranges(state.key_spaces.values()).boundaries
     inside = [b for b in bounds if b > task.lo and (task.hi is None or b < task.hi)]
     edges: list[bytes | None] = [task.lo or None, *inside, task.hi]
     return list(itertools.pairwise(edges))

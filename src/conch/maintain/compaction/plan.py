@@ -555,20 +555,17 @@ def fold_tasks(
     consecutive ranges form a sequence. `tiered` (the commit-time trigger): one fold, the oldest
     sequence of `trigger` units whose rows stay within `max_l1_rows` (one output piece), less its
     ends while an end holds more rows than the rest (a row is rewritten about log(n) times, not
-    once per fold). Not `tiered` (`compact()` and the settle): every sequence cut, from its start,
-    into windows of as many units as fit `max_l1_rows`, one fold each, so one round leaves no two
-    adjacent units that one write would have made one run. The inputs overlap no other run, so
-    their times stay exact whatever the window.
-
-    With `partition_of` (a partitioned table) a unit lies in one partition and a sequence never
-    crosses a partition change: a fold across one was cut there again (`rewrite._pieces`), so it
-    rewrote 2 runs as 2 on every `compact()` and never reached a fixed point."""
+    once per fold). Not `tiered` (`compact()`, the settle): each sequence (in chunks of at most
+    `auto_budget_bytes`) holding more runs than one write of its rows would make is rewritten as
+    that write (`recut`: `max_l1_rows` pieces). The inputs overlap no other run, so their times
+    stay exact whatever the window. With `partition_of` a sequence never crosses a partition
+    change: a fold across one was cut there again, 2 runs → 2 on every `compact()`."""
     windows: list[list[Component]] = []
     for seq in _fold_sequences(comps, sizes, policy, partition_of):
         if tiered:
             windows += [_fold_window(seq[: i + 1], policy, trigger) for i in range(len(seq))]
-        else:
-            windows += _fold_pieces(seq, policy)
+        else:  # more runs than one write of their rows would make: rewritten as that write
+            windows += [w for w in _budget_chunks(seq, sizes, policy) if len(w) > -(-_rows(w) // policy.max_l1_rows)]
     windows = [w for w in windows if len(w) >= max(2, trigger)]
     if tiered and windows:
         windows = [max(windows, key=len)]  # the oldest longest
@@ -582,6 +579,7 @@ def fold_tasks(
             sizes,
             0,
             f"{len(w)} " + why.format(policy.move_rows, trigger),
+            recut=not tiered,
         )
         for w in windows
     ]
@@ -616,18 +614,22 @@ def _fold_sequences(
     return seqs
 
 
-def _fold_pieces(seq: list[Component], policy: Policy) -> list[list[Component]]:
-    """`seq` cut from its start into windows of as many units as fit `max_l1_rows` rows."""
+def _budget_chunks(seq: list[Component], sizes: Mapping[str, int], policy: Policy) -> list[list[Component]]:
+    """`seq` cut from its start into chunks of at most `auto_budget_bytes` (the settle runs them)."""
     out: list[list[Component]] = [[]]
     total = 0
     for c in seq:
-        rows = sum(k.rows for k in c.runs)
-        if out[-1] and total + rows > policy.max_l1_rows:
+        b = sum(sizes[k.id] for k in c.runs)
+        if out[-1] and total + b > policy.auto_budget_bytes:
             out.append([])
             total = 0
         out[-1].append(c)
-        total += rows
+        total += b
     return out
+
+
+def _rows(units: list[Component]) -> int:
+    return sum(k.rows for c in units for k in c.runs if k.level == "")
 
 
 def _fold_window(seq: list[Component], policy: Policy, tier: int) -> list[Component]:
