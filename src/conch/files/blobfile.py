@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import io
 import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +36,7 @@ from conch.files.blobsource import PART_BYTES
 from conch.files.format import FileRef
 from conch.files.integrity import BLOCK, PREFIX, BlockTable, VerifiedReader
 from conch.files.storage import RangeReader, Storage
+from conch.model.lru import Lru
 
 INLINE, REF = 0, 1
 _KEEP = 4 * BLOCK  # a read of at most this many bytes of blocks is kept for the next reads
@@ -96,35 +95,10 @@ def from_tagged(value: bytes | None, storage: Storage) -> BlobFile | None:
     return BlobFile(storage, ref)
 
 
-class _Tables:
-    """Verified block tables of blob files by (path, table checksum), most recent first, up to
-    `max_bytes` of hashes: opening a value of a blob file opened before reads no table (on object
-    storage: one request less). The checksum is the table's own, so a table kept is the file's."""
-
-    def __init__(self, max_bytes: int = 16 << 20) -> None:
-        self.max_bytes, self.bytes = max_bytes, 0
-        self.lock = threading.Lock()
-        self.tables: OrderedDict[tuple[str, str], BlockTable] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> BlockTable | None:
-        with self.lock:
-            known = self.tables.get(key)
-            if known is not None:
-                self.tables.move_to_end(key)
-            return known
-
-    def put(self, key: tuple[str, str], table: BlockTable) -> None:
-        with self.lock:
-            if key in self.tables:
-                return
-            self.tables[key] = table
-            self.bytes += 36 * len(table.hashes)  # a Python int per block
-            while self.bytes > self.max_bytes and len(self.tables) > 1:
-                _, old = self.tables.popitem(last=False)
-                self.bytes -= 36 * len(old.hashes)
-
-
-_tables = _Tables()
+# Verified block tables of blob files by (path, table checksum), up to 16 MB of hashes (a Python
+# int per block): opening a value of a blob file opened before reads no table (on object storage:
+# one request less). The checksum is the table's own, so a table kept is the file's.
+_tables: Lru[tuple[str, str], BlockTable] = Lru(max_weight=16 << 20, weight=lambda t: 36 * len(t.hashes), keep=1)
 
 
 class _Counted:

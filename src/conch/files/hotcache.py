@@ -10,10 +10,9 @@ large fragment never evicts the rest, and the whole cache is 1/4 of the format's
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import pyarrow as pa
+
+from conch.model.lru import Lru
 
 HotKey = tuple[str, tuple[str, ...]]  # (fragment path + mask path, file column names)
 
@@ -23,9 +22,7 @@ class ColumnCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._d: OrderedDict[HotKey, pa.Table] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._lru: Lru[HotKey, pa.Table] = Lru(max_weight=max_bytes, weight=lambda t: t.nbytes)
 
     @property
     def entry_bytes(self) -> int:
@@ -33,28 +30,14 @@ class ColumnCache:
         return self.max_bytes // 8
 
     def get(self, key: HotKey) -> pa.Table | None:
-        with self._lock:
-            t = self._d.get(key)
-            if t is not None:
-                self._d.move_to_end(key)
-            return t
+        return self._lru.get(key)
 
     def put(self, key: HotKey, t: pa.Table) -> bool:
         """Keep `t` if it fits an entry; whether it was kept."""
         if t.nbytes > self.entry_bytes:
             return False
-        with self._lock:
-            old = self._d.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            self._d[key] = t
-            self._bytes += t.nbytes
-            while self._bytes > self.max_bytes:
-                _, gone = self._d.popitem(last=False)
-                self._bytes -= gone.nbytes
+        self._lru.put(key, t)
         return True
 
     def clear(self) -> None:
-        with self._lock:
-            self._d.clear()
-            self._bytes = 0
+        self._lru.clear()

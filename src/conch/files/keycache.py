@@ -3,8 +3,6 @@ as numpy, as a sparse index) are cached by path, LRU within one byte budget, per
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +14,7 @@ from conch.files.format import FileRef, FragmentFormat
 from conch.files.manifest import KeySpace
 from conch.model.budget import DEFAULT_SPLIT
 from conch.model.keys import encode_keys, key_space_schema
+from conch.model.lru import Lru
 
 
 class KeyCache:
@@ -33,12 +32,10 @@ class KeyCache:
 
     def __init__(self, fmt: FragmentFormat, max_entries: int = 65536, max_bytes: int = DEFAULT_SPLIT.key_cache) -> None:
         self.format = fmt
-        self._lru: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._max = max_entries  # an un-compacted table has hundreds of key spaces
+        # an un-compacted table has hundreds of key spaces: `max_entries` bounds the count too
+        self._lru: Lru[tuple[str, str], Any] = Lru(max_entries, max_bytes, weight=lambda v: v.nbytes)
         self.max_bytes = max_bytes
-        self._used = 0
-        self._lock = threading.Lock()
-        self._same: dict[tuple[str, str], bool] = {}  # (path, path) → identical keys
+        self._same: Lru[tuple[str, str], bool] = Lru(max_entries=65536)  # (path, path) → identical keys
 
     def keys(self, ks: FileRef, fields: list[pa.Field], keep: bool = True) -> pa.Table:
         """The key space's keys as a table named like `fields`; `keep=False`: not cached (see
@@ -87,16 +84,12 @@ class KeyCache:
         direct take and the zip merge then need no merge). Decided once per pair and
         remembered: comparing 200k keys on every take was a third of a 20-key take's time."""
         pair = (a.path, b.path) if a.path <= b.path else (b.path, a.path)
-        with self._lock:
-            hit = self._same.get(pair)
+        hit = self._same.get(pair)
         if hit is None:
             hit = (a.min_key, a.max_key, a.rows) == (b.min_key, b.max_key, b.rows) and self.keys(
                 a, fields, keep
             ).equals(self.keys(b, fields, keep))
-            with self._lock:
-                if len(self._same) > 65536:
-                    self._same.clear()
-                self._same[pair] = hit
+            self._same.put(pair, hit)
         return hit
 
     def fits(self, key_spaces: Sequence[KeySpace], fields: list[pa.Field]) -> bool:
@@ -109,8 +102,7 @@ class KeyCache:
 
     def cached(self, ks: FileRef) -> bool:
         """Whether the key space's keys are in memory (a lookup then needs no file read)."""
-        with self._lock:
-            return ("numeric", ks.path) in self._lru or ("table", ks.path) in self._lru
+        return ("numeric", ks.path) in self._lru or ("table", ks.path) in self._lru
 
     def index(self, ks: FileRef, fields: list[pa.Field]) -> KeyIndex:
         """The sparse index of a numeric key space (`KeyIndex`), built by one streamed pass over
@@ -141,24 +133,12 @@ class KeyCache:
         return self.format.read(ks, schema.names, schema, rows).rename_columns([f.name for f in fields])
 
     def _get(self, kind: str, path: str) -> Any:
-        with self._lock:
-            v = self._lru.get((kind, path))
-            if v is not None:
-                self._lru.move_to_end((kind, path))
-            return v
+        return self._lru.get((kind, path))
 
     def _put(self, kind: str, path: str, v: Any) -> None:
         if v.nbytes > self.max_bytes:
             return  # larger than the whole budget: the caller uses it once
-        with self._lock:
-            old = self._lru.pop((kind, path), None)
-            if old is not None:
-                self._used -= old.nbytes
-            self._lru[(kind, path)] = v
-            self._used += v.nbytes
-            while len(self._lru) > self._max or self._used > self.max_bytes:
-                _, gone = self._lru.popitem(last=False)
-                self._used -= gone.nbytes
+        self._lru.put((kind, path), v)
 
 
 INDEX_STEP = 1024  # keys per block of a sparse key index

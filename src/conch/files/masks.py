@@ -23,8 +23,6 @@ lookups are binary searches over the runs, never per-row arrays.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +33,7 @@ from conch.files.format import WrittenFile
 from conch.files.integrity import digest, verify
 from conch.files.ipc import read_table, table_bytes
 from conch.files.storage import Storage
+from conch.model.lru import Lru
 
 MASK_SUFFIX = ".mask"
 _SCHEMA = pa.schema([("pos_gap", pa.int64()), ("file_gap", pa.int64()), ("len", pa.int64())])
@@ -191,9 +190,9 @@ def decode_mask(data: bytes, name: str) -> RunsMask:
         raise CorruptFileError(f"mask file {name} is damaged ({e}); restore it from a backup") from e
 
 
-_cache: OrderedDict[tuple[str, str], RunsMask] = OrderedDict()
-_cache_lock = threading.Lock()
-_CACHE_ENTRIES = 4096  # masks are O(runs) small; the bound is for pathological tables
+_cache: Lru[tuple[str, str], RunsMask] = Lru(
+    max_entries=4096
+)  # masks are O(runs) small: the bound is for pathological tables
 
 
 def _read_verified(storage: Storage, path: str, checksum: str, hint: str = "") -> tuple[RunsMask, int]:
@@ -211,17 +210,7 @@ def read_mask(storage: Storage, path: str, checksum: str) -> RunsMask:
     """The (cached) mask at `path`, verified against `checksum` on first read. A missing or
     damaged file is a `CorruptFileError` naming it."""
     key = (storage.uri, path)
-    with _cache_lock:
-        m = _cache.get(key)
-        if m is not None:
-            _cache.move_to_end(key)
-            return m
-    m, _ = _read_verified(storage, path, checksum, "; restore it from a backup")
-    with _cache_lock:
-        _cache[key] = m
-        while len(_cache) > _CACHE_ENTRIES:
-            _cache.popitem(last=False)
-    return m
+    return _cache.get_or_make(key, lambda: _read_verified(storage, path, checksum, "; restore it from a backup")[0])
 
 
 def verify_mask(storage: Storage, path: str, checksum: str, rows: int, start: int) -> int:

@@ -17,8 +17,6 @@ bytes, `CACHE_BYTES`).
 from __future__ import annotations
 
 import struct
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +30,7 @@ from conch.files.manifest import FrozenMap, IndexDef, IndexFile, KeySpace, Table
 from conch.files.storage import Storage
 from conch.log.tablelog import TableLog
 from conch.model.budget import ScanOptions
+from conch.model.lru import Lru
 from conch.scan import Scan
 from conch.scan.request import ScanRequest
 from conch.search import vectors
@@ -166,24 +165,17 @@ class LoadedIndex:
     nbytes: int
 
 
-_cache: OrderedDict[str, LoadedIndex] = OrderedDict()
-_cache_lock = threading.Lock()
+_cache: Lru[str, LoadedIndex] = Lru(max_weight=CACHE_BYTES, weight=lambda v: v.nbytes, keep=1)
 
 
 def load(storage: Storage, f: IndexFile) -> LoadedIndex:
     """An index file, verified and decoded (cached per process by file id)."""
-    with _cache_lock:
-        hit = _cache.get(f.id)
-        if hit is not None:
-            _cache.move_to_end(f.id)
-            return hit
-    payload, keys, size = read_frame(storage, f, MAGIC, "index file")
-    loaded = LoadedIndex(vectors.deserialize(payload), keys, size)
-    with _cache_lock:
-        _cache[f.id] = loaded
-        while sum(v.nbytes for v in _cache.values()) > CACHE_BYTES and len(_cache) > 1:
-            _cache.popitem(last=False)
-    return loaded
+
+    def read() -> LoadedIndex:
+        payload, keys, size = read_frame(storage, f, MAGIC, "index file")
+        return LoadedIndex(vectors.deserialize(payload), keys, size)
+
+    return _cache.get_or_make(f.id, read)
 
 
 class LogVersion:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
@@ -31,6 +30,7 @@ from urllib.parse import urlsplit
 from conch.errors import ConditionalWriteUnsupportedError, InvalidPathError, StorageError
 from conch.files.storage.base import FileInfo, new_id
 from conch.model.deps import optional_import
+from conch.model.lru import Lru
 
 SCHEMES = ("memory", "s3", "s3a", "gs", "az", "abfs", "abfss", "azure")
 MULTIPART_CHUNK = 8 * 1024 * 1024  # bytes per part of a multipart upload (S3's minimum is 5 MiB)
@@ -145,8 +145,7 @@ class ObjectStorage:
         self.options = dict(options or {})
         self._store, self._prefix = _build_store(uri, self.options)
         self._scratch = scratch_dir
-        self._sizes: OrderedDict[str, int] = OrderedDict()  # immutable files: size by path (LRU)
-        self._sizes_lock = threading.Lock()
+        self._sizes: Lru[str, int] = Lru(max_entries=100_000)  # immutable files: size by path
 
     @property
     def uri(self) -> str:
@@ -172,14 +171,10 @@ class ObjectStorage:
             raise StorageError(f"{what} {self._uri}/{path} failed: {str(e).splitlines()[0]}") from e
 
     def _remember(self, path: str, size: int | None) -> None:
-        with self._sizes_lock:
-            if size is None:
-                self._sizes.pop(path, None)
-                return
-            self._sizes[path] = size
-            self._sizes.move_to_end(path)
-            while len(self._sizes) > 100_000:
-                self._sizes.popitem(last=False)
+        if size is None:
+            self._sizes.remove_if(lambda p: p == path)
+        else:
+            self._sizes.put(path, size)
 
     def open(self, path: str) -> ObjectRangeReader:
         return ObjectRangeReader(self, path, self.size(path))
@@ -237,8 +232,7 @@ class ObjectStorage:
         return True
 
     def size(self, path: str) -> int:
-        with self._sizes_lock:
-            known = self._sizes.get(path)
+        known = self._sizes.get(path)
         if known is not None:
             return known
         size = int(self._call("stat", path, "head")["size"])

@@ -29,7 +29,6 @@ import json
 import os
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
@@ -45,6 +44,7 @@ from conch.errors import (
 from conch.files.storage.base import Storage, new_id
 from conch.log.metastore.base import LogEntry, TableRecord
 from conch.log.metastore.names import check_name
+from conch.model.lru import Lru
 
 CATALOG = "_catalog"
 _CACHE_BYTES = 64 * 1024 * 1024
@@ -74,36 +74,9 @@ def check_conditional_writes(storage: Storage) -> None:
         _verified.add(storage.uri)
 
 
-class _EntryCache:
+def _entry_cache(budget: int) -> Lru[tuple[str, int], LogEntry]:
     """Immutable log entries by (table id, seq), least recently used out past a byte budget."""
-
-    def __init__(self, budget: int) -> None:
-        self._items: OrderedDict[tuple[str, int], LogEntry] = OrderedDict()
-        self._bytes = 0
-        self._budget = budget
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, int]) -> LogEntry | None:
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-            return hit
-
-    def put(self, key: tuple[str, int], value: LogEntry) -> None:
-        with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = value
-            self._bytes += len(value.entry) + 100
-            while self._bytes > self._budget and self._items:
-                _, old = self._items.popitem(last=False)
-                self._bytes -= len(old.entry) + 100
-
-    def drop_table(self, table_id: str) -> None:
-        with self._lock:
-            for key in [k for k in self._items if k[0] == table_id]:
-                self._bytes -= len(self._items.pop(key).entry) + 100
+    return Lru(max_weight=budget, weight=lambda e: len(e.entry) + 100)
 
 
 class ObjectStoreMetastore:
@@ -115,7 +88,7 @@ class ObjectStoreMetastore:
     def __init__(self, storage: Storage, cache_bytes: int = _CACHE_BYTES) -> None:
         self.storage = storage
         check_conditional_writes(storage)
-        self._cache = _EntryCache(cache_bytes)
+        self._cache = _entry_cache(cache_bytes)
         self._last: dict[str, int] = {}  # table id -> a sequence number known to exist
         self._pool_pid = -1
         self._pool_obj: ThreadPoolExecutor | None = None
@@ -176,7 +149,7 @@ class ObjectStoreMetastore:
         self.storage.delete(self._record_path(name))  # the table is gone from here on
         for part in ("_log", "_snapshots"):
             self.storage.delete_prefix(f"{rec.id}/{part}")
-        self._cache.drop_table(rec.id)
+        self._cache.remove_if(lambda key: key[0] == rec.id)
         self._last.pop(rec.id, None)
         return rec
 
