@@ -61,8 +61,8 @@ rewrites meanwhile (`_move_now`).
 consecutive ones (`fold_tasks`): their inputs overlap no other run, so the output's time span
 relabels no cell a sibling could hide, and the boundaries between them are dropped. The
 commit-time trigger folds only at `Policy.fold_trigger` (16) of them, a stop trigger bounding
-the runs a scan opens; the settle and `compact()` fold any two. Windows are size-tiered (a unit
-larger than the rest of its window waits), so a row is rewritten about log₁₆(commits) times.
+the runs a scan opens, size-tiered (a unit larger than the rest of its window waits), so a row is
+rewritten about log₁₆(commits) times; the settle and `compact()` fold any more than one write makes.
 
 **Majors need L0 large in rows too** (issue 30): `l1_ratio` applies to bytes (read cost) and to
 rows (a major decodes and encodes every L1 row). By bytes alone, 1,000-row upserts into a 500k-row

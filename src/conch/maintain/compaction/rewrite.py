@@ -6,7 +6,8 @@ the scan is the definition of a fresh cell (spec/000), so the rewrite cannot dis
 Each level's result streams out in key order and is cut into pieces at the L1 range boundaries
 inside the task's range, at partition changes (`partition_by`), and, for the root level of a
 major, wherever a piece reaches its share of `Policy.max_l1_rows` at a change of root key
-(child levels are cut where the root level was, so a key and its subtree stay in one range).
+(child levels are cut where the root level was, so a key and its subtree stay in one range). A
+forced task (`CompactionTask.recut`) is cut at `recut_boundaries` only: as one write of its rows.
 Each piece is written as one key space and, per column group, byte-bounded dense fragments
 (`write.write_key_space` / `write_fragments`: one way to write files).
 
@@ -134,10 +135,11 @@ def _execute(
         for b in table_ranges(state.key_spaces.values()).boundaries
         if b > task.lo and _below(b, task.hi) and task.kind != "fold"
     ]
-    target = _target_rows(view, layout.max_rows, key_cache) if task.kind in ("major", "fold") else None
+    target = None
     if task.recut:
         fixed = list(task.cuts) if task.cuts is not None else recut_boundaries(view, layout, key_cache)
-        target = None
+    elif task.kind in ("major", "fold"):
+        target = _target_rows(view, layout.max_rows, key_cache)
     cuts = fixed
     outputs: dict[str, list[tuple[str, pa.BinaryArray]]] = {}
     slices = _slices(view, layout, key_cache, max(MIN_SLICE_ROWS, scan.cache_bytes // SLICE_BYTES_PER_ROW))
