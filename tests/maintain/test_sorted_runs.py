@@ -1,10 +1,11 @@
-"""L0 counted in sorted runs, and a large component's stop trigger (issue 30, `plan.sorted_runs`,
+"""L0 counted in sorted runs, and a large component's stop trigger (issue 30, `tiers.sorted_runs`,
 `Policy.l0_stop`): the plans on hand-made states, then real histories of upserts and of upserts
 and deletes interleaved, checked against a dict model after every commit, with the rewrites they
 triggered counted."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pyarrow as pa
 
 import conch
 from conch.files.manifest import KeySpace
+from conch.log.wal import AddFragment, AddKeySpace
 from conch.maintain.compaction.plan import is_l1, plan, sorted_runs
 from conch.model.keys import encode_keys
 
@@ -98,5 +100,81 @@ def test_random_upserts_merge_at_the_stop_trigger_only(tmp_path: Path) -> None:
 def test_interleaved_deletes_do_not_merge_at_every_commit(tmp_path: Path) -> None:
     rewrites, most = _history(tmp_path, deletes=True)
     # counted in files, a merge of data and tombstones wrote two runs and L0 never fell below
-    # l0_trigger: a merge at almost every commit (79 in 100 at 500k keys)
-    assert rewrites <= 24 and most < 4
+    # l0_trigger: a merge at almost every commit (79 in 100 at 500k keys). Below the stop trigger
+    # (6 here) only windows of similar sizes merge: the newest runs whatever their sizes (the
+    # large merged run with each new one) only at l0_stop
+    assert rewrites <= 24 and most < 6
+
+
+def _over_budget_component() -> dict[str, KeySpace]:
+    """A large component whose L0 reached `l1_ratio` × L1 (12.3k rows beside 100k): a merged
+    L0 run, two older commits' runs and one new small run; 4 sorted runs (l0_trigger, < l0_stop)."""
+    runs = _base()
+    for i, (time, rows) in enumerate([(10, 9_000), (11, 2_000), (12, 1_200), (13, 100)], start=1):
+        runs[f"k{i}"] = ks(i, time, rows=rows)
+    return runs
+
+
+def test_a_major_over_the_commit_budget_does_not_merge_the_large_l0_run_with_the_new_one() -> None:
+    """Issue 30, 2.5M keys × 100 commits of random upserts: the major exceeded the commit's
+    budget, and the fallback ("the merge that fits") merged the newest two sorted runs at every
+    commit from `l0_trigger` on (the large merged L0 run and the commit's 5,000 keys): 57 MB
+    rewritten for 7.4 MB written. Past the budget, L0 stays size-tiered under `l0_stop`."""
+    runs = _over_budget_component()
+    l0 = 12_300 * 10
+    assert plan(runs, {}, LARGE, budget=200_000).tasks == ()  # the old planner merged k3 + k4 here
+    (task,) = plan(runs, {}, LARGE).tasks  # what maintenance_plan() lists: the major, for compact()
+    assert task.kind == "major" and len(task.inputs) == 5
+    # amortized: once the major rewrites at most `major_amplification` × the L0 bytes it applies,
+    # the commit-time trigger runs it whatever this commit wrote
+    assert (1_000_000 + l0) / l0 > LARGE.major_amplification
+    (task,) = plan(runs, {}, dataclasses.replace(LARGE, major_amplification=10.0), budget=200_000).tasks
+    assert task.kind == "major" and "amortized" in task.reason
+    # ... within the memory budget (a hard limit): past it the major waits and L0 stays tiered
+    assert (
+        plan(runs, {}, dataclasses.replace(LARGE, major_amplification=10.0), budget=200_000, memory=1 << 20).tasks == ()
+    )
+
+
+def test_at_the_stop_trigger_the_window_past_the_budget_is_size_tiered() -> None:
+    runs = _over_budget_component() | {f"k{i}": ks(i, 10 + i, rows=100) for i in range(5, 9)}
+    (task,) = plan(runs, {}, LARGE, budget=200_000).tasks  # 8 sorted runs: the stop trigger
+    assert task.kind == "merge" and set(task.inputs) == {f"k{i}" for i in range(4, 9)}  # the five 100-row runs
+    assert "the major waits" in task.reason and "> 3" in task.reason
+
+
+def _rewritten_and_written(t: conch.Table) -> tuple[int, int]:
+    """Bytes compactions wrote (a move writes none) and bytes commits wrote, from the WAL."""
+    seen: set[str] = set()
+    out = {True: 0, False: 0}
+    for _, _, entry in t.log.entries():
+        for op in entry.ops:
+            if isinstance(op, AddKeySpace | AddFragment):
+                rec = op.key_space if isinstance(op, AddKeySpace) else op.fragment
+                out[entry.kind == "compact"] += rec.bytes if rec.path not in seen else 0
+                seen.add(rec.path)
+    return out[True], out[False]
+
+
+def test_a_random_upsert_ingest_rewrites_at_most_twice_its_data(tmp_path: Path) -> None:
+    """Issue 30's rewrite goal on a scaled-down 2.5M-key shape (`small_bytes` 100 KB plays the
+    4 MB commit-budget floor): a 100k-key base, then 60 commits of 500 random keys. The old
+    planner rewrote 2.8x the data (a merge of the large L0 run with each new commit once the
+    major no longer fit the commit's budget); now the major runs amortized and L0 stays tiered."""
+    policy = conch.Policy(small_bytes=100_000, small_rows=1_000, move_rows=1_000, settle_after=None)
+    t = conch.connect(str(tmp_path), maintenance=policy).create_table("t", [("id", pa.uint64())])
+    rng = np.random.default_rng(5)
+    n = 100_000
+    model = np.round(rng.random(n), 2)
+    t.write(pa.table({"id": pa.array(np.arange(n), pa.uint64()), "v": model}))
+    for _ in range(60):
+        keys = np.sort(rng.choice(n, 500, replace=False))
+        vals = np.round(rng.random(len(keys)), 2)
+        t.write(pa.table({"id": pa.array(keys, pa.uint64()), "v": vals}))
+        model[keys] = vals
+        assert len(sorted_runs([k for k in t.state().key_spaces.values() if not is_l1(k)])) < policy.l0_stop
+    rewritten, written = _rewritten_and_written(t)
+    assert rewritten <= 2 * written, (rewritten, written)
+    assert any(h.kind == "compact" and h.summary.startswith("major") for h in t.history())  # L0 does not grow forever
+    got = t.scan().to_arrow().sort_by("id")
+    assert got["v"].to_numpy().tolist() == model.tolist()

@@ -50,6 +50,11 @@ class Policy:
     # a large component's L0 sorted runs are merged only at this many (below it, only the major at
     # `l1_ratio`): a scan pays for L0 mostly by its rows, a take a little per run (measured, plan.py)
     l0_stop: int = 8
+    # the commit-time trigger runs a large component's major past its commit's budget once it
+    # rewrites at most this many bytes per L0 byte it applies ((L1 + L0) / L0: the cost model's write
+    # amplification, amortized over the commits that wrote L0; measured, plan.py "The major of a
+    # large component"); earlier, L0 stays tiered under `l0_stop` and the settle or compact() runs it
+    major_amplification: float = 3.0
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
     settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
 
@@ -67,10 +72,11 @@ class Policy:
             or self.small_rows < 0
             or self.fold_trigger < 2
             or self.l0_stop < 2
+            or not self.major_amplification >= 1
             or (self.settle_after is not None and not self.settle_after >= 0)
         ):
             raise InvalidArgumentError(
                 f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
-                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, fold_trigger >= 2, l0_stop >= 2, "
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, fold_trigger >= 2, l0_stop >= 2, major_amplification >= 1, "
                 "settle_after None or >= 0"
             )

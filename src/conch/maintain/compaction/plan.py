@@ -39,7 +39,8 @@ major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet,
 would not reduce the run count; else merge. The automatic trigger after
 commits runs at most `commit_budget` of input per commit: a small multiple of what the commit
 wrote (a writer never stalls long); larger tasks are listed by `maintenance_plan()` and run by
-the settle, `Table.compact()` or `conch compact`.
+the settle, `Table.compact()` or `conch compact`, except a large component's major once it is
+amortized over the commits that wrote its L0 (below, "The major of a large component").
 
 **The cost model** (issue 30): each rewrite task carries the bytes it rewrites (write
 amplification spent), the runs a scan of its range merges before and after it (read
@@ -68,22 +69,26 @@ rewritten about log₁₆(commits) times; the settle and `compact()` fold any mo
 rows (a major decodes and encodes every L1 row). By bytes alone, 1,000-row upserts into a 500k-row
 table of 0.9 B/row triggered a major of the whole table every fourth commit. When no L0 run
 joins the newest by size (a history of alternating upserts and tombstone runs), the merge window
-is the newest `len(l0) - l0_trigger + 2` runs (universal compaction's fallback), not a major;
-a component whose window the time order blocks gets its major at `STOP_RUNS` × `l0_trigger`
-L0 runs, else it waits for the settle.
+at the stop trigger `l0_stop` is the newest `len(l0) - l0_trigger + 2` runs (universal
+compaction's fallback), not a major; a component whose window the time order blocks gets its
+major at `STOP_RUNS` × `l0_trigger` L0 runs, else it waits for the settle.
 
-**Sorted runs and the stop trigger** (issue 30, third pass). L0 is counted in *sorted runs*
-(`sorted_runs`: the runs one commit added, as Paimon and RocksDB's universal compaction count a
-sorted run of several files), not files: a merge over tombstones writes a data run and a
-tombstone run, and counted as two, L0 never fell below `l0_trigger` and a history of
-interleaved upserts and deletes merged its newest runs at every commit. A *large* component
-(above `small_bytes` or `small_rows`, with L1, no tombstone run in L0) merges L0 into L0 only at
-`Policy.l0_stop` (8) sorted runs (`_tier_window` on rows); below it only the major at
-`l1_ratio` rewrites. A scan pays for L0 mostly once, by the rows it overlays (a 500k-row L1
-under 1 to 14 runs of 1,000 random keys: full / 1 % / take 1.7 / 1.4 / 1.6x a clean read at one
-run, 1.9 / 1.4 / 2.0x at 14; 8 keeps a take within ~5 % of 3 runs), while merging at
-`l0_trigger` cost a merge every other commit. Over tombstones a scan takes the general path
-(~18x at one run, +~5 % per further run), so their components keep `l0_trigger`.
+**Sorted runs and the stop trigger** (issue 30, third pass): `tiers.py`. L0 is counted in sorted
+runs (one commit's runs); a large component (above `small_bytes` or `small_rows`, with L1, no
+tombstone run in L0) merges L0 into L0 only at `Policy.l0_stop` (8) sorted runs; components with
+tombstones keep `l0_trigger`.
+
+**The major of a large component** (issue 30, fourth pass; `docs/compaction.md`). Wanted at
+`l1_ratio`. The commit-time trigger runs it when it fits the commit's budget or, past it, once
+it is amortized: it rewrites at most `Policy.major_amplification` (3) x the L0 bytes it applies
+((L1 + L0) / L0, the cost model's write amplification; the commits that wrote L0 pay for it),
+and always within the memory budget (a hard limit: `plan(memory=)`). Until then L0 stays
+size-tiered exactly as below `l1_ratio`: merges at the stop trigger, windows of similar sizes,
+the newest runs whatever their sizes only at `l0_stop`. Before, a major over the commit's budget
+made every commit from `l0_trigger` on merge "the window that fits", the large merged L0 run with
+the newest small one (universal compaction's fallback): at 2.5M keys, 100 commits of 5,000
+random upserts rewrote 57 MB for 7.4 MB written (7.8x) and the major never ran during the
+ingest; now one amortized major and the tiered merges rewrite ~1x the data.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ from dataclasses import dataclass, field
 
 from conch.files.manifest import Fragment, KeySpace, extent
 from conch.maintain.compaction.ranges import Ranges, ranges_of
+from conch.maintain.compaction.tiers import n_sorted_runs, newest_window, sorted_runs, tier_window
 from conch.maintain.compaction.timeorder import oldest_time, time_contiguous
 from conch.model.policy import Policy
 
@@ -221,6 +227,7 @@ def plan(
     policy: Policy,
     force: bool = False,
     budget: int | None = None,
+    memory: int | None = None,
     partition_of: Callable[[bytes], bytes] | None = None,
 ) -> MaintenancePlan:
     """The compaction tasks the policy asks for now (`force`: a major compaction of every
@@ -228,10 +235,12 @@ def plan(
     component already holding one L1 run per level is left as it is, so a repeated `compact()`
     rewrites nothing). Runs that overlap nothing come first, as one `move` task (`move_task`),
     and the rest is planned as if it were done. `budget`: the input bytes a rewrite may take (the
-    commit-time trigger's, `commit_budget`): a component whose major would exceed it gets the
-    size-tiered merge of its newest L0 runs that fits, if any (the major waits for the settle or
-    `compact()`). `partition_of`: the partition prefix of an encoded key (`ranges.partitioner`;
-    None: the table is not partitioned), so a fold never spans two partitions."""
+    commit-time trigger's, `commit_budget`): a component whose major would exceed it (and is not
+    amortized: module doc, "The major of a large component") keeps its L0 size-tiered, merged at
+    its stop trigger (the major waits for the settle or `compact()`). `memory`: the warehouse's
+    memory budget, a hard limit on the automatic trigger's majors (`within_budget` checks every
+    task against it again). `partition_of`: the partition prefix of an encoded key
+    (`ranges.partitioner`; None: not partitioned), so a fold never spans two partitions."""
     ks_list = list(key_spaces.values())
     sizes = run_bytes(ks_list, fragments.values())
     tasks: list[CompactionTask] = []
@@ -269,48 +278,84 @@ def plan(
         l0_rows = sum(k.rows for k in l0)
         l1_rows = sum(k.rows for k in l1)
         l0_large = l0_bytes >= policy.l1_ratio * l1_bytes and l0_rows >= policy.l1_ratio * l1_rows
+        if force:
+            tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), "forced", recut=True))
+            continue
         # a large component's L0 sorted runs wait for the stop trigger (module doc, "Sorted runs")
         # (not over tombstones: a scan over any tombstone run takes the general path, ~18x a clean
         # read, and each further one adds ~5 % of that, so their runs are still bounded at l0_trigger)
-        tiered = not force and not small and bool(l1) and not any(k.kind == "tombstone" for k in l0)
-        if tiered and not l0_large and len(groups) < policy.l0_stop:
-            continue
-        window = [] if force else _tier_window(groups, sizes, policy, cap, 1.0 if tiered else None)
-        if tiered and n_sorted_runs(window) < policy.l0_stop // 2:  # long cycles: the size rule on rows
-            window = _tier_window(groups, sizes, policy, cap, policy.size_ratio)
-        window = time_contiguous(window, comp.runs)
-        if not force and n_sorted_runs(window) < 2:
-            window = time_contiguous(_newest_window(groups, sizes, policy, cap), comp.runs)
-        merges = n_sorted_runs(window) >= 2  # a window of one commit's runs would rewrite them as they are
-        stalled = not merges and len(groups) >= STOP_RUNS * policy.l0_trigger
-        if not force and not (small or not l1 or l0_large or stalled) and not merges:
-            continue  # no merge window (time order): the settle or compact() folds it
-        major = force or small or not l1 or l0_large or not merges
-        if major and not force and budget is not None and l0_bytes + l1_bytes > budget:
-            if not merges:
-                continue  # nothing within this trigger's budget: the settle or compact() runs the major
-            major = False  # the merge that fits; the major waits for the settle or compact()
-        if major:
-            why = (
-                "forced"
-                if force
-                else f"{len(groups)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
-                f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
-                if small
-                else f"{len(groups)} L0 runs >= {policy.l0_trigger}; L0 {l0_bytes:,} B, {l0_rows:,} rows >= "
-                f"{policy.l1_ratio:g} × L1 {l1_bytes:,} B, {l1_rows:,} rows"
-                if l1 and l0_large
-                else f"{len(groups)} L0 runs >= {STOP_RUNS} × {policy.l0_trigger} and no merge window in commit-time order"
-                if l1
-                else f"{len(groups)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
+        tiered = not small and bool(l1) and not any(k.kind == "tombstone" for k in l0)
+        # The major of a large component (module doc, "The major of a large component"): wanted at
+        # `l1_ratio`; the commit-time trigger runs it when it fits this commit's budget or, amortized
+        # over the commits that wrote L0, when it rewrites at most `major_amplification` x the L0
+        # bytes it applies; within the memory budget either way (a hard limit)
+        amplification = (l0_bytes + l1_bytes) / max(1, l0_bytes)
+        memory_needed = REWRITE_BYTES_PER_ROW * rows
+        amortized = (
+            bool(l1)
+            and not small
+            and amplification <= policy.major_amplification
+            and l0_bytes + l1_bytes <= policy.auto_budget_bytes
+        )
+        fits = (budget is None or l0_bytes + l1_bytes <= budget or amortized) and (
+            memory is None or memory_needed <= memory
+        )
+        wanted = small or not l1 or l0_large
+        if not (wanted and fits):
+            # L0 -> L0, size-tiered, whatever the major waits for. Before, a major over the commit's
+            # budget made every commit from `l0_trigger` on merge "the window that fits": the large
+            # merged L0 run with the newest small one, every commit (57 MB rewritten for 7 MB)
+            if len(groups) < (policy.l0_stop if tiered else trigger):
+                continue
+            window = tier_window(groups, sizes, policy, cap, 1.0 if tiered else None)
+            if tiered and n_sorted_runs(window) < policy.l0_stop // 2:  # long cycles: the size rule on rows
+                window = tier_window(groups, sizes, policy, cap, policy.size_ratio)
+            window = time_contiguous(window, comp.runs)
+            if n_sorted_runs(window) < 2 and len(groups) >= policy.l0_stop:
+                # the stop trigger: runs stay bounded even when no run joins the newest by size
+                window = time_contiguous(newest_window(groups, sizes, policy, cap), comp.runs)
+            if n_sorted_runs(window) < 2:  # a window of one commit's runs would rewrite them as they are
+                if not (l1 and fits and len(groups) >= STOP_RUNS * policy.l0_trigger):
+                    continue  # no merge window (time order): the settle or compact() folds it
+                why = f"{len(groups)} L0 runs >= {STOP_RUNS} × {policy.l0_trigger} and no merge window in commit-time order"
+                tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
+                continue
+            waits = (
+                f"L0 {l0_bytes:,} B, {l0_rows:,} rows < {policy.l1_ratio:g} × L1 in bytes or rows"
+                if not wanted
+                else f"the major waits: it needs ~{memory_needed:,} B > the memory budget {memory:,} B"
+                if memory is not None and memory_needed > memory
+                else f"the major waits: {l0_bytes + l1_bytes:,} B > this commit's budget {budget or 0:,} B"
+                + (
+                    f" and its write amplification (L1 + L0) / L0 = {amplification:.1f}x > {policy.major_amplification:g} (major_amplification)"
+                    if l1 and not small and amplification > policy.major_amplification
+                    else f" and the automatic budget {policy.auto_budget_bytes:,} B"
+                    if l1 and not small
+                    else ""
+                )
             )
-            tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why, recut=force))
-        else:
             why = (
-                f"{len(groups)} L0 runs >= {policy.l0_trigger}; the newest {n_sorted_runs(window)} merged (similar sizes, or the "
-                f"newest past the trigger); L0 {l0_bytes:,} B, {l0_rows:,} rows < {policy.l1_ratio:g} × L1 in bytes or rows"
+                f"{len(groups)} L0 sorted runs >= {policy.l0_stop if tiered else trigger}; the newest "
+                f"{n_sorted_runs(window)} merged (similar sizes, or the newest at the stop trigger); {waits}"
             )
             tasks.append(_task("merge", lo, hi, window, sizes, len(window), why, comp.runs))
+            continue
+        why = (
+            f"{len(groups)} L0 run(s) >= {trigger} in a small component ({l0_bytes + l1_bytes:,} B <= "
+            f"{policy.small_bytes:,} B, {rows:,} rows; their fixed read cost > {policy.read_overhead:g} × its scan): rewritten whole"
+            if small
+            else f"{len(groups)} L0 sorted runs; L0 {l0_bytes:,} B, {l0_rows:,} rows >= {policy.l1_ratio:g} × L1 "
+            f"{l1_bytes:,} B, {l1_rows:,} rows; write amplification (L1 + L0) / L0 = {amplification:.1f}x"
+            + (
+                f" <= {policy.major_amplification:g} (major_amplification): amortized over the commits that wrote L0, "
+                f"past this commit's budget {budget:,} B"
+                if budget is not None and l0_bytes + l1_bytes > budget
+                else ""
+            )
+            if l1
+            else f"{len(groups)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
+        )
+        tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
     tasks += fold_tasks(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger, not force, partition_of)
     return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
 
@@ -375,66 +420,6 @@ def _task(
         REWRITE_BYTES_PER_ROW * sum(k.rows for k in runs if k.kind == "data"),
         recut,
     )
-
-
-def sorted_runs(l0: list[KeySpace]) -> list[list[KeySpace]]:
-    """L0 runs grouped into *sorted runs*, oldest first: the runs one commit added (`seq`;
-    module doc, "Sorted runs": 100 commits of interleaved deletes merged 79 times by files)."""
-    by_seq: dict[int, list[KeySpace]] = {}
-    for k in l0:
-        by_seq.setdefault(k.seq, []).append(k)
-    return sorted(by_seq.values(), key=lambda g: max((k.time, k.seq) for k in g))
-
-
-def n_sorted_runs(runs: Iterable[KeySpace]) -> int:
-    return len({k.seq for k in runs})
-
-
-def _tier_window(
-    groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int, rows_ratio: float | None = None
-) -> list[KeySpace]:
-    """The newest sorted runs (`sorted_runs`) of similar size: walking from the newest, an older
-    one joins while its bytes are at most `size_ratio` × the window's so far (universal
-    compaction's size rule) and the window stays within `cap` bytes (the automatic budget).
-    With `rows_ratio` (a large component at its stop trigger) the rule is on rows (a merge
-    decodes and encodes rows; merged runs of random keys compress better, so by bytes they
-    joined windows they should not). Ratio 1 rewrites a row ~1.5 times between majors ~50
-    commits apart but degrades to many small windows in long cycles, where `plan` takes
-    `size_ratio` (simulated, 2,000 commits at l0_stop 8: 6.4 rewrites a row against 66).
-    Empty when it would merge fewer than two."""
-    window: list[list[KeySpace]] = []
-    total = total_rows = 0
-    for g in reversed(groups):
-        b = sum(sizes[k.id] for k in g)
-        rows = sum(k.rows for k in g)
-        too_big = rows > rows_ratio * total_rows if rows_ratio is not None else b > policy.size_ratio * total
-        # within the automatic budget too: otherwise a geometric series of runs would make every
-        # window span them all, exceed the budget, and let L0 grow without bound
-        if window and (too_big or total + b > cap):
-            break
-        window.append(g)
-        total += b
-        total_rows += rows
-    if len(window) < 2:
-        return []
-    return [k for g in window[::-1] for k in g]
-
-
-def _newest_window(groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int) -> list[KeySpace]:
-    """When no sorted run joins by size, universal compaction's fallback: the newest
-    `len(groups) - l0_trigger + 2` (at least two), within `cap` bytes. Bounded work that brings
-    the run count back under the trigger, instead of a major rewriting every L1 row of the
-    component."""
-    want = max(2, len(groups) - policy.l0_trigger + 2)
-    window: list[list[KeySpace]] = []
-    total = 0
-    for g in reversed(groups):
-        b = sum(sizes[k.id] for k in g)
-        if len(window) >= want or (window and total + b > cap):
-            break
-        window.append(g)
-        total += b
-    return [k for g in window[::-1] for k in g] if len(window) >= 2 else []
 
 
 def within_budget(task: CompactionTask, policy: Policy, budget: int | None = None, memory: int | None = None) -> bool:

@@ -223,24 +223,14 @@ FORCED_ROUNDS = 4
 def _tasks(log: TableLog, policy: Policy, force: bool, limit: int | None) -> tuple[list[CompactionTask], int]:
     """The tasks planned now and the log sequence of the state they were planned on."""
     state = log.state()
-    tasks = list(plan(state.key_spaces, state.fragments, policy, force, limit, partitions(log, state)).tasks)
+    memory = log.warehouse.memory_budget if limit is not None else None
+    tasks = list(plan(state.key_spaces, state.fragments, policy, force, limit, memory, partitions(log, state)).tasks)
     if limit is not None:
+        # plan() applied the commit's budget (a large component's major amortized past it, a fold
+        # judged against the automatic budget: the stop trigger bounding a scan's runs); what is
+        # left is the hard limits: the automatic budget and the memory budget
         moves = [t for t in tasks if t.kind == "move"]
-        memory = log.warehouse.memory_budget
-        # A fold (at `fold_trigger` small L1 runs) is the stop trigger that bounds the runs a scan
-        # opens: it is judged against the automatic budget, not the commit's, else a window of
-        # small appends never fits what one small commit wrote and the runs pile up (issue 30).
-        tasks = (
-            moves
-            + [
-                t
-                for t in tasks
-                if t.kind != "move"
-                and within_budget(
-                    t, policy, policy.auto_budget_bytes if t.kind == "fold" and limit is not None else limit, memory
-                )
-            ][:1]
-        )
+        tasks = moves + [t for t in tasks if t.kind != "move" and within_budget(t, policy, memory=memory)][:1]
     return tasks, state.seq
 
 
