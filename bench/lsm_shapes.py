@@ -15,7 +15,10 @@ Per side: the ingest's wall and CPU seconds, bytes compactions wrote (a move wri
 `bench.compaction.bytes_by_kind`), L0/L1 runs left and peak RSS. Reads (full scan, 1 % filter
 `a < 0.01`, 50-key take) are medians alternated rep by rep with the same query on `once`
 (`bench.systems.interleaved`), printed as ratios. `--before PATH` runs the default side a second
-time with `PYTHONPATH=PATH/src` (another checkout: before/after on the same machine, same run).
+time with `PYTHONPATH=PATH/src` (another checkout: before/after on the same machine, same run);
+its settle and `compact()` run in children with that code too (until issue 30's `compact()`
+pass they ran in this process, so the "before" settled and compacted columns measured this
+checkout's maintenance). `compact()`'s seconds, bytes written and runs left are printed below.
 
 Families (keys `uint64`; `a`: floats with two decimals, so 1 % of rows hold 0.00; `b`: derived
 from the key, compressible as real measurements are):
@@ -174,6 +177,25 @@ def history(family: str, n: int, commits: int) -> Iterator[Op]:
 
 
 # ----- one ingest per subprocess ---------------------------------------------------------------
+def _maintain_child(step: str, path: str) -> dict[str, Any]:
+    """The settle (`wait_for_maintenance`) or `compact()` of the table at `path`, with this
+    process's code: its seconds, and for `compact()` the bytes it wrote and the runs left."""
+    import conch
+
+    t = conch.connect(path).table("t")
+    t0 = time.perf_counter()
+    if step == "settle":
+        t.wait_for_maintenance()
+        return {"settle_s": round(time.perf_counter() - t0, 2)}
+    done = t.compact()
+    plan = t.maintenance_plan()
+    return {
+        "compact_s": round(time.perf_counter() - t0, 2),
+        "compact_mb": round(done.bytes_written / 2**20, 2),
+        "compacted_runs": [plan.l0_runs, plan.l1_runs],
+    }
+
+
 def _ingest_child(side: str, family: str, path: str, n: int, commits: int, source: str) -> dict[str, Any]:
     import vortex  # noqa: F401  (imported before the clock starts: a write's cost, not an import's)
 
@@ -336,20 +358,28 @@ def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path
             reader = conch.connect(work / family / str(n) / side, maintenance=conch.Policy(auto=False)).table("t")
             r["after_last_commit"] = read_ratios(reader, once, reps)
         if side in ("default", "before"):
-            t = conch.connect(work / family / str(n) / side).table("t")
-            t0 = time.perf_counter()
-            t.wait_for_maintenance()
-            r["settle_s"] = round(time.perf_counter() - t0, 2)
+            # the settle and compact() run with the side's code (a child: `--before`'s PYTHONPATH),
+            # the reads here
+            env = {"PYTHONPATH": str(before / "src")} if side == "before" and before else None
+            path = str(work / family / str(n) / side)
+            r.update(S.child_json("bench.lsm_shapes", ["maintain", "settle", path], env))
             if family == "spark":  # what the driver's settle added to the job's history
+                t = conch.connect(path).table("t")
                 r["settled_history"] = [f"{c.kind}: {c.summary}" for c in t.history()][len(r["history"]) :]
-            r["settled"] = read_ratios(t, once, reps)
-            t.compact()
-            r["compacted"] = read_ratios(t, once, reps)
+            r["settled"] = read_ratios(conch.connect(path).table("t"), once, reps)
+            r.update(S.child_json("bench.lsm_shapes", ["maintain", "compact", path], env))
+            r["compacted"] = read_ratios(conch.connect(path).table("t"), once, reps)
         off = got["auto-off"]
         r["wall_vs_off"] = round(r["wall_s"] / max(off["wall_s"], 1e-9), 2)
         r["cpu_vs_off"] = round(r["cpu_s"] / max(off["cpu_s"], 1e-9), 2)
         out.append(r)
         _print(r)
+        if "compact_s" in r:
+            print(
+                f"    compact(): {r['compact_s']:.2f} s, {r['compact_mb']:.1f} MB written, "
+                f"L0/L1 {r['compacted_runs'][0]}/{r['compacted_runs'][1]} after",
+                flush=True,
+            )
         if "history" in r:
             print("    history: " + " | ".join(r["history"]), flush=True)
             print("    settle added: " + (" | ".join(r.get("settled_history", [])) or "-"), flush=True)
@@ -423,6 +453,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench-lsm-shapes"))
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
+    if args.child and args.child[0] == "maintain":
+        print(json.dumps(_maintain_child(args.child[1], args.child[2])))
+        return
     if args.child:
         side, family, path, n, commits, source = args.child
         print(json.dumps(_ingest_child(side, family, path, int(n), int(commits), source)))

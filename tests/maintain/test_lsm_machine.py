@@ -38,7 +38,7 @@ from conch.errors import TimeTravelError
 from conch.files.manifest import KeySpace, TableState
 from conch.files.storage import new_id
 from conch.log.wal import AddKeySpace, RemoveKeySpace, Transaction
-from conch.maintain.compaction.plan import interleaved, time_contiguous
+from conch.maintain.compaction.timeorder import interleaved, time_contiguous
 from conch.model.keys import encode_keys
 from conch.model.schema import Schema
 

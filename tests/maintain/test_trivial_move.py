@@ -22,7 +22,6 @@ from conch.log.wal import AddFragment, AddKeySpace, RemoveFragment, RemoveKeySpa
 from conch.maintain.compaction import execute, plan_tasks
 from conch.maintain.compaction.plan import (
     commit_budget,
-    interleaved,
     is_l1,
     move_task,
     plan,
@@ -30,6 +29,7 @@ from conch.maintain.compaction.plan import (
     table_ranges,
 )
 from conch.maintain.compaction.run import commit, compact
+from conch.maintain.compaction.timeorder import interleaved
 from conch.model.keys import encode_keys
 
 OFF = conch.Policy(auto=False)

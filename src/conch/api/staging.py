@@ -25,7 +25,7 @@ from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import Entry, Transaction
 from conch.log.warehouse import Connection
-from conch.maintain.compaction import CompactionTask, Policy, Staged, commit, execute, plan_tasks
+from conch.maintain.compaction import CompactionTask, Policy, Staged, commit, execute, plan_tasks, with_cuts
 from conch.model.budget import WriteOptions
 from conch.model.keys import EncodedRange
 
@@ -92,6 +92,11 @@ class StagingFace:
     def compaction_tasks(self, policy: Policy, force: bool = False) -> list[CompactionTask]:
         """The compaction tasks `policy` asks for now (`force`: a major of every component)."""
         return plan_tasks(self.log, policy, force)
+
+    def cut_compaction(self, task: CompactionTask, version: int, policy: Policy) -> CompactionTask:
+        """`task` with its output boundaries chosen over version `version` (a forced major's:
+        every executor writing a part of it cuts where `Table.compact()` would)."""
+        return with_cuts(self.log, self.log.state_at(version=version), task, policy)
 
     def stage_compaction(
         self, task: CompactionTask, version: int, within: EncodedRange | None = None, policy: Policy | None = None

@@ -447,7 +447,9 @@ class Table(StagingFace):
         self, force: bool = True, policy: Policy | None = None, progress: bool | None = None
     ) -> CompactionResult:
         """Compact now. `force=True` (default): a major compaction of every key range with L0 runs
-        or several runs (L0 + L1 → L1: one sorted run per range, tombstones applied and dropped);
+        or several runs (L0 + L1 → L1, tombstones applied and dropped), laid out as one write of
+        its rows (one run per `Policy.max_l1_rows` piece of each partition), and folds of small
+        neighbouring runs, in rounds until nothing is left: a second call rewrites nothing;
         `force=False`: only what the policy asks for (`maintenance_plan()`), without its
         automatic budget. `policy`: default the warehouse's (`connect(maintenance=...)`).
         Concurrent writes and deletes are never lost or undone (DESIGN §6).

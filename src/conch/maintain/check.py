@@ -23,7 +23,7 @@ from conch.files.masks import verify_mask
 from conch.files.storage import Storage
 from conch.log.metastore.base import Metastore
 from conch.log.wal import replay
-from conch.maintain.compaction.plan import interleaved, oldest_time
+from conch.maintain.compaction.timeorder import interleaved, oldest_time
 from conch.model.schema import Schema
 
 

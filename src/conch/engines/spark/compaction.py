@@ -6,14 +6,18 @@ process, in three steps on the contract `conch.maintain.compaction` exposes:
 1. **plan on the driver**: `plan_tasks(log, policy, force)`, the tasks the policy asks for;
 2. **execute on executors**: every task is cut into *parts*, one per L1 key range it spans
    (a major's output is cut at those boundaries anyway, and its row-count cuts restart at each:
-   so a part computes exactly the runs the Python compaction writes for that range); a merge
-   (L0 → L0, small runs) is one part. All parts of all tasks run as one Spark job; each part
+   so a part computes exactly the runs the Python compaction writes for that range); a forced
+   major (`force=True`) drops those boundaries and is cut where one write of its rows would be:
+   the driver chooses those cuts once from the inputs' keys (`Table.cut_compaction`), and each
+   part is one output piece (a forced fold too); a merge or another fold is one part. All parts of all tasks run as one Spark job; each part
    reopens the table on its executor (with the data source's connection options: metastore,
    token, storage options), takes the table state of the planned commit, and calls
    `execute(log, state, task, within=part's range)`, which writes its output files and returns
    their operations, committing nothing;
 3. **commit on the driver**: one `"compact"` WAL entry per task with every part's operations
-   (`conch.maintain.compaction.commit`), through the table log's compare-and-swap.
+   (`conch.maintain.compaction.commit`), through the table log's compare-and-swap. A forced
+   compaction plans again over what it committed, in rounds, as `Table.compact()` does
+   (`run.FORCED_ROUNDS`): a second call then finds nothing to do.
 
 So the result is the Python compaction's: the same runs and fragments (modulo file ids and one
 displacement map per part instead of one per task), hence the same scans, `asof` and `since`
@@ -23,8 +27,9 @@ compactor fails its commit (its files are deleted) and the driver plans again, a
 `Policy.max_replans` times. A failed Spark job leaves the files of its finished parts:
 `Table.vacuum()` removes them (nothing references them).
 
-Parallelism is the number of L1 ranges the tasks span: a table's first major compaction (L1 is
-one range until then) is one Spark task per component; later ones, one per range.
+Parallelism is the number of L1 ranges the tasks span (a forced major: the `max_l1_rows` pieces
+and partitions of its output): a table's first automatic major (L1 is one range until then) is
+one Spark task per component; later ones, one per range.
 
 >>> conch.engines.spark.compact(spark, "wh/audio")  # doctest: +SKIP
 CompactionResult(tasks=1, runs_in=12, runs_out=4, ...)
@@ -42,6 +47,7 @@ from conch.files.manifest import TableState
 from conch.log.wal import AddKeySpace
 from conch.maintain.compaction import CompactionResult, CompactionTask, Policy, Staged
 from conch.maintain.compaction.plan import table_ranges
+from conch.maintain.compaction.run import FORCED_ROUNDS
 from conch.model.keys import EncodedRange
 
 
@@ -62,12 +68,13 @@ def compact(
     policy = policy or table.maintenance_policy
     total = CompactionResult()
     tasks = table.compaction_tasks(policy, force)
-    replans = 0
+    replans, rounds = 0, 1
     while tasks:
         state = table.state()
         live = [t for t in tasks if all(i in state.key_spaces for i in t.inputs)]
         lost = len(live) < len(tasks)  # another compactor removed an input since planning
-        tasks = live
+        committed = False
+        tasks = [table.cut_compaction(t, state.seq, policy) for t in live]
         parts = [Part(loc, state.seq, i, t, lo, hi, policy) for i, t in enumerate(tasks) for lo, hi in ranges(t, state)]
         staged: dict[int, list[Staged]] = {}
         if parts:
@@ -79,6 +86,7 @@ def compact(
             except CommitConflictError:  # an input was removed meanwhile: its files are deleted
                 total, lost = total + CompactionResult(conflicts=1), True
                 continue
+            committed = True
             if task.kind == "move":  # to L1 as they are: nothing written
                 total = total + CompactionResult(moved=len(task.inputs))
                 continue
@@ -89,18 +97,22 @@ def compact(
         if lost and replans < policy.max_replans:  # plan again after losing to another compactor
             replans += 1
             tasks = table.compaction_tasks(policy, force)
+        elif force and committed and rounds < FORCED_ROUNDS:  # the next round, as `Table.compact()`
+            rounds += 1
+            tasks = table.compaction_tasks(policy, force)
     return total
 
 
 def ranges(task: CompactionTask, state: TableState) -> list[tuple[bytes | None, bytes | None]]:
-    """The parts of `task`: its range cut at the L1 boundaries inside it (a major), or whole."""
-    if task.kind != "major":
+    """The parts of `task`: its range cut at its output boundaries (a forced task's `cuts`) or
+    at the L1 boundaries inside it (another major), or whole."""
+    if task.cuts is not None:
+        bounds: tuple[bytes, ...] = task.cuts
+    elif task.kind == "major":
+        bounds = table_ranges(state.key_spaces.values()).boundaries
+    else:
         return [(None, None)]
-    inside = [
-        b
-        for b in table_ranges(state.key_spaces.values()).boundaries
-        if b > task.lo and (task.hi is None or b < task.hi)
-    ]
+    inside = [b for b in bounds if b > task.lo and (task.hi is None or b < task.hi)]
     edges: list[bytes | None] = [task.lo or None, *inside, task.hi]
     return list(itertools.pairwise(edges))
 

@@ -8,7 +8,15 @@ Spark (issue 10 item 7) uses `plan_tasks`, `execute` per key range on executors,
 
 from conch.maintain.compaction.plan import CompactionTask, MaintenancePlan, Policy
 from conch.maintain.compaction.rewrite import Staged
-from conch.maintain.compaction.run import CompactionResult, commit, compact, execute, maintenance_plan, plan_tasks
+from conch.maintain.compaction.run import (
+    CompactionResult,
+    commit,
+    compact,
+    execute,
+    maintenance_plan,
+    plan_tasks,
+    with_cuts,
+)
 
 __all__ = [
     "CompactionResult",
@@ -21,4 +29,5 @@ __all__ = [
     "execute",
     "maintenance_plan",
     "plan_tasks",
+    "with_cuts",
 ]

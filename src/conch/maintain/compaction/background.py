@@ -60,7 +60,7 @@ from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.warehouse import Warehouse
 from conch.maintain.compaction.plan import CompactionTask, plan, within_budget
-from conch.maintain.compaction.run import auto, commit, execute
+from conch.maintain.compaction.run import auto, commit, execute, partitions
 from conch.model.policy import Policy
 
 EXIT_WAIT_SECONDS = 10.0  # at most this long for a running settle at interpreter exit
@@ -227,7 +227,8 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: C
             break
         state = log.state()
         memory = log.warehouse.memory_budget
-        task = next(iter(settle_tasks(state, policy, memory)), None)  # planned on the state it runs on
+        # planned on the state it runs on
+        task = next(iter(settle_tasks(state, policy, memory, partitions(log, state))), None)
         if task is None:
             break
         try:
@@ -241,14 +242,20 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: C
     return done
 
 
-def settle_tasks(state: TableState, policy: Policy, memory: int | None = None) -> list[CompactionTask]:
+def settle_tasks(
+    state: TableState,
+    policy: Policy,
+    memory: int | None = None,
+    partition_of: Callable[[bytes], bytes] | None = None,
+) -> list[CompactionTask]:
     """The majors a settle runs on `state`: the forced ones that fold L0 runs into other runs
     (not a lone L0 run, already one run to read; not components that only hold several L1 runs)
-    and fit the automatic budget and the warehouse's `memory` budget."""
+    and fit the automatic budget and the warehouse's `memory` budget. `partition_of`: the
+    table's partitions (`run.partitions`: a fold never crosses one)."""
     l0 = {i for i, ks in state.key_spaces.items() if ks.lsm == 0}
     return [
         t
-        for t in plan(state.key_spaces, state.fragments, policy, force=True).tasks
+        for t in plan(state.key_spaces, state.fragments, policy, force=True, partition_of=partition_of).tasks
         if within_budget(t, policy, memory=memory) and len(t.inputs) >= 2 and (t.kind == "fold" or l0 & set(t.inputs))
     ]
 
@@ -284,7 +291,8 @@ def schedule(log: TableLog) -> None:
 
 
 def _needs_settling(log: TableLog) -> bool:
-    return bool(settle_tasks(log.state(), log.warehouse.maintenance, log.warehouse.memory_budget))
+    state = log.state()
+    return bool(settle_tasks(state, log.warehouse.maintenance, log.warehouse.memory_budget, partitions(log, state)))
 
 
 def pending(log: TableLog) -> bool:

@@ -37,7 +37,7 @@ from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import AddDisplacementMap, AddFragment, AddKeySpace, Op, RemoveFragment, RemoveKeySpace, Transaction
 from conch.maintain.compaction.displacement import map_runs, write_map
-from conch.maintain.compaction.plan import time_contiguous
+from conch.maintain.compaction.timeorder import time_contiguous
 from conch.model.keys import encode_keys
 
 

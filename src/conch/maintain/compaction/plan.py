@@ -14,7 +14,8 @@ newest input's place in the time order without changing any fresh cell:
 - **major** (`L0 + L1 → L1`): every run of the component. Tombstones are applied and dropped
   (TEAM rule: no data run of their level or a descendant overlapping them, older than them, is
   left), shadowed cells dropped, the output cut at the range boundaries plus new ones where a
-  range outgrows `max_l1_rows`, and at partition changes (`partition_by`).
+  range outgrows `max_l1_rows`, and at partition changes (`partition_by`). A *forced* one
+  (`compact()`, the settle) drops the boundaries inside it: cut as one write of its rows would be.
 - **merge** (`L0 → L0`, size-tiered): the newest L0 runs whose sizes are similar (each older run
   at most `size_ratio` × the newer ones together). Cheap: it rewrites small runs only, so many
   small commits do not each rewrite L1. Tombstones in the window are applied to the window's
@@ -58,11 +59,11 @@ wait until `l0_trigger` of them move together (a move is a commit of its own), e
 rewrites meanwhile (`_move_now`).
 
 **Folds** (issue 30): moving small appends leaves adjacent small L1 runs. A `fold` concatenates
-consecutive ones (`fold_task`): their inputs overlap no other run, so the output's time span
+consecutive ones (`fold_tasks`): their inputs overlap no other run, so the output's time span
 relabels no cell a sibling could hide, and the boundaries between them are dropped. The
 commit-time trigger folds only at `Policy.fold_trigger` (16) of them, a stop trigger bounding
-the runs a scan opens; the settle and `compact()` fold any two. Windows are size-tiered (a unit
-larger than the rest of its window waits), so a row is rewritten about log₁₆(commits) times.
+the runs a scan opens, size-tiered (a unit larger than the rest of its window waits), so a row is
+rewritten about log₁₆(commits) times; the settle and `compact()` fold any more than one write makes.
 
 **Majors need L0 large in rows too** (issue 30): `l1_ratio` applies to bytes (read cost) and to
 rows (a major decodes and encodes every L1 row). By bytes alone, 1,000-row upserts into a 500k-row
@@ -93,12 +94,13 @@ ingest; now one amortized major and the tiered merges rewrite ~1x the data.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from conch.files.manifest import Fragment, KeySpace, TableState, extent
+from conch.files.manifest import Fragment, KeySpace, extent
 from conch.maintain.compaction.ranges import Ranges, ranges_of
 from conch.maintain.compaction.tiers import n_sorted_runs, newest_window, sorted_runs, tier_window
+from conch.maintain.compaction.timeorder import oldest_time, time_contiguous
 from conch.model.policy import Policy
 
 # L0 runs (× `l0_trigger`) at which a component with no merge window gets its major anyway
@@ -123,6 +125,11 @@ class CompactionTask:
     scan_runs_before: int = 0
     scan_runs_after: int = 0
     memory_bytes: int = 0
+    # a forced major: its output cut in `max_l1_rows` pieces per partition only, the boundaries
+    # inside its range dropped; `cuts`: those chosen from the inputs' keys (`rewrite.recut_boundaries`;
+    # Spark's driver sets them so every part cuts where `Table.compact()` would)
+    recut: bool = False
+    cuts: tuple[bytes, ...] | None = None
 
     @property
     def bytes_rewritten(self) -> int:
@@ -158,11 +165,6 @@ class MaintenancePlan:
         lines += [f"  - {t.describe()}" for t in self.tasks] or ["  nothing to compact"]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
-
-
-def oldest_time(ks: KeySpace) -> int:
-    """The oldest cell time in a run (a compacted run spans `[min_time, time]`)."""
-    return ks.min_time or ks.time
 
 
 def is_l1(ks: KeySpace) -> bool:
@@ -226,6 +228,7 @@ def plan(
     force: bool = False,
     budget: int | None = None,
     memory: int | None = None,
+    partition_of: Callable[[bytes], bytes] | None = None,
 ) -> MaintenancePlan:
     """The compaction tasks the policy asks for now (`force`: a major compaction of every
     component with any L0 run or more than one L1 run of one level, whatever the thresholds; a
@@ -236,7 +239,8 @@ def plan(
     amortized: module doc, "The major of a large component") keeps its L0 size-tiered, merged at
     its stop trigger (the major waits for the settle or `compact()`). `memory`: the warehouse's
     memory budget, a hard limit on the automatic trigger's majors (`within_budget` checks every
-    task against it again)."""
+    task against it again). `partition_of`: the partition prefix of an encoded key
+    (`ranges.partitioner`; None: not partitioned), so a fold never spans two partitions."""
     ks_list = list(key_spaces.values())
     sizes = run_bytes(ks_list, fragments.values())
     tasks: list[CompactionTask] = []
@@ -275,7 +279,7 @@ def plan(
         l1_rows = sum(k.rows for k in l1)
         l0_large = l0_bytes >= policy.l1_ratio * l1_bytes and l0_rows >= policy.l1_ratio * l1_rows
         if force:
-            tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), "forced"))
+            tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), "forced", recut=True))
             continue
         # a large component's L0 sorted runs wait for the stop trigger (module doc, "Sorted runs")
         # (not over tombstones: a scan over any tombstone run takes the general path, ~18x a clean
@@ -352,9 +356,7 @@ def plan(
             else f"{len(groups)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
         )
         tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
-    fold = fold_task(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger, tiered=not force)
-    if fold is not None:
-        tasks.append(fold)
+    tasks += fold_tasks(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger, not force, partition_of)
     return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
 
 
@@ -390,6 +392,7 @@ def _task(
     n_l0: int,
     why: str,
     component: list[KeySpace] | None = None,
+    recut: bool = False,
 ) -> CompactionTask:
     """A rewrite task over `runs`, with the cost model's numbers: a scan of its range merges the
     data runs of each level of `component` now, and after it one run per level for a major (plus
@@ -415,59 +418,8 @@ def _task(
         before,
         after,
         REWRITE_BYTES_PER_ROW * sum(k.rows for k in runs if k.kind == "data"),
+        recut,
     )
-
-
-def time_contiguous(window: list[KeySpace], runs: Iterable[KeySpace]) -> list[KeySpace]:
-    """`window` (oldest first) less its oldest runs until it is contiguous in commit time
-    against the other `runs` it stays beside (DESIGN §6): every run left outside must be older
-    than the window's oldest cell. Empty when fewer than two runs are left.
-
-    Why by time spans and not by position in a time-sorted list: a compacted run spans
-    `[min_time, time]`, and runs can share a span (one merge's outputs split by the columns they
-    hold, one Spark write's runs). A window holding some of them and not the others would
-    relabel its older cells with its newest time, above a sibling's newer cell of the same key,
-    and its merged tombstone (at the window's oldest time) would stop hiding the siblings'
-    deleted keys: the deleted cells that came back in issue 29."""
-    window = list(window)
-    inside = {k.id for k in window}
-    outside = [k.time for k in runs if k.id not in inside]
-    while len(window) >= 2:
-        if not outside or max(outside) < min(oldest_time(k) for k in window):
-            return window
-        outside.append(window.pop(0).time)
-    return []
-
-
-def interleaved(state: TableState) -> list[tuple[KeySpace, KeySpace]]:
-    """Pairs of live runs that break DESIGN §6's invariant: added by different commits, on one
-    level (or a tombstone and a run below it), with overlapping key extents, and time spans
-    `[oldest_time, time]` that intersect. Every compaction keeps the spans of such runs disjoint
-    (`time_contiguous`; a major takes every run of its key range), so a pair means a cell was
-    relabelled past another run's newer cell or tombstone: a fresh record may be wrong (what the
-    merges of issue 29 stored). `conch check` reports them."""
-    ancestors = {
-        lvl: {a.path for a in state.schema.ancestry(lvl)} for lvl in {k.level for k in state.key_spaces.values()}
-    }
-
-    def related(a: KeySpace, b: KeySpace) -> bool:
-        if a.level == b.level:
-            return True
-        return (a.kind == "tombstone" and a.level in ancestors[b.level]) or (
-            b.kind == "tombstone" and b.level in ancestors[a.level]
-        )
-
-    runs = sorted((k for k in state.key_spaces.values() if k.rows), key=lambda k: extent(k)[0])
-    found: list[tuple[KeySpace, KeySpace]] = []
-    open_runs: list[tuple[bytes | None, KeySpace]] = []  # (extent end, run) of runs still overlapping the sweep
-    for b in runs:
-        lo = extent(b)[0]
-        open_runs = [(end, a) for end, a in open_runs if end is None or lo < end]
-        for _, a in open_runs:
-            if a.seq != b.seq and related(a, b) and oldest_time(a) <= b.time and oldest_time(b) <= a.time:
-                found.append((a, b))
-        open_runs.append((extent(b)[1], b))
-    return found
 
 
 def within_budget(task: CompactionTask, policy: Policy, budget: int | None = None, memory: int | None = None) -> bool:
@@ -573,63 +525,111 @@ def _large(group: list[KeySpace], sizes: Mapping[str, int], policy: Policy) -> b
     return sum(sizes[k.id] for k in group) >= policy.move_bytes or sum(k.rows for k in group) >= policy.move_rows
 
 
-def fold_task(
-    comps: list[Component], ranges: Ranges, sizes: Mapping[str, int], policy: Policy, trigger: int, tiered: bool = True
-) -> CompactionTask | None:
+def fold_tasks(
+    comps: list[Component],
+    ranges: Ranges,
+    sizes: Mapping[str, int],
+    policy: Policy,
+    trigger: int,
+    tiered: bool = True,
+    partition_of: Callable[[bytes], bytes] | None = None,
+) -> list[CompactionTask]:
     """Adjacent small L1 units concatenated into one (`fold`): what moving small disjoint runs
     leaves behind (module doc, "Folds"). A unit is a component of one range holding only L1 data
     runs, one per level, below `move_rows` rows and `move_bytes` bytes together; units of
-    consecutive ranges form a sequence. The window is the oldest sequence of `trigger` units whose
-    rows stay within `max_l1_rows` (one output piece), less its ends while an end holds more rows
-    than the rest (size-tiered: a row is rewritten about log(n) times, not once per fold; not
-    `tiered`, as `compact()` asks: the longest sequence of units that fits). The inputs overlap no
-    other run, so their times stay exact whatever the window."""
-    best: list[Component] = []
-    seq: list[Component] = []
+    consecutive ranges form a sequence. `tiered` (the commit-time trigger): one fold, the oldest
+    sequence of `trigger` units whose rows stay within `max_l1_rows` (one output piece), less its
+    ends while an end holds more rows than the rest (a row is rewritten about log(n) times, not
+    once per fold). Not `tiered` (`compact()`, the settle): each sequence (in chunks of at most
+    `auto_budget_bytes`) holding more runs than one write of its rows would make is rewritten as
+    that write (`recut`: `max_l1_rows` pieces). The inputs overlap no other run, so their times
+    stay exact whatever the window. With `partition_of` a sequence never crosses a partition
+    change: a fold across one was cut there again, 2 runs → 2 on every `compact()`."""
+    windows: list[list[Component]] = []
+    for seq in _fold_sequences(comps, sizes, policy, partition_of):
+        if tiered:
+            windows += [_fold_window(seq[: i + 1], policy, trigger) for i in range(len(seq))]
+        else:  # more runs than one write of their rows would make: rewritten as that write
+            windows += [w for w in _budget_chunks(seq, sizes, policy) if len(w) > -(-_rows(w) // policy.max_l1_rows)]
+    windows = [w for w in windows if len(w) >= max(2, trigger)]
+    if tiered and windows:
+        windows = [max(windows, key=len)]  # the oldest longest
+    why = "adjacent small L1 runs (< {:,} rows each) >= {}: concatenated"
+    return [
+        _task(
+            "fold",
+            ranges.bounds(w[0].first)[0],
+            ranges.bounds(w[-1].last)[1],
+            [k for c in w for k in c.runs],
+            sizes,
+            0,
+            f"{len(w)} " + why.format(policy.move_rows, trigger),
+            recut=not tiered,
+        )
+        for w in windows
+    ]
+
+
+def _fold_sequences(
+    comps: list[Component], sizes: Mapping[str, int], policy: Policy, partition_of: Callable[[bytes], bytes] | None
+) -> list[list[Component]]:
+    """The maximal sequences of fold units (`fold_tasks`) of consecutive ranges, one partition each."""
+    seqs: list[list[Component]] = []
+    part: bytes | None = None  # the partition of the last sequence's units
+    last = -2
     for comp in comps:
         runs = comp.runs
+        parts = (
+            {partition_of(bytes.fromhex(e)) for k in runs for e in (k.min_key, k.max_key)} if partition_of else {b""}
+        )
         unit = (
             comp.first == comp.last
             and all(is_l1(k) for k in runs)
             and _one_run_per_level(runs)
             and sum(k.rows for k in runs) < policy.move_rows
             and sum(sizes[k.id] for k in runs) < policy.move_bytes
+            and len(parts) == 1
         )
         if not unit:
-            seq = []
             continue
-        if seq and seq[-1].last + 1 != comp.first:
-            seq = []
-        seq.append(comp)
-        window = _fold_window(seq, policy, trigger if tiered else None)
-        if len(window) > len(best):
-            best = window
-    if len(best) < max(2, trigger):
-        return None
-    lo, _ = ranges.bounds(best[0].first)
-    _, hi = ranges.bounds(best[-1].last)
-    runs = [k for c in best for k in c.runs]
-    why = f"{len(best)} adjacent small L1 runs (< {policy.move_rows:,} rows each) >= {trigger}: concatenated"
-    return _task("fold", lo, hi, runs, sizes, 0, why)
+        if last + 1 != comp.first or parts != {part}:
+            seqs.append([])
+        seqs[-1].append(comp)
+        part, last = next(iter(parts)), comp.last
+    return seqs
 
 
-def _fold_window(seq: list[Component], policy: Policy, tier: int | None) -> list[Component]:
-    """The fold window ending at the last unit of `seq` (`fold_task`): size-tiered, at most
-    `tier` units (None: not tiered). Without that cap a commit-time window of many equal small
-    units grew by one unit a commit, past the commit budget, and never ran: 500 appends of 400
-    rows left 101 L1 runs for every scan to open."""
-    tiered = tier is not None
+def _budget_chunks(seq: list[Component], sizes: Mapping[str, int], policy: Policy) -> list[list[Component]]:
+    """`seq` cut from its start into chunks of at most `auto_budget_bytes` (the settle runs them)."""
+    out: list[list[Component]] = [[]]
+    total = 0
+    for c in seq:
+        b = sum(sizes[k.id] for k in c.runs)
+        if out[-1] and total + b > policy.auto_budget_bytes:
+            out.append([])
+            total = 0
+        out[-1].append(c)
+        total += b
+    return out
 
-    def rows(c: Component) -> int:
-        return sum(k.rows for k in c.runs)
 
+def _rows(units: list[Component]) -> int:
+    return sum(k.rows for c in units for k in c.runs if k.level == "")
+
+
+def _fold_window(seq: list[Component], policy: Policy, tier: int) -> list[Component]:
+    """The tiered fold window ending at the last unit of `seq` (`fold_tasks`): at most `tier`
+    units. Without that cap a commit-time window of many equal small units grew by one unit a
+    commit, past the commit budget, and never ran: 500 appends of 400 rows left 101 L1 runs for
+    every scan to open."""
     window: list[Component] = []
     total = 0
     for c in reversed(seq):
-        if total + rows(c) > policy.max_l1_rows or (tiered and window and rows(c) > total):
+        rows = sum(k.rows for k in c.runs)
+        if total + rows > policy.max_l1_rows or (window and rows > total):
             break  # one output piece; a unit larger than the rest of the window waits for its tier
         window.append(c)
-        total += rows(c)
-        if tier is not None and len(window) == tier:
+        total += rows
+        if len(window) == tier:
             break
     return window[::-1]

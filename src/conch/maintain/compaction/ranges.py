@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conch.model.keys import encode_keys
+from conch.model.keys import decode_key, encode_key, encode_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +128,14 @@ def cut_rows(prefixes: pa.BinaryArray, boundaries: Sequence[bytes]) -> list[tupl
         cuts.append(int(below))
     cuts.append(n)
     return [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def partitioner(root_key_fields: Sequence[pa.Field], n: int) -> Callable[[bytes], bytes] | None:
+    """The partition prefix of an encoded key of any level (its first `n` root key columns,
+    decoded and encoded again: a child key's encoding starts with its root key's); None when the
+    table is not partitioned. The planner's view of partitions (`plan.fold_tasks`): `Ranges` holds
+    no partition marks, and a run's `min_key` / `max_key` are all it knows of its keys."""
+    if n == 0:
+        return None
+    fields = list(root_key_fields[:n])
+    return lambda key: encode_key(decode_key(key, fields)[:n], fields)

@@ -6,7 +6,8 @@ the scan is the definition of a fresh cell (spec/000), so the rewrite cannot dis
 Each level's result streams out in key order and is cut into pieces at the L1 range boundaries
 inside the task's range, at partition changes (`partition_by`), and, for the root level of a
 major, wherever a piece reaches its share of `Policy.max_l1_rows` at a change of root key
-(child levels are cut where the root level was, so a key and its subtree stay in one range).
+(child levels are cut where the root level was, so a key and its subtree stay in one range). A
+forced task (`CompactionTask.recut`) is cut at `recut_boundaries` only: as one write of its rows.
 Each piece is written as one key space and, per column group, byte-bounded dense fragments
 (`write.write_key_space` / `write_fragments`: one way to write files).
 
@@ -127,14 +128,19 @@ def _execute(
     levels = sorted(
         {k.level for k in view.key_spaces.values() if k.kind == "data"}, key=lambda lvl: lvl.count(".") + bool(lvl)
     )
-    # a fold drops the boundaries between its inputs: it concatenates their ranges into one
+    # a fold drops the boundaries between its inputs: it concatenates their ranges into one; a
+    # forced major too, cut where one write of its rows would be (`recut_boundaries`)
     fixed = [
         b
         for b in table_ranges(state.key_spaces.values()).boundaries
         if b > task.lo and _below(b, task.hi) and task.kind != "fold"
     ]
+    target = None
+    if task.recut:
+        fixed = list(task.cuts) if task.cuts is not None else recut_boundaries(view, layout, key_cache)
+    elif task.kind in ("major", "fold"):
+        target = _target_rows(view, layout.max_rows, key_cache)
     cuts = fixed
-    target = _target_rows(view, layout.max_rows, key_cache) if task.kind in ("major", "fold") else None
     outputs: dict[str, list[tuple[str, pa.BinaryArray]]] = {}
     slices = _slices(view, layout, key_cache, max(MIN_SLICE_ROWS, scan.cache_bytes // SLICE_BYTES_PER_ROW))
     for level in levels:  # root first: child levels are cut where it was
@@ -219,6 +225,56 @@ def _target_rows(view: TableState, max_rows: int, key_cache: KeyCache) -> int:
         upper = _distinct_root_keys(runs, view.schema, key_cache)
     pieces = max(1, -(-upper // max_rows))
     return max(1, -(-upper // pieces))
+
+
+def recut_boundaries(view: TableState, layout: Layout, key_cache: KeyCache) -> list[bytes]:
+    """Where a forced major's output is cut (`CompactionTask.recut`): each partition's distinct
+    root keys in `ceil(n / max_rows)` pieces of equal rows, as one write of them would lay them
+    out, whatever L1 ranges the inputs had; partition changes are boundaries too. A function of
+    the inputs' keys alone, so Spark's driver cuts its parts where `Table.compact()` cuts its
+    output. Reads no key when the inputs hold at most `max_rows` root rows (one piece a
+    partition, cut at partition changes by `_pieces`)."""
+    runs = [k for k in view.key_spaces.values() if k.kind == "data" and k.level == ""]
+    fields = view.schema.key_fields("")[: layout.root_keys]
+    if not fields or sum(k.rows for k in runs) <= layout.max_rows:
+        return []
+    keep = key_cache.fits(runs, fields)  # the rewrite that follows reads the same keys
+    if len(fields) == 1 and numeric_key_type(fields[0].type) and not layout.partition_keys:
+        return _numeric_cuts(runs, fields, key_cache, keep, layout.max_rows)
+    keys = sorted_unique(pa.concat_tables([key_cache.keys(k, fields, keep) for k in runs]))
+    enc = encode_keys(keys.columns)
+    parts = prefix_keys(keys.columns, layout.partition_keys)
+    edges = [0, *change_points(parts).tolist(), len(enc)] if layout.partition_keys else [0, len(enc)]
+    out: list[bytes] = []
+    for start, stop in itertools.pairwise(edges):
+        if start:
+            out.append(parts[start].as_py())
+        out += [enc[start + i].as_py() for i in _cut_ranks(stop - start, layout.max_rows)]
+    return out
+
+
+def _cut_ranks(n: int, max_rows: int) -> list[int]:
+    """Ranks cutting `n` sorted distinct keys into `ceil(n / max_rows)` pieces of equal rows."""
+    pieces = max(1, -(-n // max_rows))
+    return [i * n // pieces for i in range(1, pieces)]
+
+
+def _numeric_cuts(
+    runs: list[KeySpace], fields: list[pa.Field], key_cache: KeyCache, keep: bool, max_rows: int
+) -> list[bytes]:
+    """`recut_boundaries` of a single numeric key: the keys at the cut ranks of the union of the
+    runs, found by binary search around the largest (its keys are never copied)."""
+    big, *rest = sorted(runs, key=lambda k: -k.rows)
+    base = key_cache.numeric(big, fields, keep)
+    others = np.unique(np.concatenate([key_cache.numeric(k, fields, keep) for k in rest])) if rest else base[:0]
+    at = np.minimum(np.searchsorted(base, others), max(len(base) - 1, 0))
+    extra = others[base[at] != others] if len(base) else others  # keys the largest run lacks
+    placed = np.searchsorted(base, extra) + np.arange(len(extra))  # their ranks in the union
+    values = []
+    for r in _cut_ranks(len(base) + len(extra), max_rows):
+        before = int(np.searchsorted(placed, r))  # extra keys ranked below r
+        values.append(extra[before] if before < len(extra) and placed[before] == r else base[r - before])
+    return encode_keys([pa.array(np.array(values, dtype=base.dtype)).cast(fields[0].type)]).to_pylist()
 
 
 def _distinct_root_keys(runs: list[KeySpace], schema: Schema, key_cache: KeyCache) -> int:

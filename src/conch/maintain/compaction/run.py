@@ -23,7 +23,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from conch.errors import CommitConflictError, CorruptFileError
@@ -32,7 +32,8 @@ from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import AddDisplacementMap, AddFragment, AddKeySpace, Op, RemoveFragment, RemoveKeySpace, Transaction
 from conch.maintain.compaction.plan import CompactionTask, MaintenancePlan, Policy, commit_budget, plan, within_budget
-from conch.maintain.compaction.rewrite import Layout, Staged
+from conch.maintain.compaction.ranges import partitioner
+from conch.maintain.compaction.rewrite import Layout, Staged, input_view, recut_boundaries
 from conch.maintain.compaction.rewrite import execute as rewrite
 from conch.model.keys import EncodedRange
 from conch.model.progress import Progress
@@ -67,7 +68,12 @@ class CompactionResult:
 def maintenance_plan(log: TableLog, policy: Policy, force: bool = False) -> MaintenancePlan:
     """What compaction would do now, and why."""
     state = log.state()
-    return plan(state.key_spaces, state.fragments, policy, force)
+    return plan(state.key_spaces, state.fragments, policy, force, partition_of=partitions(log, state))
+
+
+def partitions(log: TableLog, state: TableState) -> Callable[[bytes], bytes] | None:
+    """The partition prefix of an encoded key of `log`'s table (`ranges.partitioner`)."""
+    return partitioner(state.schema.key_fields(""), log.partition_keys)
 
 
 def plan_tasks(log: TableLog, policy: Policy, force: bool = False) -> list[CompactionTask]:
@@ -80,6 +86,15 @@ def layout(log: TableLog, policy: Policy) -> Layout:
     """How a table's outputs are cut: its root key and partition key, and the policy's bound."""
     state = log.state()
     return Layout(len(state.schema.key_fields("")), log.partition_keys, policy.max_l1_rows)
+
+
+def with_cuts(log: TableLog, state: TableState, task: CompactionTask, policy: Policy) -> CompactionTask:
+    """`task` with its output boundaries chosen now (a forced major's, `rewrite.recut_boundaries`),
+    for executors that each write a part of it (Spark); other tasks as they are."""
+    if not task.recut or task.cuts is not None:
+        return task
+    view = input_view(state, task)
+    return dataclasses.replace(task, cuts=tuple(recut_boundaries(view, layout(log, policy), log.warehouse.key_cache)))
 
 
 def execute(
@@ -158,16 +173,24 @@ def compact(
 ) -> CompactionResult:
     """Run the tasks planned now, once each (a merge's output waits for the next trigger), and
     plan again only when a task lost to a concurrent compaction (at most `policy.max_replans`
-    times). `budget`: the automatic trigger after commits: the moves (no rewrite) and at most one
-    rewrite of at most `budget` input bytes (True: `auto_budget_bytes`). `progress`: a progress
-    bar over the tasks (`conch.model.progress`). Each task commits against the state it was planned on,
-    so a concurrent compaction that placed L1 runs over its range meanwhile makes it re-plan."""
+    times). `force`: rounds of forced tasks until a plan holds none (at most `FORCED_ROUNDS`):
+    a major's outputs can leave small neighbours for a fold, and a second `compact()` then
+    rewrites nothing. `budget`: the automatic trigger after commits: the moves (no rewrite) and
+    at most one rewrite of at most `budget` input bytes (True: `auto_budget_bytes`). `progress`:
+    a progress bar over the tasks (`conch.model.progress`). Each task commits against the state it was
+    planned on, so a concurrent compaction that placed L1 runs over its range meanwhile makes it
+    re-plan."""
     total = CompactionResult()
     limit = None if budget is False else policy.auto_budget_bytes if budget is True else int(budget)
     tasks, planned = _tasks(log, policy, force, limit)
     replans = 0
+    rounds, committed = 1, False
     with Progress("compacting", progress=progress) as bar:
-        while tasks:
+        while tasks or (force and limit is None and committed and rounds < FORCED_ROUNDS):
+            if not tasks:  # the next forced round plans over this one's outputs
+                tasks, planned = _tasks(log, policy, force, limit)
+                rounds, committed = rounds + 1, False
+                continue
             task = tasks.pop(0)
             state = log.state()
             if any(i not in state.key_spaces for i in task.inputs):  # another compactor was first
@@ -180,6 +203,7 @@ def compact(
                 total = total + CompactionResult(conflicts=1)
                 tasks, planned, replans = _replan(log, policy, force, limit, replans)
                 continue
+            committed = True
             if task.kind == "move":
                 total = total + CompactionResult(moved=len(task.inputs))
                 continue
@@ -191,11 +215,16 @@ def compact(
     return total
 
 
+# Rounds of a forced `compact()`: the majors, then folds of what they leave beside small runs;
+# more only when concurrent writers keep adding runs meanwhile (bounded: the caller returns)
+FORCED_ROUNDS = 4
+
+
 def _tasks(log: TableLog, policy: Policy, force: bool, limit: int | None) -> tuple[list[CompactionTask], int]:
     """The tasks planned now and the log sequence of the state they were planned on."""
     state = log.state()
     memory = log.warehouse.memory_budget if limit is not None else None
-    tasks = list(plan(state.key_spaces, state.fragments, policy, force, limit, memory).tasks)
+    tasks = list(plan(state.key_spaces, state.fragments, policy, force, limit, memory, partitions(log, state)).tasks)
     if limit is not None:
         # plan() applied the commit's budget (a large component's major amortized past it, a fold
         # judged against the automatic budget: the stop trigger bounding a scan's runs); what is
