@@ -222,20 +222,57 @@ def _target_rows(view: TableState, max_rows: int, key_cache: KeyCache) -> int:
 
 
 def _distinct_root_keys(runs: list[KeySpace], schema: Schema, key_cache: KeyCache) -> int:
-    """Keys in the union of sorted, unique runs. A numeric key: the other runs' keys found in the
-    largest by binary search (cost: the small runs, not the big one); others: hashed."""
+    """Keys in the union of sorted, unique runs. A numeric key: counted in key blocks
+    (`_distinct_numeric`, memory one block per run); others: hashed."""
     fields = schema.key_fields("")
     if not fields:  # a keyless root: one row
         return 1
-    keep = key_cache.fits(runs, fields)  # the scan that follows reads the same keys
     if len(fields) == 1 and numeric_key_type(fields[0].type):
-        big, *rest = sorted(runs, key=lambda k: -k.rows)
-        base = key_cache.numeric(big, fields, keep)
-        others = np.unique(np.concatenate([key_cache.numeric(k, fields, keep) for k in rest]))
-        at = np.minimum(np.searchsorted(base, others), len(base) - 1)
-        return len(base) + len(others) - int(np.count_nonzero(base[at] == others))  # base: the most rows, > 0
+        return _distinct_numeric(runs, fields, key_cache)
+    keep = key_cache.fits(runs, fields)  # the scan that follows reads the same keys
     keys = pa.chunked_array([key_cache.encoded(k, fields, keep) for k in runs], pa.binary())
     return int(pc.count_distinct(keys).as_py())
+
+
+# Rows of a run's keys read at a time by `_distinct_numeric` (2 MiB of `uint64`).
+DISTINCT_BLOCK_ROWS = 1 << 18
+
+
+def _distinct_numeric(runs: list[KeySpace], fields: list[Any], key_cache: KeyCache) -> int:
+    """Keys in the union of sorted, unique runs of one numeric key, merged block by block: each
+    step takes from every run its keys up to the smallest last key of the blocks read from runs
+    not yet read to their end (so one run's block is used up every step) and counts them once.
+    It holds one block per run, whatever the runs' rows: before, every run's keys were
+    concatenated and sorted, and a major of 10M keys peaked ~600 MB above its baseline here."""
+    rows = {k.id: k.rows for k in runs}
+    read = dict.fromkeys(rows, 0)  # rows of each run read so far
+    pending = {k.id: np.empty(0, np.uint64) for k in runs}  # read, not yet counted
+    by_id = {k.id: k for k in runs}
+    count = 0
+    while True:
+        for i, buf in pending.items():
+            if not len(buf) and read[i] < rows[i]:
+                stop = min(rows[i], read[i] + DISTINCT_BLOCK_ROWS)
+                pending[i] = _key_block(key_cache, by_id[i], fields, read[i], stop)
+                read[i] = stop
+        live = [i for i, buf in pending.items() if len(buf)]
+        if not live:
+            return count
+        bounds = [pending[i][-1] for i in live if read[i] < rows[i]]
+        parts = []
+        for i in live:
+            n = len(pending[i]) if not bounds else int(np.searchsorted(pending[i], min(bounds), side="right"))
+            parts.append(pending[i][:n])
+            pending[i] = pending[i][n:]
+        count += len(np.unique(np.concatenate(parts)))
+
+
+def _key_block(key_cache: KeyCache, ks: KeySpace, fields: list[Any], start: int, stop: int) -> np.ndarray:
+    """Numeric keys of rows `[start, stop)`: from memory when the key cache holds them, else
+    read (only the chunks holding them)."""
+    if key_cache.cached(ks):
+        return key_cache.numeric(ks, fields)[start:stop]
+    return key_cache.numeric_at(ks, fields, np.arange(start, stop))
 
 
 # The scan's general path holds, per input row of what it merges, its key, run, row, liveness and
