@@ -179,9 +179,10 @@ def _execute(
 
 def _streamed_map(view: TableState, level: str, key_cache: KeyCache) -> StreamedMap | None:
     """The displacement map of a major's or fold's `level`, built as its pieces are written (they
-    come in key order, disjoint): for a single numeric key; None for other keys (`map_runs`)."""
+    come in key order, disjoint): for a single integer or timestamp key; None for other keys
+    (`map_runs`; float keys too: -0.0 and 0.0 are two keys, equal as numbers)."""
     fields = view.schema.key_fields(level)
-    if len(fields) != 1 or not numeric_key_type(fields[0].type):
+    if len(fields) != 1 or not (pa.types.is_integer(fields[0].type) or pa.types.is_timestamp(fields[0].type)):
         return None
     origins = [k for k in view.key_spaces.values() if k.kind == "data" and k.level == level]
     return StreamedMap([(k.id, k.rows, _block_reader(key_cache, k, fields)) for k in origins])
