@@ -36,7 +36,7 @@ from conch.files.manifest import IndexDef, IndexFile, TableState
 from conch.files.storage import new_id
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
-from conch.log.wal import AddIndexFile, Transaction
+from conch.log.wal import AddIndexFile, RemoveIndexFile, Transaction
 from conch.model.budget import budget_split
 from conch.search import runs, textfiles, vectors
 from conch.search.runs import LogVersion, run_cells, run_fragments, runs_of, write_file
@@ -177,12 +177,18 @@ def _write_part(
 
 
 def commit_files(log: TableLog, state: TableState, added: Sequence[AddIndexFile], started: float) -> Commit | None:
-    """One `"index"` commit of the built files (None when there are none)."""
+    """One `"index"` commit of the built files (None when there are none); it removes the files
+    of an older format that they replace (`runs.outdated`) from the manifest."""
     if not added:
         return None
+    replaced = {
+        f.id: RemoveIndexFile(f.id)
+        for op in added
+        for f in runs.outdated(state, state.indexes[op.file.index], op.file.key_space)
+    }
     txn = Transaction(
         "index",
-        tuple(added),
+        (*replaced.values(), *added),
         f"built {len(added)} index files",
         state.seq,
         files=tuple(op.file.path for op in added),

@@ -13,6 +13,8 @@ from conch.files.integrity import verify
 from conch.files.manifest import IndexFile
 from conch.files.storage import Storage
 
+TEXT_SUFFIX = ".ctx2"  # a text index file of the current format (`conch.search.textfiles`)
+
 
 def read_frame(storage: Storage, f: IndexFile, magic: bytes, what: str) -> tuple[memoryview, pa.Table, int]:
     """`(payload, keys, file size)` of index file `f`; `CorruptFileError` naming it when its

@@ -34,7 +34,7 @@ from conch.model.lru import Lru
 from conch.scan import Scan
 from conch.scan.request import ScanRequest
 from conch.search import vectors
-from conch.search.framing import read_frame
+from conch.search.framing import TEXT_SUFFIX, read_frame
 
 MAGIC = b"CONCHIX1"
 # A run with fewer rows than this is searched exactly (a scan of its vectors and numpy) unless
@@ -92,7 +92,7 @@ def runs_of(state: TableState, definition: IndexDef) -> list[tuple[KeySpace, tup
     run is searched exactly)."""
     files: dict[str, list[IndexFile]] = {}
     for f in state.index_files.values():
-        if f.index == definition.name:
+        if f.index == definition.name and readable(definition, f):
             files.setdefault(f.key_space, []).append(f)
     out = []
     for ks in state.key_spaces.values():
@@ -105,6 +105,21 @@ def runs_of(state: TableState, definition: IndexDef) -> list[tuple[KeySpace, tup
         newest = max((f.seq for f in current), default=0)  # two builds' parts never mix
         out.append((ks, tuple(sorted((f for f in current if f.seq == newest), key=lambda f: f.id))))
     return out
+
+
+def readable(definition: IndexDef, f: IndexFile) -> bool:
+    """Whether this version reads index file `f`: a text index file of an older format is not
+    (`conch.search.textfiles`: its run counts as having no file until the next build)."""
+    return definition.kind != "text" or f.path.endswith(TEXT_SUFFIX)
+
+
+def outdated(state: TableState, definition: IndexDef, key_space: str) -> list[IndexFile]:
+    """A run's index files of an older format, which a build of the run replaces."""
+    return [
+        f
+        for f in state.index_files.values()
+        if f.index == definition.name and f.key_space == key_space and not readable(definition, f)
+    ]
 
 
 def run_cells(source: Any, state: TableState, definition: IndexDef, key_space: str) -> Any:

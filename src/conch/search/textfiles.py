@@ -1,10 +1,20 @@
 """Persisted text index files: a tantivy index per run, and BM25 over their union (issue 31).
 
-**File** (`<table>/idx/<id>.ctx`, an `IndexFile` like a vector index's: checksummed, built by
-`build_indexes` and compaction, verified by `check`, removed by `vacuum`): `CONCHTX1`, the length
+**File** (`<table>/idx/<id>.ctx2`, an `IndexFile` like a vector index's: checksummed, built by
+`build_indexes` and compaction, verified by `check`, removed by `vacuum`): `CONCHTX2`, the length
 of a tar archive (u64 little endian), the archive of the run's tantivy index directory
-(`meta.json` and its segments' files), then an Arrow IPC stream of the run's key columns; each
-document stores its row there (`row`) and its run (`run`).
+(`meta.json` and its segments' files), then an Arrow IPC stream of the run's key columns. Each
+document holds its text (BM25, and stored: the indexed column of a hit is read from the index),
+its row in the keys (`row`: an i64 *fast field*, so a hit's key is a column read, not a stored
+document, and indexed, so a set of rows is a tantivy term-set filter) and its run (`run`, stored
+and a raw term: a segment's part, and the run a filter clause names).
+
+**Format versions.** The magic names the version; the path's suffix mirrors it so that the
+manifest alone tells a current file from an older one. Version 1 (`CONCHTX1`, `.ctx`: `row` and
+`run` stored only, the text not stored) is no longer read: `runs.runs_of` treats such a file as
+missing, so its run is indexed from its cells at the first query (as a run without a file) and
+the next `build_indexes` writes a version 2 file and removes the old one from the manifest
+(vacuum deletes it once no retained version references it).
 
 **BM25 statistics are global.** tantivy scores a term with the document count, the average field
 length and the term's document frequency of the *whole index it searches*, summed over its
@@ -24,12 +34,11 @@ import shutil
 import struct
 import tarfile
 import tempfile
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from conch.files.integrity import digest
@@ -37,23 +46,24 @@ from conch.files.manifest import IndexDef, IndexFile, KeySpace
 from conch.files.storage import Storage, new_id
 from conch.log.wal import AddIndexFile
 from conch.model.deps import optional_import
-from conch.search.framing import read_frame
+from conch.model.lru import Lru
+from conch.search.framing import TEXT_SUFFIX, read_frame
 from conch.search.runs import run_cells, run_fragments
 
-MAGIC = b"CONCHTX1"
+MAGIC = b"CONCHTX2"
 WRITER_HEAP = 64 << 20  # tantivy's indexing buffer: a big run is flushed as several segments
 CACHED_FILES = 64  # extracted files kept per process
-V = TypeVar("V")
 SHM_FREE = 4 << 30  # free bytes /dev/shm must have to hold this process's parts
 FRESH_KEYS = 65_536  # keys per fresh-record scan of overlapped runs
 
 
 def schema() -> Any:
-    """Every text index's tantivy schema: the text (BM25), the row, the run (stored)."""
+    """Every text index's tantivy schema: the text (BM25, stored), the row (a fast and indexed
+    i64), the run (stored, a raw term)."""
     tantivy = optional_import("tantivy")
     builder = tantivy.SchemaBuilder()
-    builder.add_text_field("text", stored=False)
-    builder.add_unsigned_field("row", stored=True)
+    builder.add_text_field("text", stored=True)
+    builder.add_integer_field("row", indexed=True, fast=True)
     builder.add_text_field("run", stored=True, tokenizer_name="raw")
     return builder.build()
 
@@ -94,7 +104,7 @@ def build_file(
             return None
         data = encode(tmp, pa.concat_tables(keys).combine_chunks())
     fid = new_id()
-    path = f"{table_id}/idx/{fid}.ctx"
+    path = f"{table_id}/idx/{fid}{TEXT_SUFFIX}"
     storage.write(path, data)
     return AddIndexFile(IndexFile(fid, index, run, path, rows, frs, len(data), digest(data)))
 
@@ -133,39 +143,16 @@ def _parent() -> str | None:
     return "/dev/shm" if st.f_bavail * st.f_frsize >= SHM_FREE and os.access("/dev/shm", os.W_OK) else None
 
 
-class Kept(Generic[V]):
-    """Values made once per identity and kept per process (their inputs are immutable: files,
-    runs, versions), the `limit` most recently used; `drop` is called on each one evicted. Made
-    outside the lock: two threads asking for a new identity at once may both make it."""
-
-    def __init__(self, limit: int, drop: Callable[[V], None]) -> None:
-        self._values: OrderedDict[tuple[Any, ...], V] = OrderedDict()
-        self._lock = threading.Lock()
-        self._limit = limit
-        self._drop = drop
-
-    def get(self, ident: tuple[Any, ...], make: Callable[[], V]) -> V:
-        with self._lock:
-            hit = self._values.get(ident)
-            if hit is not None:
-                self._values.move_to_end(ident)
-                return hit
-        out = make()
-        with self._lock:
-            self._values[ident] = out
-            while len(self._values) > self._limit:
-                self._drop(self._values.popitem(last=False)[1])
-        return out
-
-
 _root = tempfile.TemporaryDirectory(prefix="conch-text-cache-", dir=_parent())  # removed when the process exits
 # a union's hard links stay readable when a part's directory goes
-_parts: Kept[Extracted] = Kept(CACHED_FILES, lambda old: shutil.rmtree(old.directory, ignore_errors=True))
+_parts: Lru[tuple[Any, ...], Extracted] = Lru(
+    max_entries=CACHED_FILES, on_evict=lambda old: shutil.rmtree(old.directory, ignore_errors=True)
+)
 
 
 def _cached(ident: tuple[Any, ...], make: Callable[[str], Extracted]) -> Extracted:
     """The part `ident` from this process's cache, else `make(directory)`'s, kept (LRU)."""
-    return _parts.get(ident, lambda: make(tempfile.mkdtemp(prefix="part-", dir=_root.name)))
+    return _parts.get_or_make(ident, lambda: make(tempfile.mkdtemp(prefix="part-", dir=_root.name)))
 
 
 def extract(storage: Storage, f: IndexFile) -> Extracted:
@@ -244,20 +231,34 @@ class Corpus:
     """An opened union of parts: what `search_text` ranks over."""
 
     index: Any
+    searcher: Any  # the union never changes: one searcher serves every query
     keys: dict[str, pa.Table]  # a document's run → the keys its row indexes
+    segment_runs: list[str]  # a segment's ordinal → the run of its part
     directory: str
     what: str
 
-    def keys_of(self, docs: list[Any]) -> list[tuple[Any, ...]]:
-        """The keys of stored documents (`searcher.doc(address)`), one `take` per run."""
-        at = [(doc["run"][0], doc["row"][0]) for doc in docs]
-        out: list[tuple[Any, ...]] = [()] * len(at)
-        for run in {r for r, _ in at}:
-            mine = [i for i, (r, _) in enumerate(at) if r == run]
-            taken = self.keys[run].take(pa.array([at[i][1] for i in mine], pa.int64()))
-            for i, kt in zip(mine, zip(*(c.to_pylist() for c in taken.columns))):
+    def positions(self, addresses: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """`(segment ordinals, rows)` of hit documents: the `row` fast field, no stored document
+        read (a segment's part is `segment_runs[ordinal]`)."""
+        if len(self.segment_runs) == 1:
+            ords = np.zeros(len(addresses), np.int64)
+        else:
+            ords = np.fromiter((a.segment_ord for a in addresses), np.int64, len(addresses))
+        return ords, np.asarray(self.searcher.fast_field_values("row", addresses), np.int64)
+
+    def keys_of(self, ords: np.ndarray, rows: np.ndarray) -> list[tuple[Any, ...]]:
+        """The keys at those positions, one `take` per part."""
+        out: list[tuple[Any, ...]] = [()] * len(rows)
+        for ordinal in np.unique(ords).tolist():
+            mine = np.flatnonzero(ords == ordinal)
+            taken = self.keys[self.segment_runs[ordinal]].take(pa.array(rows[mine]))
+            for i, kt in zip(mine.tolist(), zip(*(c.to_pylist() for c in taken.columns))):
                 out[i] = kt
         return out
+
+    def texts_of(self, addresses: list[Any]) -> list[str]:
+        """The indexed texts of hit documents (stored in the index: the fresh cells)."""
+        return [self.searcher.doc(a)["text"][0] for a in addresses]
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -289,4 +290,8 @@ def union(parts: list[Extracted], what: str, directory: str) -> Corpus:
     else:  # no run holds the column: an empty index of the same schema
         index = tantivy.Index(schema(), path=index_dir)
     index.reload()
-    return Corpus(index, {p.run: p.keys for p in parts}, directory, what)
+    searcher = index.searcher()
+    # a segment holds one part's documents (tantivy never merges a union's segments): its first
+    # document names the part
+    runs = [searcher.doc(tantivy.DocAddress(i, 0))["run"][0] for i in range(searcher.num_segments)]
+    return Corpus(index, searcher, {p.run: p.keys for p in parts}, runs, directory, what)
