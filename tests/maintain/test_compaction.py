@@ -18,7 +18,7 @@ import conch
 from conch.files.manifest import KeySpace, TableState
 from conch.log.sinceview import since_view
 from conch.log.wal import AddDisplacementMap, RemoveFragment, RemoveKeySpace
-from conch.maintain.compaction.displacement import displace, map_runs, read_map
+from conch.maintain.compaction.displacement import dest_ids, displace, map_runs, read_map
 from conch.maintain.compaction.plan import plan, read_trigger
 from conch.maintain.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
 from conch.model.keys import decode_key, encode_keys
@@ -316,18 +316,50 @@ def test_displacement_map_records_where_rows_went_as_runs(tmp_path: Path) -> Non
             assert (row == -1) if key == 10 else (out_keys[row] == key)  # the deleted key was dropped
 
 
+def test_a_merge_split_by_column_presence_maps_every_row(tmp_path: Path) -> None:
+    """A merge window of full-row and one-column writes writes one output run per column set,
+    their key ranges interleaved; the displacement map still sends every origin row to the
+    output row of its key (before: searched as one sorted array, keys of the second went missing)."""
+    t = conch.connect(str(tmp_path), maintenance=OFF).create_table(
+        "t", [("id", pa.uint64())], pa.schema([("a", pa.float64()), ("b", pa.float64())])
+    )
+    t.write(pa.table({"id": pa.array(range(100, 200), pa.uint64()), "a": [0.0] * 100, "b": [0.0] * 100}))
+    t.compact()
+    t.write(pa.table({"id": pa.array([101, 103, 105, 107], pa.uint64()), "a": [1.0] * 4, "b": [1.0] * 4}))
+    t.write(pa.table({"id": pa.array([102, 104, 106], pa.uint64()), "a": [2.0] * 3}))
+    t.write(pa.table({"id": pa.array([108, 109], pa.uint64()), "a": [3.0] * 2, "b": [3.0] * 2}))
+    origins = [k for k in t.state().key_spaces.values() if k.lsm == 0]
+    want = t.scan().to_pylist()
+    policy = conch.Policy(auto=False, l0_trigger=2, l0_stop=2, l1_ratio=1e9, small_bytes=0, small_rows=0)
+    assert t.compact(force=False, policy=policy).runs_out == 2  # one output per column set
+    assert t.scan().to_pylist() == want
+    entry = [e for _, _, e in t.log.entries() if e.kind == "compact"][-1]
+    (op,) = [o for o in entry.ops if isinstance(o, AddDisplacementMap)]
+    runs = read_map(t.log.storage, op.path, op.checksum)
+    fields = t.state().schema.key_fields("")
+    out = {k.id: t.log.key_cache.keys(k, fields).column(0).to_pylist() for k in t.state().key_spaces.values()}
+    ids = dest_ids(runs).to_pylist()
+    for k in origins:
+        keys = t.log.key_cache.keys(k, fields).column(0).to_pylist()
+        dest, rows = displace(runs, k.id, np.arange(len(keys)))
+        assert [out[ids[d]][r] if r >= 0 else None for d, r in zip(dest, rows, strict=True)] == keys
+
+
 @settings(deadline=None, max_examples=60)
 @given(
     st.sampled_from([pa.uint64(), pa.int32(), pa.int8(), pa.float64(), pa.string()]),
     st.lists(st.integers(-120, 120), max_size=60, unique=True),
     st.lists(st.integers(-120, 120), min_size=1, max_size=60, unique=True),
     st.integers(1, 4),
+    st.booleans(),
 )
 def test_displacement_runs_map_every_surviving_row_to_its_destination(
-    key_type: pa.DataType, origin: list[int], dest: list[int], n_dest: int
+    key_type: pa.DataType, origin: list[int], dest: list[int], n_dest: int, interleaved: bool
 ) -> None:
     """`map_runs` (a binary search over fixed-width keys, hashing otherwise) against a
-    dictionary of where each key went, for every key type width: unsigned, signed, float, string."""
+    dictionary of where each key went, for every key type width: unsigned, signed, float, string;
+    destinations one after another in key order (a major's pieces) or dealt round-robin, their
+    ranges interleaved (a merge's outputs split by column presence)."""
     if pa.types.is_unsigned_integer(key_type):
         origin, dest = [abs(k) for k in origin], sorted({abs(k) for k in dest})
     else:
@@ -337,7 +369,8 @@ def test_displacement_runs_map_every_surviving_row_to_its_destination(
     else:
         origin_vals, dest_vals = origin, dest
     origin_arr = pa.array(origin_vals, key_type)
-    cut = np.array_split(np.arange(len(dest_vals)), n_dest)
+    idx = np.arange(len(dest_vals))
+    cut = [idx[i::n_dest] for i in range(n_dest)] if interleaved else np.array_split(idx, n_dest)
     dest_ids = [f"d{i}" for i in range(n_dest)]
     dest_encs = [encode_keys([pa.array([dest_vals[j] for j in part], key_type)]) for part in cut]
     where = {dest_vals[j]: (dest_ids[i], r) for i, part in enumerate(cut) for r, j in enumerate(part)}

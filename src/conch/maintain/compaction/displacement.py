@@ -17,6 +17,7 @@ verify it (`CorruptFileError` naming the file).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,12 +51,25 @@ class WrittenMap:
 
 def map_runs(origin: str, origin_enc: pa.BinaryArray, dest_ids: list[str], dest_encs: list[pa.BinaryArray]) -> pa.Table:
     """The runs mapping one origin key space (its encoded keys, in row order) into destination
-    key spaces (theirs, in key order, disjoint)."""
+    key spaces (each in key order; no key in two). Destinations one after another in key order
+    (a major's or fold's pieces) are searched as one sorted array; destinations whose key ranges
+    interleave (a merge's outputs split by which columns hold cells, `rewrite._by_presence`)
+    each on its own: searched as one, their concatenation is not sorted and keys went missing."""
     if not dest_encs or len(origin_enc) == 0:
         return MAP_SCHEMA.empty_table()
     offsets = np.cumsum([0] + [len(d) for d in dest_encs])
-    allkeys = pa.concat_arrays([d.cast(pa.binary()) for d in dest_encs])
-    found, gpos = _positions(origin_enc.cast(pa.binary()), allkeys)
+    dests = [d.cast(pa.binary()) for d in dest_encs]
+    origin_bin = origin_enc.cast(pa.binary())
+    if _in_key_order(dests):
+        found, gpos = _positions(origin_bin, pa.concat_arrays(dests))
+    else:
+        found = np.zeros(len(origin_bin), dtype=bool)
+        where = np.zeros(len(origin_bin), dtype=np.int64)
+        for start, d in zip(offsets, dests, strict=False):
+            hit, pos = _positions(origin_bin, d)
+            where[np.nonzero(hit)[0]] = pos + start
+            found |= hit
+        gpos = where[found]
     rows = np.nonzero(found)[0].astype(np.int64)
     if not len(rows):
         return MAP_SCHEMA.empty_table()
@@ -134,6 +148,12 @@ class StreamedMap:
                 schema=MAP_SCHEMA,
             )
         )
+
+
+def _in_key_order(dests: list[pa.BinaryArray]) -> bool:
+    """Whether each non-empty destination's keys all come after the previous one's."""
+    bounds = [(d[0].as_py(), d[-1].as_py()) for d in dests if len(d)]
+    return all(prev[1] < nxt[0] for prev, nxt in itertools.pairwise(bounds))
 
 
 def _positions(origin: pa.BinaryArray, allkeys: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray]:
