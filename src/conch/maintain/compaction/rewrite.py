@@ -260,9 +260,9 @@ def recut_boundaries(view: TableState, layout: Layout, key_cache: KeyCache) -> l
     fields = view.schema.key_fields("")[: layout.root_keys]
     if not fields or sum(k.rows for k in runs) <= layout.max_rows:
         return []
-    keep = key_cache.fits(runs, fields)  # the rewrite that follows reads the same keys
     if len(fields) == 1 and numeric_key_type(fields[0].type) and not layout.partition_keys:
-        return _numeric_cuts(runs, fields, key_cache, keep, layout.max_rows)
+        return _numeric_cuts(runs, fields, key_cache, layout.max_rows)
+    keep = key_cache.fits(runs, fields)  # the rewrite that follows reads the same keys
     keys = sorted_unique(pa.concat_tables([key_cache.keys(k, fields, keep) for k in runs]))
     enc = encode_keys(keys.columns)
     parts = prefix_keys(keys.columns, layout.partition_keys)
@@ -281,22 +281,21 @@ def _cut_ranks(n: int, max_rows: int) -> list[int]:
     return [i * n // pieces for i in range(1, pieces)]
 
 
-def _numeric_cuts(
-    runs: list[KeySpace], fields: list[pa.Field], key_cache: KeyCache, keep: bool, max_rows: int
-) -> list[bytes]:
+def _numeric_cuts(runs: list[KeySpace], fields: list[pa.Field], key_cache: KeyCache, max_rows: int) -> list[bytes]:
     """`recut_boundaries` of a single numeric key: the keys at the cut ranks of the union of the
-    runs, found by binary search around the largest (its keys are never copied)."""
-    big, *rest = sorted(runs, key=lambda k: -k.rows)
-    base = key_cache.numeric(big, fields, keep)
-    others = np.unique(np.concatenate([key_cache.numeric(k, fields, keep) for k in rest])) if rest else base[:0]
-    at = np.minimum(np.searchsorted(base, others), max(len(base) - 1, 0))
-    extra = others[base[at] != others] if len(base) else others  # keys the largest run lacks
-    placed = np.searchsorted(base, extra) + np.arange(len(extra))  # their ranks in the union
-    values = []
-    for r in _cut_ranks(len(base) + len(extra), max_rows):
-        before = int(np.searchsorted(placed, r))  # extra keys ranked below r
-        values.append(extra[before] if before < len(extra) and placed[before] == r else base[r - before])
-    return encode_keys([pa.array(np.array(values, dtype=base.dtype)).cast(fields[0].type)]).to_pylist()
+    runs, in two streamed passes over key blocks (`_union_blocks`: count, then pick), so memory
+    holds one block per run whatever the rows (the whole largest run's keys, copied, held a 6M-key
+    major 146 MB above a 2M-key one); blocks come from the key cache when it holds a run's keys."""
+    ranks = _cut_ranks(_distinct_numeric(runs, fields, key_cache), max_rows)
+    if not ranks:
+        return []
+    values: list[Any] = []
+    seen = 0
+    for u in _union_blocks(runs, fields, key_cache):
+        while len(values) < len(ranks) and ranks[len(values)] < seen + len(u):
+            values.append(u[ranks[len(values)] - seen])
+        seen += len(u)
+    return encode_keys([pa.array(np.array(values)).cast(fields[0].type)]).to_pylist()
 
 
 def _distinct_root_keys(runs: list[KeySpace], schema: Schema, key_cache: KeyCache) -> int:
@@ -317,16 +316,21 @@ DISTINCT_BLOCK_ROWS = 1 << 18
 
 
 def _distinct_numeric(runs: list[KeySpace], fields: list[Any], key_cache: KeyCache) -> int:
-    """Keys in the union of sorted, unique runs of one numeric key, merged block by block: each
-    step takes from every run its keys up to the smallest last key of the blocks read from runs
-    not yet read to their end (so one run's block is used up every step) and counts them once.
-    It holds one block per run, whatever the runs' rows: before, every run's keys were
-    concatenated and sorted, and a major of 10M keys peaked ~600 MB above its baseline here."""
+    """Keys in the union of sorted, unique runs of one numeric key (`_union_blocks`). Before,
+    every run's keys were concatenated and sorted, and a major of 10M keys peaked ~600 MB above
+    its baseline here."""
+    return sum(len(u) for u in _union_blocks(runs, fields, key_cache))
+
+
+def _union_blocks(runs: list[KeySpace], fields: list[Any], key_cache: KeyCache) -> Iterator[np.ndarray]:
+    """The union of sorted, unique runs of one numeric key, in order, as sorted unique blocks:
+    each step takes from every run its keys up to the smallest last key of the blocks read from
+    runs not yet read to their end (so one run's block is used up every step). It holds one block
+    per run (`DISTINCT_BLOCK_ROWS`), whatever the runs' rows."""
     rows = {k.id: k.rows for k in runs}
     read = dict.fromkeys(rows, 0)  # rows of each run read so far
-    pending = {k.id: np.empty(0, np.uint64) for k in runs}  # read, not yet counted
+    pending = {k.id: np.empty(0, np.uint64) for k in runs}  # read, not yet merged
     by_id = {k.id: k for k in runs}
-    count = 0
     while True:
         for i, buf in pending.items():
             if not len(buf) and read[i] < rows[i]:
@@ -335,14 +339,14 @@ def _distinct_numeric(runs: list[KeySpace], fields: list[Any], key_cache: KeyCac
                 read[i] = stop
         live = [i for i, buf in pending.items() if len(buf)]
         if not live:
-            return count
+            return
         bounds = [pending[i][-1] for i in live if read[i] < rows[i]]
         parts = []
         for i in live:
             n = len(pending[i]) if not bounds else int(np.searchsorted(pending[i], min(bounds), side="right"))
             parts.append(pending[i][:n])
             pending[i] = pending[i][n:]
-        count += len(np.unique(np.concatenate(parts)))
+        yield np.unique(np.concatenate(parts))
 
 
 def _key_block(key_cache: KeyCache, ks: KeySpace, fields: list[Any], start: int, stop: int) -> np.ndarray:
