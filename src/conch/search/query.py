@@ -105,10 +105,12 @@ def search(
             return _result(fresh, best, key_names, wanted, single, plan)
     opts = vectors.json_options(d)
     sources = []
-    for ks, files in runs.runs_of(state, d):
+    of_runs = runs.runs_of(state, d)
+    loaded_all = iter(runs.load_all(source.log.files.storage, [f for _, files in of_runs for f in files]))
+    for ks, files in of_runs:
         alone = where is None and not hiders(state, ks, col.level)
         for f in files:  # a run's parts hold disjoint keys: each is a source of its own
-            loaded = runs.load(source.log.files.storage, f)
+            loaded = next(loaded_all)
             sources.append(_Source(loaded.keys, f.rows, structure=loaded.structure, alone=alone))
         if files:
             what, held = f"{opts['index']} index files {', '.join(f.id for f in files)}", sum(f.rows for f in files)
