@@ -106,12 +106,11 @@ def search(
     opts = vectors.json_options(d)
     sources = []
     of_runs = runs.runs_of(state, d)
-    loaded_all = iter(runs.load_all(source.log.files.storage, [f for _, files in of_runs for f in files]))
+    loaded = runs.load_all(source.log.files.storage, [f for _, files in of_runs for f in files])
     for ks, files in of_runs:
         alone = where is None and not hiders(state, ks, col.level)
         for f in files:  # a run's parts hold disjoint keys: each is a source of its own
-            loaded = next(loaded_all)
-            sources.append(_Source(loaded.keys, f.rows, structure=loaded.structure, alone=alone))
+            sources.append(_Source(loaded[f.id].keys, f.rows, structure=loaded[f.id].structure, alone=alone))
         if files:
             what, held = f"{opts['index']} index files {', '.join(f.id for f in files)}", sum(f.rows for f in files)
         else:
