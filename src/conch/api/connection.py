@@ -10,10 +10,11 @@ a Spark task or an enrichment worker opens the warehouse **exactly as `connect()
 `table_log` keeps one table log per process, warehouse and table (the one reopen cache of
 snapshots, Spark tasks and engine sources), so its replayed state and key-space cache stay warm.
 
-A warehouse opened by `reopen` never starts the background settle
-(`conch.maintain.compaction.background`; `Policy.settle_after` is turned off there): workers are pooled
-and reused (Spark's Python workers, DataLoader workers), and a settle thread must not outlive
-the task that wrote. The process that called `connect()` settles, or the next writer does.
+A warehouse opened by `reopen` never starts the background maintenance thread
+(`conch.maintain.compaction.background`; `Policy.settle_after` and `Policy.background` are turned
+off there, so its commit-time trigger runs in the writing thread): workers are pooled and reused
+(Spark's Python workers, DataLoader workers), and a maintenance thread must not outlive the task
+that wrote. The process that called `connect()` settles, or the next writer does.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def reopen(conn: Connection, create: bool | None = False) -> Warehouse:
     with _lock:
         wh = _opened.get(key)
         if wh is None:
-            policy = dataclasses.replace(conn.maintenance or Policy(), settle_after=None)
+            policy = dataclasses.replace(conn.maintenance or Policy(), settle_after=None, background=False)
             wh = open_connection(dataclasses.replace(conn, maintenance=policy), create=create)
             wh.connection = conn  # what a snapshot taken here carries on: the caller's options
             _opened[key] = wh

@@ -57,6 +57,16 @@ class Policy:
     major_amplification: float = 3.0
     max_replans: int = 3  # a compaction that lost to a concurrent one plans again this often
     settle_after: float | None = 1.0  # seconds without a commit, then fold L0 in the background (None: never)
+    # True: the commit-time trigger runs on the process's maintenance thread beside the writer
+    # (Paimon's and RocksDB's background compaction; `conch.maintain.compaction.background`), the
+    # writer held only at `stop_runs`. Off by default: on 2 cores the compaction of random upserts
+    # costs more CPU than the writes, so the writer waits at the stop trigger anyway and gains
+    # ~10 % of wall (`bench.lsm_shapes`, docs/compaction.md); a writer with cores to spare gains
+    # the whole trigger. Always off in a process that reopened the table (a Spark task)
+    background: bool = False
+    # a writer whose table holds this many L0 runs waits for the background trigger to compact them
+    # (the stop trigger: the compactor falling behind throttles writers instead of degrading reads)
+    stop_runs: int = 12
 
     def __post_init__(self) -> None:
         if (
@@ -72,11 +82,12 @@ class Policy:
             or self.small_rows < 0
             or self.fold_trigger < 2
             or self.l0_stop < 2
+            or self.stop_runs < 2
             or not self.major_amplification >= 1
             or (self.settle_after is not None and not self.settle_after >= 0)
         ):
             raise InvalidArgumentError(
                 f"invalid compaction policy {self}: needs l0_trigger >= 2, size_ratio > 0, l1_ratio >= 0, "
-                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, fold_trigger >= 2, l0_stop >= 2, major_amplification >= 1, "
+                "max_l1_rows >= 1, l0_read_bytes >= 0, read_overhead >= 0, commit_rewrite_ratio >= 0, move_bytes >= 0, move_rows >= 0, fold_trigger >= 2, l0_stop >= 2, stop_runs >= 2, major_amplification >= 1, "
                 "settle_after None or >= 0"
             )

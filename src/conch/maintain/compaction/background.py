@@ -1,5 +1,16 @@
-"""Settling: the writing process folds its tables' L0 runs into L1 in the background once it
-stops writing to them (issue 10 item 6; measured in `docs/compaction.md`).
+"""The writing process's maintenance thread: settling (it folds its tables' L0 runs into L1 once
+it stops writing to them; issue 10 item 6; measured in `docs/compaction.md`) and, with
+`Policy(background=True)`, the commit-time trigger itself.
+
+**The trigger off the writer's thread** (issue 30). By default the commit-time trigger
+(`run.auto`) runs in the writer's thread after each commit, so a write's time includes the
+compaction it caused. With `Policy.background` a commit queues it instead (`Settler.trigger`):
+the thread runs it as soon as it is free, commits that arrive meanwhile coalesce (their bytes
+and commits add up: `run_trigger` runs at most one budgeted pass per commit), and a writer whose
+table holds `Policy.stop_runs` L0 runs waits for the pass queued or running (`Settler.throttle`:
+Paimon's stop trigger, so a compactor that falls behind slows writers instead of letting reads
+degrade; a pass that cannot bring the runs under the bound lets the writer go on). Triggers go
+before settles; a queued trigger interrupts a settle like a commit does.
 
 Why a second trigger: the commit-time trigger (`run.auto`) must stay cheap, so above
 `Policy.small_bytes` it leaves L0 runs over L1 until they add up (size-tiered merges, a major at
@@ -59,8 +70,8 @@ from conch.files.storage.local import LocalStorage
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.warehouse import Warehouse
-from conch.maintain.compaction.plan import CompactionTask, plan, within_budget
-from conch.maintain.compaction.run import auto, commit, execute, partitions
+from conch.maintain.compaction.plan import CompactionTask, commit_budget, plan, within_budget
+from conch.maintain.compaction.run import auto, commit, compact, execute, partitions, written_by
 from conch.model.policy import Policy
 
 EXIT_WAIT_SECONDS = 10.0  # at most this long for a running settle at interpreter exit
@@ -101,6 +112,9 @@ class Settler:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._due: dict[_Key, tuple[float, TableLog]] = {}  # monotonic time it is due, and a handle
+        # tables whose commits asked for the commit-time trigger: a handle, the bytes and the
+        # commits written since it last ran (commits that arrive while it runs coalesce)
+        self._triggered: dict[_Key, tuple[TableLog, int, int]] = {}
         self._running: dict[_Key, TableLog] = {}
         self._spacing: dict[_Key, float] = {}  # earliest next settle after the last one (duty cycle)
         self._thread: threading.Thread | None = None
@@ -117,6 +131,34 @@ class Settler:
             self._ensure_worker()
             self._cond.notify_all()
 
+    def trigger(self, log: TableLog, written: int) -> bool:
+        """Run the commit-time trigger of `log`'s table on the worker thread, for a commit that
+        wrote `written` bytes; False (nothing queued) once shutdown began or for a closed or
+        removed warehouse: the caller runs it itself."""
+        with self._cond:
+            if self._stopping or halted(log):
+                return False
+            key = _key(log)
+            _, before, commits = self._triggered.get(key, (log, 0, 0))
+            self._triggered[key] = (log, before + written, commits + 1)
+            self._ensure_worker()
+            self._cond.notify_all()
+            return True
+
+    def throttle(self, log: TableLog, runs: Callable[[], int], limit: int) -> None:
+        """The stop trigger: while `runs()` (the table's L0 runs) is at least `limit` and the
+        worker has the table's trigger queued or running, wait for it. A pass that could not
+        bring the runs under the limit (its budgets refused) lets the writer go on: the writer is
+        throttled to the compactor's pace, never stopped by what the compactor will not do."""
+        key = _key(log)
+        while runs() >= limit:
+            with self._cond:
+                if not (key in self._triggered or key in self._running) or self._stopping:
+                    return
+                if self._thread is None or not self._thread.is_alive():
+                    return
+                self._cond.wait(1.0)
+
     def _ensure_worker(self) -> None:
         """Start the worker thread if it is not running (first use, or it died: a waiter must
         never wait on a thread that is gone). Called with the lock held."""
@@ -127,7 +169,8 @@ class Settler:
     def pending(self, log: TableLog) -> bool:
         """Whether this process still has to settle, or is settling, `log`'s table."""
         with self._cond:
-            return _key(log) in self._due or _key(log) in self._running
+            key = _key(log)
+            return key in self._due or key in self._running or key in self._triggered
 
     def wait(self, log: TableLog, timeout: float | None) -> bool:
         """Settle `log`'s table now if it is pending, and wait for it (at most `timeout`
@@ -139,7 +182,7 @@ class Settler:
                 self._due[key] = (time.monotonic(), self._due[key][1])
                 self._ensure_worker()
                 self._cond.notify_all()
-            while key in self._due or key in self._running:
+            while key in self._due or key in self._running or key in self._triggered:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -151,6 +194,7 @@ class Settler:
         with self._cond:
             self._stopping = True
             self._due.clear()
+            self._triggered.clear()
             self._cond.notify_all()
             thread = self._thread
         if thread is not None:
@@ -162,13 +206,23 @@ class Settler:
         with self._cond:
             for key in [k for k, (_, log) in self._due.items() if log.warehouse is warehouse]:
                 del self._due[key]
+            for key in [k for k, (log, _, _) in self._triggered.items() if log.warehouse is warehouse]:
+                del self._triggered[key]
             while any(log.warehouse is warehouse for log in self._running.values()):
                 self._cond.wait(0.5)
 
-    def _next(self) -> tuple[_Key, TableLog] | None:
-        """The next due table (waiting for it), or None when stopping."""
+    def _next(self) -> tuple[_Key, TableLog, tuple[int, int] | None] | None:
+        """The next table to work on (waiting for one), or None when stopping: a triggered one
+        first, in the order their commits came (with the bytes and commits written since its
+        last trigger), then a due settle (None)."""
         with self._cond:
             while not self._stopping:
+                while self._triggered:
+                    key = next(iter(self._triggered))
+                    log, written, commits = self._triggered.pop(key)
+                    if not halted(log):
+                        self._running[key] = log
+                        return key, log, (written, commits)
                 now = time.monotonic()
                 due = [k for k, (at, _) in self._due.items() if at <= now]
                 if due:
@@ -177,16 +231,20 @@ class Settler:
                     if halted(log):  # closed, removed or shutting down meanwhile: dropped
                         continue
                     self._running[key] = log
-                    return key, log
+                    return key, log, None
                 self._cond.wait(min((at for at, _ in self._due.values()), default=now + 3600) - now)
             return None
 
     def _work(self) -> None:
         while (item := self._next()) is not None:
-            key, log = item
+            key, log, triggered = item
             started = time.monotonic()
+            stop = functools.partial(self._halted, key, log)
             try:
-                settle(log, functools.partial(self._interrupted, key), functools.partial(self._halted, key, log))
+                if triggered is not None:
+                    run_trigger(log, *triggered, stop=stop)
+                else:
+                    settle(log, functools.partial(self._interrupted, key), stop)
             except (CommitConflictError, TableNotFoundError):
                 pass  # lost to another compactor after its re-plans, or the table was dropped
             except Exception as e:  # a background thread has no caller to raise to
@@ -198,14 +256,15 @@ class Settler:
             finally:
                 with self._cond:
                     now = time.monotonic()
-                    self._spacing[key] = now + (now - started) * (1 / MAX_SHARE - 1)
+                    if triggered is None:  # the duty cycle spaces settles, not the commit-time trigger
+                        self._spacing[key] = now + (now - started) * (1 / MAX_SHARE - 1)
                     self._running.pop(key, None)
                     self._cond.notify_all()
 
     def _interrupted(self, key: _Key) -> bool:
         """Whether a commit re-scheduled the table (the next pause settles it again)."""
         with self._cond:
-            return key in self._due
+            return key in self._due or key in self._triggered
 
     def _halted(self, key: _Key, log: TableLog) -> bool:
         """Whether the settle must stop before its next task or commit: the process is exiting,
@@ -274,10 +333,36 @@ atexit.register(lambda: _settler.stop())
 
 def after_commit(log: TableLog, done: Commit | None = None) -> None:
     """The automatic maintenance after a write, delete or enrich (`Warehouse.after_commit`):
-    the bounded inline trigger (`run.auto`, bounded by what the commit `done` wrote), then the
-    settle after the writer's pause."""
-    auto(log, done)
+    the commit-time trigger (bounded by what the commit `done` wrote), on the worker thread
+    (`Policy.background`, throttling the writer at `Policy.stop_runs` L0 runs) or in this thread
+    (`run.auto`), then the settle after the writer's pause."""
+    policy = log.warehouse.maintenance
+    queued = False
+    if policy.background:
+        written = written_by(log.state(), done.seq) if done is not None else 0
+        queued = _settler.trigger(log, written)
+    if queued:
+        _settler.throttle(log, lambda: l0_runs(log.state()), policy.stop_runs)
+    else:
+        auto(log, done)
     schedule(log)
+
+
+def run_trigger(log: TableLog, written: int, commits: int, stop: Callable[[], bool] | None = None) -> None:
+    """The commit-time trigger on the worker thread, for `commits` commits that wrote `written`
+    bytes since it last ran: what `run.auto` runs after each commit in the writer's thread (the
+    moves, a rewrite within the commits' budget), at most once per commit, until a pass rewrites
+    nothing. Losing to a concurrent compactor ends it: the next commit triggers it again."""
+    policy = log.warehouse.maintenance
+    for _ in range(max(commits, 1)):
+        done = compact(log, policy, force=False, budget=commit_budget(written, policy), stop=stop)
+        if done.tasks == 0 or (stop is not None and stop()):
+            return
+
+
+def l0_runs(state: TableState) -> int:
+    """The L0 data runs of a table: what a scan merges beside its L1 (the stop trigger's count)."""
+    return sum(1 for ks in state.key_spaces.values() if ks.lsm == 0 and ks.kind == "data")
 
 
 def schedule(log: TableLog) -> None:

@@ -148,7 +148,7 @@ def _execute(
         batches = _sliced_batches(view, level, files.format, key_cache, within, scan, slices)
         if task.kind == "merge":
             for merged, present in _by_presence(view, level, batches, key_cache):
-                for piece in _pieces(iter([merged]), layout, [], None):  # partition cuts only
+                for piece in _pieces(merged, layout, [], None):  # partition cuts only
                     _write_piece(files, schema, level, piece, staged, opts, outputs, present)
             continue
         starts: list[bytes] = []
@@ -498,13 +498,15 @@ def _count_below(prefixes: pa.BinaryArray, bound: bytes) -> int:
 
 def _by_presence(
     view: TableState, level: str, batches: Iterator[pa.Table], key_cache: KeyCache
-) -> Iterator[tuple[pa.Table, set[int]]]:
-    """A merge window's fresh records split by which columns hold a cell.
+) -> Iterator[tuple[Iterator[pa.Table], set[int]]]:
+    """A merge window's fresh records split by which columns hold a cell: (batches, columns)
+    per output run.
 
     A run's fragments each cover all of its rows, so run `r` holds a cell of column `c` for each
     of its keys iff `c` is in its column set; the rows of the merged result are grouped by the
-    union of the column sets of the runs holding them, one output run per group (usually one:
-    writes name the same columns).
+    union of the column sets of the runs holding them, one output run per group. Usually there
+    is one group (writes name the same columns): the batches then stream through as they come,
+    with no key lookup; several groups hold the window's merged rows to split them.
     """
     fields = view.schema.key_fields(level)
     names = [f.name for f in fields]
@@ -514,6 +516,9 @@ def _by_presence(
         if f.key_space in col_sets:
             col_sets[f.key_space] |= frozenset(f.column_ids)
     distinct = sorted(set(col_sets.values()), key=sorted)
+    if len(distinct) == 1:
+        yield batches, set(distinct[0])
+        return
     bit = {s: 1 << i for i, s in enumerate(distinct)}
     parts = list(batches)
     if not parts:
@@ -530,7 +535,7 @@ def _by_presence(
     for value in np.unique(pattern):
         cols = set().union(*(s for s in distinct if bit[s] & int(value)))
         rows = np.nonzero(pattern == value)[0]
-        yield out.take(pa.array(rows)), cols
+        yield iter([out.take(pa.array(rows))]), cols
 
 
 def _merge_tombstones(

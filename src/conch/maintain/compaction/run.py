@@ -31,7 +31,15 @@ from conch.files.manifest import TableState
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.wal import AddDisplacementMap, AddFragment, AddKeySpace, Op, RemoveFragment, RemoveKeySpace, Transaction
-from conch.maintain.compaction.plan import CompactionTask, MaintenancePlan, Policy, commit_budget, plan, within_budget
+from conch.maintain.compaction.plan import (
+    CompactionTask,
+    MaintenancePlan,
+    Policy,
+    commit_budget,
+    plan,
+    rewrite_work,
+    within_budget,
+)
 from conch.maintain.compaction.ranges import partitioner
 from conch.maintain.compaction.rewrite import Layout, Staged, input_view, recut_boundaries
 from conch.maintain.compaction.rewrite import execute as rewrite
@@ -170,6 +178,7 @@ def compact(
     force: bool = True,
     budget: bool | int = False,
     progress: bool | None = False,
+    stop: Callable[[], bool] | None = None,
 ) -> CompactionResult:
     """Run the tasks planned now, once each (a merge's output waits for the next trigger), and
     plan again only when a task lost to a concurrent compaction (at most `policy.max_replans`
@@ -179,7 +188,9 @@ def compact(
     at most one rewrite of at most `budget` input bytes (True: `auto_budget_bytes`). `progress`:
     a progress bar over the tasks (`conch.model.progress`). Each task commits against the state it was
     planned on, so a concurrent compaction that placed L1 runs over its range meanwhile makes it
-    re-plan."""
+    re-plan. `stop`: checked before each task and again between a task's output and its commit
+    (the background trigger: the table may no longer be touched; an output that may not commit is
+    left to `vacuum`)."""
     total = CompactionResult()
     limit = None if budget is False else policy.auto_budget_bytes if budget is True else int(budget)
     tasks, planned = _tasks(log, policy, force, limit)
@@ -191,12 +202,16 @@ def compact(
                 tasks, planned = _tasks(log, policy, force, limit)
                 rounds, committed = rounds + 1, False
                 continue
+            if stop is not None and stop():
+                break
             task = tasks.pop(0)
             state = log.state()
             if any(i not in state.key_spaces for i in task.inputs):  # another compactor was first
                 tasks, planned, replans = _replan(log, policy, force, limit, replans)
                 continue
             staged = execute(log, state, task, policy=policy)
+            if stop is not None and stop():
+                break
             try:
                 commit(log, task, [staged], planned)
             except CommitConflictError:
@@ -244,10 +259,12 @@ def _replan(
 
 
 def written_by(state: TableState, seq: int) -> int:
-    """Bytes of the runs and fragments a commit added that are still live in `state`."""
-    return sum(k.bytes for k in state.key_spaces.values() if k.seq == seq) + sum(
+    """The work (`plan.rewrite_work`) of the runs and fragments a commit added that are still
+    live in `state`: their bytes, or their rows where those cost more."""
+    nbytes = sum(k.bytes for k in state.key_spaces.values() if k.seq == seq) + sum(
         f.bytes for f in state.fragments.values() if f.seq == seq
     )
+    return rewrite_work(nbytes, sum(k.rows for k in state.key_spaces.values() if k.seq == seq and k.kind == "data"))
 
 
 def auto(log: TableLog, done: Commit | None = None) -> None:
