@@ -109,6 +109,21 @@ def realign(table: Any, level: str = "", split_seed: int | None = None, runs: in
     return log.commit(txn)
 
 
+def upsert_random(t: conch.Table, model: dict[int, int], rng: Any, n: int, keys: int = 400) -> None:
+    """Write `n` random keys of `range(keys)` with random `v` values (int64 key `id`), and record
+    them in `model` (key -> v): the upsert of the background maintenance tests."""
+    ids = sorted(rng.sample(range(keys), n))
+    vals = [rng.randint(0, 10**6) for _ in ids]
+    t.write(pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(vals, pa.int64())}))
+    model.update(zip(ids, vals, strict=True))
+
+
+def id_to_v(t: conch.Table) -> dict[int, int]:
+    """The table's fresh records as key -> v (the model `upsert_random` keeps)."""
+    got = t.scan().to_arrow()
+    return dict(zip(got.column("id").to_pylist(), got.column("v").to_pylist(), strict=True))
+
+
 def run_cli(warehouse: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`conch --warehouse W ARGS...` in a subprocess, with a wide, minimal environment (tables
     render at 200 columns; nothing from the caller's environment leaks in). The subprocess

@@ -18,6 +18,7 @@ import pytest
 
 import conch
 from conch.maintain.compaction import background
+from helpers import id_to_v, upsert_random
 
 # commit-time compaction never runs (no small-table trigger, no count trigger): every L0 run
 # left is the settle's to fold
@@ -25,15 +26,10 @@ LAZY = {"small_bytes": 0, "l0_trigger": 1000, "l1_ratio": 1000.0}
 
 
 def _upsert(t: conch.Table, model: dict[int, int], rng: random.Random, n: int) -> None:
-    ids = sorted(rng.sample(range(400), n))
-    vals = [rng.randint(0, 10**6) for _ in ids]
-    t.write(pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(vals, pa.int64())}))
-    model.update(zip(ids, vals, strict=True))
+    upsert_random(t, model, rng, n)
 
 
-def _rows(t: conch.Table) -> dict[int, int]:
-    got = t.scan().to_arrow()
-    return dict(zip(got.column("id").to_pylist(), got.column("v").to_pylist(), strict=True))
+_rows = id_to_v
 
 
 def test_settle_folds_l0_runs_after_the_writer_pauses(tmp_path: Path) -> None:

@@ -14,18 +14,14 @@ import pytest
 
 import conch
 from conch.maintain.compaction import background
+from helpers import id_to_v, upsert_random
 
 
 def _upsert(t: conch.Table, model: dict[int, int], rng: random.Random, n: int) -> None:
-    ids = sorted(rng.sample(range(2_000), n))
-    vals = [rng.randint(0, 10**6) for _ in ids]
-    t.write(pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(vals, pa.int64())}))
-    model.update(zip(ids, vals, strict=True))
+    upsert_random(t, model, rng, n, keys=2_000)
 
 
-def _rows(t: conch.Table) -> dict[int, int]:
-    got = t.scan().to_arrow()
-    return dict(zip(got.column("id").to_pylist(), got.column("v").to_pylist(), strict=True))
+_rows = id_to_v
 
 
 def test_the_trigger_runs_on_the_maintenance_thread_and_reads_stay_exact(
