@@ -209,10 +209,16 @@ def overlay_keys(
 
 
 def placed(
-    keys_of: Any, plan: Any, base: KeySpace, small: list[int], ranges: dict[int, tuple[int, int]]
+    keys_of: Any,
+    plan: Any,
+    base: KeySpace,
+    small: list[int],
+    ranges: dict[int, tuple[int, int]],
+    dead: np.ndarray | None = None,
 ) -> OverlayKeys:
     """The overlay of one segment: the plan's small runs `small` (indices into its key spaces,
-    each at its rows `ranges[i]`, all if absent; the key predicate's rows among them) placed among
+    each at its rows `ranges[i]`, all if absent; the key predicate's rows among them, less those
+    holding a key of `dead`, the sorted keys the plan's tombstones delete) placed among
     the keys of `base`. Where no key predicate selects, every scan of the same table version
     places the same runs: the result is kept across scans in the key cache (`keys_of`, the
     scan's `CountedKeys`), named by the immutable key spaces it is built from."""
@@ -225,6 +231,8 @@ def placed(
             r = selected_rows(keys_of, plan.key_spaces[i], fields, plan.key_predicate, plan.within)
             r0, r1 = ranges.get(i, (0, len(num)))
             r = np.arange(r0, r1, dtype=np.int64) if r is None else r[(r >= r0) & (r < r1)]
+            if dead is not None and len(dead) and len(r):
+                r = r[~member(num[r], dead)]
             nums.append(num[r])
             sel.append(r)
         make = lambda u: pa.table({fields[0].name: pa.array(u).cast(fields[0].type)})  # noqa: E731
@@ -233,6 +241,8 @@ def placed(
     if plan.key_predicate is not None or plan.within is not None:
         return build()
     runs = ",".join(f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in small)
+    if dead is not None and len(dead):  # the tombstone runs decide the deleted keys
+        runs += " less " + ",".join(ts.path for ts in plan.tombstones)
     name = f"overlay {fields[0]} {base.path} {runs}"
     return keys_of.derived(name, lambda: dataclasses.replace(build(), name=name))
 

@@ -145,6 +145,8 @@ def _passing(
     assert ov is not None and filt is not None
     values, wins = st._values(s, u)
     dead = ov.ins[ov.hit & wins]  # base rows whose fresh cells of u are the small runs': stale
+    if s.dead is not None:  # or that tombstones deleted
+        dead = np.union1d(dead, s.dead)
     by_path = {c.full_path: values[j].array for j, c in enumerate(u.columns)}
     ok = np.asarray(filter_mask(filt, by_path.__getitem__), dtype=np.bool_)
     passing = np.flatnonzero(ok & (~ov.hit | wins))  # keys of U whose fresh cells of u pass

@@ -1,6 +1,10 @@
 """The streamed zip path: Vortex batches straight to output, no per-key location arrays.
 
-It applies when no tombstone is considered. The considered key spaces are cut into *segments*
+Tombstones apply here when each deletes its keys outright (numeric keys of the scanned level, no
+run newer than the tombstone holding a key it deletes: `_dead_keys`): the deleted keys are left
+out of the small runs' keys and the base's rows (`_Segment.dead`: dropped from each output batch,
+from the filter's passing rows and from a take's rows). A key written again after its delete
+holds only its newer cells, which the general path assembles. The considered key spaces are cut into *segments*
 in key order. The *bases* are the largest key sets whose spans do not overlap one another (one
 key space, or several holding identical key sets: a table written group by group, or rewritten
 whole; disjoint bases are one large write cut into chunks, or time-ordered appends); every other
@@ -79,12 +83,16 @@ class _Segment:
     missing: list[Column]  # projected columns with no cells in this segment: nulls
     overlay: OverlayKeys | None = None  # the small runs' keys (None: no small runs)
     rows: np.ndarray | None = None  # a key set's rows of the base in [lo, hi) (None: all of them)
+    dead: np.ndarray | None = None  # base rows in [lo, hi) deleted by tombstones, ascending (None: none)
 
 
 def streamed(ctx: ScanContext) -> Stream | None:
     """The streamed zip path over the plan, or None where it does not apply (module doc)."""
     plan = ctx.plan
-    if plan.tombstones or not plan.key_spaces or plan.filter_keys:
+    if not plan.key_spaces or plan.filter_keys:
+        return None
+    dead_keys = _dead_keys(ctx) if plan.tombstones else None
+    if plan.tombstones and dead_keys is None:
         return None
     if isinstance(plan.key_predicate, KeySet):  # a take: the key sets differ (else `pick.py`)
         keys_of = ctx.keys()
@@ -116,7 +124,7 @@ def streamed(ctx: ScanContext) -> Stream | None:
             by_ks.setdefault((grp, f.key_space), []).append(f)
     segments = []
     for base, small, ranges in segs:
-        seg = _segment(ctx, base, small, ranges, by_ks)
+        seg = _segment(ctx, base, small, ranges, by_ks, dead_keys)
         if seg is None:
             return None
         segments.append(seg)
@@ -135,6 +143,7 @@ def streamed(ctx: ScanContext) -> Stream | None:
     m.keys_merged = sum(ks.rows for ks in plan.key_spaces)
     m.keys_out = sum(_out(s) for s in segments)
     m.merge = "zip (streamed)"
+    m.tombstones = len(plan.tombstones)
     m.segments = len(segments)
     return Stream(ctx, segments, expr)
 
@@ -145,10 +154,12 @@ def _segment(
     small: list[int],
     ranges: dict[int, tuple[int, int]],
     by_ks: dict[tuple[str, str], list[Fragment]],
+    dead_keys: np.ndarray | None = None,
 ) -> _Segment | None:
     """One segment (key spaces `members` of the plan, with identical key sets: the base; and
     `small`, runs overlaid on it, numeric keys, each at its rows `ranges[i]`, all rows if absent),
-    or None. `by_ks`: the plan's fragments by (group, key space id)."""
+    or None. `by_ks`: the plan's fragments by (group, key space id); `dead_keys`: the keys the
+    plan's tombstones delete (`_dead_keys`), sorted."""
     plan = ctx.plan
     fields = plan.key_fields
     keys_of = ctx.keys()
@@ -168,7 +179,14 @@ def _segment(
             lo, hi = int(rows[0]), int(rows[-1]) + 1
             if hi - lo != len(rows) and not isinstance(plan.key_predicate, KeySet):
                 return None
-    ov = placed(keys_of, plan, kss[-1], small, ranges) if small else None
+    dead = None
+    if dead_keys is not None and len(dead_keys) and hi > lo:
+        dead = _rows_of(keys_of.numeric(kss[-1], fields), dead_keys, lo, hi)
+        if rows is not None:  # a key set's or a key predicate's rows: less the deleted ones
+            rows = rows[~member(rows, dead)] if len(dead) else rows
+        if not len(dead):
+            dead = None
+    ov = placed(keys_of, plan, kss[-1], small, ranges, dead_keys) if small else None
     if ov is not None and hi <= lo and ov.inserted:
         return None  # only inserted keys in the range: the general path
     # units: (group, newest base key space holding the column, small runs holding it) → fragments
@@ -229,9 +247,54 @@ def _segment(
             return None
         # the filter's unit first (its fragments are pruned by statistics once over every segment,
         # `streamed`'s `prune`): `Stream._taken` filters it and takes the others' cells
-        return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov)
+        return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov, None, dead)
     keyset = rows if isinstance(plan.key_predicate, KeySet) else None
-    return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset)
+    return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset, None if keyset is not None else dead)
+
+
+def _dead_keys(ctx: ScanContext) -> np.ndarray | None:
+    """The keys the plan's tombstones delete, sorted, when the streamed path can leave them out:
+    the scanned level has a single numeric key, every tombstone is of that level (not an
+    ancestor's prefix), and each deleted key that a run newer than its tombstone holds again is
+    held by such a run with every column the scan reads (a full row written after the delete: the
+    freshest cell of every column is then newer than the delete, which the overlay shows as it
+    is, and the key is not dead). None otherwise (the general path): a key written again only in
+    part must show nulls, not older cells, where the newer runs hold none."""
+    plan = ctx.plan
+    fields = plan.key_fields
+    if not numeric_key(fields):
+        return None
+    keys_of = ctx.keys()
+    needed = {c.id for c in [*plan.columns, *(plan.filter_columns if plan.filter is not None else [])]}
+    held: dict[str, set[int]] = {}
+    for frs in plan.fragments.values():
+        for f in frs:
+            held.setdefault(f.key_space, set()).update(f.column_ids)
+    parts = []
+    for ts in plan.tombstones:
+        if ts.level != plan.level:
+            return None
+        deleted = keys_of.numeric(ts, fields)
+        again = np.zeros(len(deleted), dtype=bool)
+        for ks in plan.key_spaces:
+            if ks.time <= ts.time or not len(deleted) or not ks.rows:
+                continue
+            hit = member(deleted, keys_of.numeric(ks, fields))
+            if hit.any():
+                if not needed <= held.get(ks.id, set()):
+                    return None
+                again |= hit
+        parts.append(deleted[~again])
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _rows_of(keys: np.ndarray, wanted: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The rows in [lo, hi) of sorted `keys` holding a key of sorted `wanted`, ascending."""
+    at = np.searchsorted(keys, wanted)
+    ok = at < len(keys)
+    at = at[ok]
+    at = at[keys[at] == wanted[ok]]
+    return at[(at >= lo) & (at < hi)].astype(np.int64)
 
 
 _NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # keys: only inserts
@@ -258,7 +321,24 @@ def _tail(ov: OverlayKeys, hi: int) -> int:
 
 def _out(s: _Segment) -> int:
     """Rows the segment outputs without a filter."""
-    return (s.hi - s.lo if s.rows is None else len(s.rows)) + _inserted(s)
+    dead = len(s.dead) if s.dead is not None else 0
+    return (s.hi - s.lo - dead if s.rows is None else len(s.rows)) + _inserted(s)
+
+
+def _alive(s: _Segment, win: Window | None, pos: int, n: int) -> pa.BooleanArray | None:
+    """Which rows of the output batch over base rows [pos, pos + n) and window `win`'s inserted
+    keys the tombstones left (None: all of them). A base row moves down by the inserted keys at
+    or before it (`Window.replaced`)."""
+    if s.dead is None:
+        return None
+    a, b = np.searchsorted(s.dead, [pos, pos + n])
+    if a == b:
+        return None
+    rows = s.dead[a:b] - pos
+    inserted = win.at[win.new] if win is not None else np.zeros(0, dtype=np.int64)
+    keep = np.ones(n + len(inserted), dtype=bool)
+    keep[rows + np.searchsorted(inserted, rows, "right")] = False
+    return pa.array(keep)
 
 
 def _inserted(s: _Segment) -> int:
@@ -365,18 +445,19 @@ class Stream:
         in key order batch by batch."""
         (u,) = s.units
         ov = s.overlay
-        dead = np.zeros(0, dtype=np.int64)  # base rows whose fresh cells are the small runs'
+        # base rows whose fresh cells are the small runs', or that tombstones deleted
+        dead = s.dead if s.dead is not None else np.zeros(0, dtype=np.int64)
         ov_rows = np.zeros(0, dtype=np.int64)  # keys of U whose fresh record passes, ascending
         if ov is not None:
             values, wins = self._values(s, u)
-            dead = ov.ins[ov.hit & wins]
+            dead = np.union1d(dead, ov.ins[ov.hit & wins])
             cand = ~ov.hit | wins
             by_path = {c.full_path: values[j].array for j, c in enumerate(u.columns)}
             assert self.ctx.plan.filter is not None
             ok = np.array(filter_mask(self.ctx.plan.filter, by_path.__getitem__), dtype=np.bool_)
             ov_rows = np.nonzero(ok & cand)[0]
         done = 0  # overlay matches emitted so far
-        if ov is None and not self.ctx.options.with_keys:  # no keys out, none to merge: no ordinals
+        if ov is None and s.dead is None and not self.ctx.options.with_keys:  # no keys out, none to merge: no ordinals
             for _, batch in self._unit_batches(s, u, ordinal=False):
                 if self.left <= 0:
                     return
@@ -427,6 +508,9 @@ class Stream:
         opts = self.ctx.options
         step = opts.batch_rows or int(min(1 << 16, max(256, opts.batch_bytes // max(per_row, 1.0))))
         for rows, own_cols in self._passing(s, u, own):
+            if s.dead is not None and len(rows):
+                keep = ~member(rows, s.dead)
+                rows, own_cols = rows[keep], {k: col.filter(pa.array(keep)) for k, col in own_cols.items()}
             for a in range(0, len(rows), step):
                 if self.left <= 0:
                     return
@@ -534,8 +618,11 @@ class Stream:
                     cols.update((c.id, here.column(j)) for j, c in enumerate(u.columns))
                 else:
                     cols.update(self._overlaid(s, u, win, here))
+            keep = _alive(s, win, pos, n)
             if ov is None and not self.ctx.options.with_keys:
-                yield self._emit(s, self._no_keys, cols, n)
+                if keep is not None:
+                    cols = {k: v.filter(keep) for k, v in cols.items()}
+                yield self._emit(s, self._no_keys, cols, n if keep is None else int(keep.true_count))
                 pos += n
                 continue
             key_part = self._keys(s).slice(pos, n)
@@ -543,6 +630,9 @@ class Stream:
                 assert keys is not None
                 spliced = splice(key_part.column(0).combine_chunks(), keys, win, *_NONE_REPLACED)
                 key_part = pa.table([spliced], schema=key_part.schema)
+            if keep is not None:
+                key_part = key_part.filter(keep)
+                cols = {k: v.filter(keep) for k, v in cols.items()}
             if key_part.num_rows > self.left:  # a limit inside inserted keys
                 key_part = key_part.slice(0, self.left)
                 cols = {k: v.slice(0, self.left) for k, v in cols.items()}
