@@ -34,7 +34,7 @@ from conch.expr.tree import mask as filter_mask
 from conch.files.format import column_name
 from conch.model.schema import Column
 from conch.scan.context import ScanContext, file_schema
-from conch.scan.overlay import OverlayColumn, interleave, laid_over, member
+from conch.scan.overlay import OverlayColumn, interleave, laid_over, member, sorted_union
 from conch.scan.take import one_array, take_rows
 
 
@@ -146,7 +146,7 @@ def _passing(
     values, wins = st._values(s, u)
     dead = ov.ins[ov.hit & wins]  # base rows whose fresh cells of u are the small runs': stale
     if s.dead is not None:  # or that tombstones deleted
-        dead = np.union1d(dead, s.dead)
+        dead = sorted_union(dead, s.dead)
     by_path = {c.full_path: values[j].array for j, c in enumerate(u.columns)}
     ok = np.asarray(filter_mask(filt, by_path.__getitem__), dtype=np.bool_)
     passing = np.flatnonzero(ok & (~ov.hit | wins))  # keys of U whose fresh cells of u pass

@@ -44,7 +44,17 @@ from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_key, selected_rows
-from conch.scan.overlay import OverlayCells, OverlayColumn, OverlayKeys, Window, member, overlay_values, placed, splice
+from conch.scan.overlay import (
+    OverlayCells,
+    OverlayColumn,
+    OverlayKeys,
+    Window,
+    member,
+    overlay_values,
+    placed,
+    sorted_union,
+    splice,
+)
 from conch.scan.overtake import overlaid_take
 from conch.scan.pushdown import prune
 from conch.scan.rowmask import vortex_expr
@@ -285,7 +295,7 @@ def _dead_keys(ctx: ScanContext) -> np.ndarray | None:
                     return None
                 again |= hit
         parts.append(deleted[~again])
-    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    return sorted_union(*parts)
 
 
 def _rows_of(keys: np.ndarray, wanted: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -450,7 +460,8 @@ class Stream:
         ov_rows = np.zeros(0, dtype=np.int64)  # keys of U whose fresh record passes, ascending
         if ov is not None:
             values, wins = self._values(s, u)
-            dead = np.union1d(dead, ov.ins[ov.hit & wins])
+            stale = ov.ins[ov.hit & wins]
+            dead = sorted_union(dead, stale) if s.dead is not None else stale
             cand = ~ov.hit | wins
             by_path = {c.full_path: values[j].array for j, c in enumerate(u.columns)}
             assert self.ctx.plan.filter is not None
