@@ -380,6 +380,10 @@ def test_displacement_runs_map_every_surviving_row_to_its_destination(
         for i in range(r["length"]):
             got[r["origin_start"] + i] = (r["dest"], r["dest_start"] + i)
     assert got == {i: where[v] for i, v in enumerate(origin_vals) if v in where}
+    if pa.types.is_integer(key_type):  # a single integer key is mapped as numbers, the same runs
+        nums = [np.array([dest_vals[j] for j in part], key_type.to_pandas_dtype()) for part in cut]
+        as_numbers = map_runs("o", np.array(origin_vals, key_type.to_pandas_dtype()), dest_ids, nums)
+        assert as_numbers.equals(runs)
 
 
 def test_automatic_policy_bounds_l0_and_can_be_turned_off(tmp_path: Path) -> None:

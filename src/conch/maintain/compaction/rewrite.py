@@ -49,7 +49,7 @@ from conch.files.layout import TableFiles
 from conch.files.manifest import KeySpace, TableState
 from conch.log.wal import AddFragment, AddKeySpace, Op
 from conch.maintain.compaction import blobcopy
-from conch.maintain.compaction.displacement import StreamedMap, WrittenMap, map_runs, write_map
+from conch.maintain.compaction.displacement import MapKeys, StreamedMap, WrittenMap, map_runs, write_map
 from conch.maintain.compaction.plan import CompactionTask, table_ranges
 from conch.maintain.compaction.ranges import change_points, prefix_keys
 from conch.model.budget import ScanOptions, WriteOptions
@@ -141,7 +141,7 @@ def _execute(
     elif task.kind in ("major", "fold"):
         target = _target_rows(view, layout.max_rows, key_cache)
     cuts = fixed
-    outputs: dict[str, list[tuple[str, pa.BinaryArray]]] = {}
+    outputs: dict[str, list[tuple[str, MapKeys]]] = {}
     streamed: dict[str, list[pa.Table]] = {}  # a level's map runs, mapped as its pieces were written
     slices = _slices(view, layout, key_cache, max(MIN_SLICE_ROWS, scan.cache_bytes // SLICE_BYTES_PER_ROW))
     for level in levels:  # root first: child levels are cut where it was
@@ -168,7 +168,7 @@ def _execute(
     now = time.time_ns() // 1000
     ops = [_as_output(op, task, now) for op in staged.ops]
     runs = [
-        map_runs(k.id, _encoded(key_cache, k, schema), *_dest(outputs.get(k.level, [])))
+        map_runs(k.id, _map_keys(key_cache, k, schema), *_dest(outputs.get(k.level, [])))
         for k in view.key_spaces.values()
         if k.kind == "data" and k.level not in streamed
     ]
@@ -188,7 +188,7 @@ def _streamed_map(view: TableState, level: str, key_cache: KeyCache) -> Streamed
     come in key order, disjoint): for a single integer or timestamp key; None for other keys
     (`map_runs`; float keys too: -0.0 and 0.0 are two keys, equal as numbers)."""
     fields = view.schema.key_fields(level)
-    if len(fields) != 1 or not (pa.types.is_integer(fields[0].type) or pa.types.is_timestamp(fields[0].type)):
+    if not _integer_key(fields):
         return None
     origins = [k for k in view.key_spaces.values() if k.kind == "data" and k.level == level]
     return StreamedMap([(k.id, k.rows, _block_reader(key_cache, k, fields)) for k in origins])
@@ -210,15 +210,22 @@ def _op_bytes(op: Op) -> int:
     return 0
 
 
-def _dest(outs: list[tuple[str, pa.BinaryArray]]) -> tuple[list[str], list[pa.BinaryArray]]:
+def _dest(outs: list[tuple[str, MapKeys]]) -> tuple[list[str], list[MapKeys]]:
     return [i for i, _ in outs], [e for _, e in outs]
 
 
-def _encoded(key_cache: KeyCache, ks: KeySpace, schema: Schema) -> pa.BinaryArray:
+def _integer_key(fields: list[Any]) -> bool:
+    """A single integer or timestamp key: displacement maps search it as numbers (float keys
+    not: -0.0 and 0.0 are two keys, equal as numbers)."""
+    return len(fields) == 1 and (pa.types.is_integer(fields[0].type) or pa.types.is_timestamp(fields[0].type))
+
+
+def _map_keys(key_cache: KeyCache, ks: KeySpace, schema: Schema) -> MapKeys:
+    """An origin's keys for its displacement map: numbers for a single integer key, else encoded."""
     fields = schema.key_fields(ks.level)
     if not fields:
         return pa.array([b""] * ks.rows, pa.binary())
-    return key_cache.encoded(ks, fields)
+    return key_cache.numeric(ks, fields) if _integer_key(fields) else key_cache.encoded(ks, fields)
 
 
 def _as_output(op: Op, task: CompactionTask, now: int) -> Op:
@@ -568,14 +575,19 @@ def _write_piece(
     piece: pa.Table,
     staged: StagedWrite,
     opts: WriteOptions,
-    outputs: dict[str, list[tuple[str, pa.BinaryArray]]],
+    outputs: dict[str, list[tuple[str, MapKeys]]],
     present: set[int] | None = None,
 ) -> str:
     """One output run (its key space's id). `present`: the column ids holding cells (merge); None (major): every
     column that is not all null (see the module doc)."""
     keys = schema.key_names(level)
     ks_id = write_key_space(files, level, piece.select(keys), staged)
-    enc = encode_keys(piece.select(keys).columns) if keys else pa.array([b""] * piece.num_rows, pa.binary())
+    fields = schema.key_fields(level)
+    enc: MapKeys
+    if _integer_key(fields):
+        enc = as_numpy(piece.column(keys[0]))
+    else:
+        enc = encode_keys(piece.select(keys).columns) if keys else pa.array([b""] * piece.num_rows, pa.binary())
     outputs.setdefault(level, []).append((ks_id, enc))
     by_path = {c.path: c for c in schema.columns_of(level)}
     by_group: dict[str, list[tuple[Column, pa.ChunkedArray]]] = {}
