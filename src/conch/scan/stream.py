@@ -1,10 +1,11 @@
 """The streamed zip path: Vortex batches straight to output, no per-key location arrays.
 
-Tombstones apply here when each deletes its keys outright (numeric keys of the scanned level, no
-run newer than the tombstone holding a key it deletes: `_dead_keys`): the deleted keys are left
-out of the small runs' keys and the base's rows (`_Segment.dead`: dropped from each output batch,
-from the filter's passing rows and from a take's rows). A key written again after its delete
-holds only its newer cells, which the general path assembles. The considered key spaces are cut into *segments*
+Tombstones of the scanned level apply here (a single numeric key; `_dead_keys`): the deleted keys
+are left out of the small runs' keys and the base's rows (`_Segment.dead`: dropped from each
+output batch, from the filter's passing rows and from a take's rows). A key written again after
+its delete by a run holding every column read is alive and overlaid as any upsert; one written
+again in part holds only its newer cells (nulls elsewhere), which the general path assembles,
+as it does an ancestor level's tombstones. The considered key spaces are cut into *segments*
 in key order. The *bases* are the largest key sets whose spans do not overlap one another (one
 key space, or several holding identical key sets: a table written group by group, or rewritten
 whole; disjoint bases are one large write cut into chunks, or time-ordered appends); every other
@@ -101,15 +102,15 @@ def streamed(ctx: ScanContext) -> Stream | None:
     plan = ctx.plan
     if not plan.key_spaces or plan.filter_keys:
         return None
-    dead_keys = _dead_keys(ctx) if plan.tombstones else None
-    if plan.tombstones and dead_keys is None:
-        return None
     if isinstance(plan.key_predicate, KeySet):  # a take: the key sets differ (else `pick.py`)
         keys_of = ctx.keys()
         if plan.filter is not None or not numeric_key(plan.key_fields):
             return None
-        if not keys_of.keep and not all(keys_of.cached(k) for k in plan.key_spaces):
+        if not keys_of.keep and not all(keys_of.cached(k) for k in [*plan.key_spaces, *plan.tombstones]):
             return None  # key tables too large to cache: the general path's sparse-index lookup
+    dead_keys = _dead_keys(ctx) if plan.tombstones else None
+    if plan.tombstones and dead_keys is None:
+        return None
     groups: dict[tuple[str, str, int], list[int]] = {}
     for i, ks in enumerate(plan.key_spaces):
         groups.setdefault((ks.min_key, ks.max_key, ks.rows), []).append(i)
