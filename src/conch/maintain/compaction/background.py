@@ -5,7 +5,7 @@ it stops writing to them; issue 10 item 6; measured in `docs/compaction.md`) and
 **The trigger off the writer's thread** (issue 30). By default the commit-time trigger
 (`run.auto`) runs in the writer's thread after each commit, so a write's time includes the
 compaction it caused. With `Policy.background` a commit queues it instead (`Settler.trigger`):
-the thread runs it as soon as it is free, commits that arrive meanwhile coalesce (their bytes
+the thread runs it as soon as it is free, commits that arrive meanwhile coalesce (their work
 and commits add up: `run_trigger` runs at most one budgeted pass per commit), and a writer whose
 table holds `Policy.stop_runs` L0 runs waits for the pass queued or running (`Settler.throttle`:
 Paimon's stop trigger, so a compactor that falls behind slows writers instead of letting reads
@@ -112,8 +112,8 @@ class Settler:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._due: dict[_Key, tuple[float, TableLog]] = {}  # monotonic time it is due, and a handle
-        # tables whose commits asked for the commit-time trigger: a handle, the bytes and the
-        # commits written since it last ran (commits that arrive while it runs coalesce)
+        # tables whose commits asked for the commit-time trigger: a handle, the work written
+        # (`run.written_by`) and the commits since it last ran (commits that arrive while it runs coalesce)
         self._triggered: dict[_Key, tuple[TableLog, int, int]] = {}
         self._running: dict[_Key, TableLog] = {}
         self._spacing: dict[_Key, float] = {}  # earliest next settle after the last one (duty cycle)
@@ -133,7 +133,7 @@ class Settler:
 
     def trigger(self, log: TableLog, written: int) -> bool:
         """Run the commit-time trigger of `log`'s table on the worker thread, for a commit that
-        wrote `written` bytes; False (nothing queued) once shutdown began or for a closed or
+        wrote `written` (`run.written_by`: bytes, or rows where they cost more); False (nothing queued) once shutdown began or for a closed or
         removed warehouse: the caller runs it itself."""
         with self._cond:
             if self._stopping or halted(log):
@@ -350,7 +350,7 @@ def after_commit(log: TableLog, done: Commit | None = None) -> None:
 
 def run_trigger(log: TableLog, written: int, commits: int, stop: Callable[[], bool] | None = None) -> None:
     """The commit-time trigger on the worker thread, for `commits` commits that wrote `written`
-    bytes since it last ran: what `run.auto` runs after each commit in the writer's thread (the
+    (`run.written_by`) since it last ran: what `run.auto` runs after each commit in the writer's thread (the
     moves, a rewrite within the commits' budget), at most once per commit, until a pass rewrites
     nothing. Losing to a concurrent compactor ends it: the next commit triggers it again."""
     policy = log.warehouse.maintenance
