@@ -1,4 +1,4 @@
-"""Tombstones on the streamed path (`conch.scan.stream._dead_keys`): deleted keys are left out of
+"""Tombstones on the streamed path (`conch.scan.segments.deleted_keys`): deleted keys are left out of
 the base's rows and the small runs' keys; a key written again after its delete streams when the
 newer run holds every column read, and goes to the general path when it holds only some. Checked
 against a model of fresh records and against the general path (`fast_paths=False`)."""

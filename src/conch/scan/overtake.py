@@ -39,8 +39,8 @@ from conch.scan.take import one_array, take_rows
 
 
 class StreamLike(Protocol):
-    """What the overlaid take needs of `stream.Stream` (segments and units are its `_Segment`
-    and `_StreamUnit`)."""
+    """What the overlaid take needs of `stream.Stream` (segments and units are
+    `segments.Segment` and `segments.StreamUnit`)."""
 
     ctx: ScanContext
     left: int

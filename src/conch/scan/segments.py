@@ -1,18 +1,28 @@
-"""The streamed path's segments: which key spaces are bases, which are small runs laid over them.
+"""The streamed path's segments: which key spaces are bases, which are small runs laid over them,
+and where each segment's cells are.
 
 `segments_of` cuts the considered key spaces into segments in key order (`stream.py`'s module
 doc); `absorb` moves tiny disjoint bases among the small runs of the largest (an LSM tree being
-written: one large run and many appends and folds).
+written: one large run and many appends and folds); `segment` plans one (`Segment`: its base
+rows, units of columns (`StreamUnit`), overlay and deleted rows); `deleted_keys` says which keys
+the plan's tombstones delete where the stream can leave them out.
 """
 
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from conch.files.format import ORDINAL
+from conch.files.manifest import Fragment, KeySpace
+from conch.model.keys import KeySet
+from conch.model.schema import Column
 from conch.scan.context import ScanContext
-from conch.scan.keyspace import numeric_bound, numeric_key
+from conch.scan.keymask import covers
+from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
+from conch.scan.overlay import OverlayColumn, OverlayKeys, member, placed, sorted_union
 
 
 def segments_of(
@@ -89,3 +99,197 @@ def absorb(
         else:
             kept.append(g)
     return kept
+
+
+@dataclass
+class StreamUnit:
+    """Columns of one group whose fresh cells sit in one key space's dense fragments (`fragments`;
+    empty = no base cells, nulls), overlaid by the segment's small runs that hold them
+    (`overlay`: indices into the segment's overlay runs, oldest first; `overlay[newer_than:]`
+    are newer than the base cells): merge-on-read (`overlay.py`)."""
+
+    group: str
+    columns: list[Column]
+    fragments: list[Fragment]  # covering the key space's rows in order
+    null_base: bool = False  # no key space holding every key has cells: nulls under the overlay
+    overlay: list[int] = field(default_factory=list)
+    overlay_fragments: list[list[Fragment]] = field(default_factory=list)  # per overlay run
+    newer_than: int = 0
+    values: list[OverlayColumn] | None = None  # per column, cells aligned with the overlay keys (on first use)
+    wins: np.ndarray | None = None
+
+
+@dataclass
+class Segment:
+    """Key-space rows [lo, hi) of one segment, and where their cells are. Its base's keys are
+    read when the segment streams (`Stream._keys`), not at planning: a scan holds one segment's
+    keys at a time (and what the warehouse's bounded key cache keeps), not every segment's."""
+
+    key_space: KeySpace
+    lo: int
+    hi: int
+    units: list[StreamUnit]
+    missing: list[Column]  # projected columns with no cells in this segment: nulls
+    overlay: OverlayKeys | None = None  # the small runs' keys (None: no small runs)
+    rows: np.ndarray | None = None  # a key set's rows of the base in [lo, hi) (None: all of them)
+    dead: np.ndarray | None = None  # base rows in [lo, hi) deleted by tombstones, ascending (None: none)
+
+
+def segment(
+    ctx: ScanContext,
+    members: list[int],
+    small: list[int],
+    ranges: dict[int, tuple[int, int]],
+    by_ks: dict[tuple[str, str], list[Fragment]],
+    dead_keys: np.ndarray | None = None,
+) -> Segment | None:
+    """One segment (key spaces `members` of the plan, with identical key sets: the base; and
+    `small`, runs overlaid on it, numeric keys, each at its rows `ranges[i]`, all rows if absent),
+    or None. `by_ks`: the plan's fragments by (group, key space id); `dead_keys`: the keys the
+    plan's tombstones delete (`deleted_keys`), sorted."""
+    plan = ctx.plan
+    fields = plan.key_fields
+    keys_of = ctx.keys()
+    kss = [plan.key_spaces[i] for i in members]
+    n = kss[0].rows
+    if len(kss) > 1 and not all(keys_of.same_keys(kss[-1], p, fields) for p in kss[:-1]):
+        if not numeric_key(fields):
+            return None
+        # same span and count, different keys: the newest is the base, the others overlay it
+        small = sorted([*small, *members[:-1]])
+        members, kss = members[-1:], kss[-1:]
+    lo, hi = 0, n
+    rows = selected_rows(keys_of, kss[-1], fields, plan.key_predicate, plan.within)
+    if rows is not None:
+        lo = hi = 0
+        if len(rows):
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            if hi - lo != len(rows) and not isinstance(plan.key_predicate, KeySet):
+                return None
+    dead = None
+    if dead_keys is not None and len(dead_keys) and hi > lo:
+        dead = _rows_of(keys_of.numeric(kss[-1], fields), dead_keys, lo, hi)
+        if rows is not None:  # a key set's or a key predicate's rows: less the deleted ones
+            rows = rows[~member(rows, dead)] if len(dead) else rows
+        if not len(dead):
+            dead = None
+    ov = placed(keys_of, plan, kss[-1], small, ranges, dead_keys) if small else None
+    if ov is not None and hi <= lo and ov.inserted:
+        return None  # only inserted keys in the range: the general path
+    # units: (group, newest base key space holding the column, small runs holding it) → fragments
+    in_seg = {plan.key_spaces[i].id: i for i in [*members, *small]}
+    small_set = set(small)
+    by_key: dict[tuple[str, int, tuple[int, ...]], StreamUnit] = {}
+    missing: list[Column] = []
+    filter_cols = plan.filter_columns if plan.filter is not None else []
+    overlay_bytes = 0
+    for c in [*plan.columns, *[c for c in filter_cols if c not in plan.columns]]:
+        frs = [f for ks_id in in_seg for f in by_ks.get((c.group, ks_id), ()) if c.id in f.column_ids]
+        holders = {in_seg[f.key_space] for f in frs}
+        full = [i for i in members if i in holders]
+        newest = max(full) if full else -1
+        runs = tuple(k for k, i in enumerate(small) if i in holders)
+        if newest < 0 and not runs:
+            if c in filter_cols:
+                return None  # a filter over cells that do not exist: the general path decides
+            missing.append(c)
+            continue
+        key = (c.group, newest, runs)
+        u = by_key.get(key)
+        if u is None:
+            base_frs: list[Fragment] | None = []
+            if newest >= 0:
+                base_frs = covers([f for f in frs if in_seg[f.key_space] == newest], n, ctx.format.storage)
+            if base_frs is None:
+                return None
+            older = sum(1 for k in runs if small[k] < newest)
+            u = by_key[key] = StreamUnit(c.group, [], base_frs, newest < 0, list(runs), [], older)
+            for k in runs:
+                i = small[k]
+                pf = covers([f for f in frs if in_seg[f.key_space] == i], plan.key_spaces[i].rows, ctx.format.storage)
+                if pf is None:
+                    return None
+                overlay_bytes += sum(f.bytes for f in pf)
+                if overlay_bytes * 4 > ctx.decoded.max_bytes:  # small runs are decoded whole (blobs too)
+                    return None
+                u.overlay_fragments.append(pf)
+        elif {f.id for f in frs if in_seg[f.key_space] == newest or in_seg[f.key_space] in small_set} != {
+            f.id for f in [*u.fragments, *(f for pf in u.overlay_fragments for f in pf)]
+        }:
+            return None
+        u.columns.append(c)
+    for u in by_key.values():
+        ctx.consider(u.group, u.fragments)
+    if plan.filter is not None:
+        holding = [u for u in by_key.values() if any(c in filter_cols for c in u.columns)]
+        if len(holding) != 1:
+            return None
+        (u,) = holding
+        if u.null_base and ov is not None:
+            return None  # no base cells to filter in-file: the general path
+        blob_ids = {i for f in u.fragments for i in f.blob_columns}
+        if any(c.id in blob_ids for c in filter_cols):
+            return None
+        if not all(ctx.has_column(u.group, f, ORDINAL) for f in u.fragments):
+            return None
+        # the filter's unit first (its fragments are pruned by statistics once over every segment,
+        # `streamed`'s `prune`): `Stream._taken` filters it and takes the others' cells
+        return Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov, None, dead)
+    keyset = rows if isinstance(plan.key_predicate, KeySet) else None
+    return Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset, None if keyset is not None else dead)
+
+
+def deleted_keys(ctx: ScanContext) -> np.ndarray | None:
+    """The keys the plan's tombstones delete, sorted, when the streamed path can leave them out:
+    the scanned level has a single numeric key, every tombstone is of that level (not an
+    ancestor's prefix), and each deleted key that a run newer than its tombstone holds again is
+    held by such a run with every column the scan reads (a full row written after the delete: the
+    freshest cell of every column is then newer than the delete, which the overlay shows as it
+    is, and the key is not dead). None otherwise (the general path): a key written again only in
+    part must show nulls, not older cells, where the newer runs hold none."""
+    plan = ctx.plan
+    fields = plan.key_fields
+    if not numeric_key(fields):
+        return None
+    keys_of = ctx.keys()
+    needed = {c.id for c in [*plan.columns, *(plan.filter_columns if plan.filter is not None else [])]}
+    held: dict[str, set[int]] = {}
+    for frs in plan.fragments.values():
+        for f in frs:
+            held.setdefault(f.key_space, set()).update(f.column_ids)
+    parts = []
+    for ts in plan.tombstones:
+        if ts.level != plan.level:
+            return None
+        deleted = keys_of.numeric(ts, fields)
+        again = np.zeros(len(deleted), dtype=bool)
+        for ks in plan.key_spaces:
+            if ks.time <= ts.time or not len(deleted) or not ks.rows:
+                continue
+            hit = member(deleted, keys_of.numeric(ks, fields))
+            if hit.any():
+                if not needed <= held.get(ks.id, set()):
+                    return None
+                again |= hit
+        parts.append(deleted[~again])
+    return sorted_union(*parts)
+
+
+def _rows_of(keys: np.ndarray, wanted: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The rows in [lo, hi) of sorted `keys` holding a key of sorted `wanted`, ascending."""
+    at = np.searchsorted(keys, wanted)
+    ok = at < len(keys)
+    at = at[ok]
+    at = at[keys[at] == wanted[ok]]
+    return at[(at >= lo) & (at < hi)].astype(np.int64)
+
+
+def rows_out(s: Segment) -> int:
+    """Rows the segment outputs without a filter."""
+    dead = len(s.dead) if s.dead is not None else 0
+    return (s.hi - s.lo - dead if s.rows is None else len(s.rows)) + inserted(s)
+
+
+def inserted(s: Segment) -> int:
+    """Keys the segment's small runs add to its base."""
+    return s.overlay.inserted if s.overlay is not None else 0

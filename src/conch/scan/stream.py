@@ -1,7 +1,7 @@
 """The streamed zip path: Vortex batches straight to output, no per-key location arrays.
 
-Tombstones of the scanned level apply here (a single numeric key; `_dead_keys`): the deleted keys
-are left out of the small runs' keys and the base's rows (`_Segment.dead`: dropped from each
+Tombstones of the scanned level apply here (a single numeric key; `segments.deleted_keys`): the deleted keys
+are left out of the small runs' keys and the base's rows (`Segment.dead`: dropped from each
 output batch, from the filter's passing rows and from a take's rows). A key written again after
 its delete by a run holding every column read is alive and overlaid as any upsert; one written
 again in part holds only its newer cells (nulls elsewhere), which the general path assembles,
@@ -30,21 +30,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from conch.expr.tree import mask as filter_mask
-from conch.files.format import ORDINAL, column_name
-from conch.files.manifest import Fragment, KeySpace
+from conch.files.format import column_name
+from conch.files.manifest import Fragment
 from conch.model.keys import KeySet
 from conch.model.schema import Column
 from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
-from conch.scan.keymask import covers
-from conch.scan.keyspace import numeric_key, selected_rows
+from conch.scan.keyspace import numeric_key
 from conch.scan.overlay import (
     OverlayCells,
     OverlayColumn,
@@ -52,49 +50,14 @@ from conch.scan.overlay import (
     Window,
     member,
     overlay_values,
-    placed,
     sorted_union,
     splice,
 )
 from conch.scan.overtake import overlaid_take
 from conch.scan.pushdown import prune
 from conch.scan.rowmask import vortex_expr
-from conch.scan.segments import segments_of
+from conch.scan.segments import Segment, StreamUnit, deleted_keys, rows_out, segment, segments_of
 from conch.scan.take import one_array, take_rows
-
-
-@dataclass
-class _StreamUnit:
-    """Columns of one group whose fresh cells sit in one key space's dense fragments (`fragments`;
-    empty = no base cells, nulls), overlaid by the segment's small runs that hold them
-    (`overlay`: indices into the segment's overlay runs, oldest first; `overlay[newer_than:]`
-    are newer than the base cells): merge-on-read (`overlay.py`)."""
-
-    group: str
-    columns: list[Column]
-    fragments: list[Fragment]  # covering the key space's rows in order
-    null_base: bool = False  # no key space holding every key has cells: nulls under the overlay
-    overlay: list[int] = field(default_factory=list)
-    overlay_fragments: list[list[Fragment]] = field(default_factory=list)  # per overlay run
-    newer_than: int = 0
-    values: list[OverlayColumn] | None = None  # per column, cells aligned with the overlay keys (on first use)
-    wins: np.ndarray | None = None
-
-
-@dataclass
-class _Segment:
-    """Key-space rows [lo, hi) of one segment, and where their cells are. Its base's keys are
-    read when the segment streams (`Stream._keys`), not at planning: a scan holds one segment's
-    keys at a time (and what the warehouse's bounded key cache keeps), not every segment's."""
-
-    key_space: KeySpace
-    lo: int
-    hi: int
-    units: list[_StreamUnit]
-    missing: list[Column]  # projected columns with no cells in this segment: nulls
-    overlay: OverlayKeys | None = None  # the small runs' keys (None: no small runs)
-    rows: np.ndarray | None = None  # a key set's rows of the base in [lo, hi) (None: all of them)
-    dead: np.ndarray | None = None  # base rows in [lo, hi) deleted by tombstones, ascending (None: none)
 
 
 def streamed(ctx: ScanContext) -> Stream | None:
@@ -108,7 +71,7 @@ def streamed(ctx: ScanContext) -> Stream | None:
             return None
         if not keys_of.keep and not all(keys_of.cached(k) for k in [*plan.key_spaces, *plan.tombstones]):
             return None  # key tables too large to cache: the general path's sparse-index lookup
-    dead_keys = _dead_keys(ctx) if plan.tombstones else None
+    dead_keys = deleted_keys(ctx) if plan.tombstones else None
     if plan.tombstones and dead_keys is None:
         return None
     groups: dict[tuple[str, str, int], list[int]] = {}
@@ -135,7 +98,7 @@ def streamed(ctx: ScanContext) -> Stream | None:
             by_ks.setdefault((grp, f.key_space), []).append(f)
     segments = []
     for base, small, ranges in segs:
-        seg = _segment(ctx, base, small, ranges, by_ks, dead_keys)
+        seg = segment(ctx, base, small, ranges, by_ks, dead_keys)
         if seg is None:
             return None
         segments.append(seg)
@@ -152,160 +115,11 @@ def streamed(ctx: ScanContext) -> Stream | None:
     m = ctx.metrics
     m.key_spaces = len(plan.key_spaces)
     m.keys_merged = sum(ks.rows for ks in plan.key_spaces)
-    m.keys_out = sum(_out(s) for s in segments)
+    m.keys_out = sum(rows_out(s) for s in segments)
     m.merge = "zip (streamed)"
     m.tombstones = len(plan.tombstones)
     m.segments = len(segments)
     return Stream(ctx, segments, expr)
-
-
-def _segment(
-    ctx: ScanContext,
-    members: list[int],
-    small: list[int],
-    ranges: dict[int, tuple[int, int]],
-    by_ks: dict[tuple[str, str], list[Fragment]],
-    dead_keys: np.ndarray | None = None,
-) -> _Segment | None:
-    """One segment (key spaces `members` of the plan, with identical key sets: the base; and
-    `small`, runs overlaid on it, numeric keys, each at its rows `ranges[i]`, all rows if absent),
-    or None. `by_ks`: the plan's fragments by (group, key space id); `dead_keys`: the keys the
-    plan's tombstones delete (`_dead_keys`), sorted."""
-    plan = ctx.plan
-    fields = plan.key_fields
-    keys_of = ctx.keys()
-    kss = [plan.key_spaces[i] for i in members]
-    n = kss[0].rows
-    if len(kss) > 1 and not all(keys_of.same_keys(kss[-1], p, fields) for p in kss[:-1]):
-        if not numeric_key(fields):
-            return None
-        # same span and count, different keys: the newest is the base, the others overlay it
-        small = sorted([*small, *members[:-1]])
-        members, kss = members[-1:], kss[-1:]
-    lo, hi = 0, n
-    rows = selected_rows(keys_of, kss[-1], fields, plan.key_predicate, plan.within)
-    if rows is not None:
-        lo = hi = 0
-        if len(rows):
-            lo, hi = int(rows[0]), int(rows[-1]) + 1
-            if hi - lo != len(rows) and not isinstance(plan.key_predicate, KeySet):
-                return None
-    dead = None
-    if dead_keys is not None and len(dead_keys) and hi > lo:
-        dead = _rows_of(keys_of.numeric(kss[-1], fields), dead_keys, lo, hi)
-        if rows is not None:  # a key set's or a key predicate's rows: less the deleted ones
-            rows = rows[~member(rows, dead)] if len(dead) else rows
-        if not len(dead):
-            dead = None
-    ov = placed(keys_of, plan, kss[-1], small, ranges, dead_keys) if small else None
-    if ov is not None and hi <= lo and ov.inserted:
-        return None  # only inserted keys in the range: the general path
-    # units: (group, newest base key space holding the column, small runs holding it) → fragments
-    in_seg = {plan.key_spaces[i].id: i for i in [*members, *small]}
-    small_set = set(small)
-    by_key: dict[tuple[str, int, tuple[int, ...]], _StreamUnit] = {}
-    missing: list[Column] = []
-    filter_cols = plan.filter_columns if plan.filter is not None else []
-    overlay_bytes = 0
-    for c in [*plan.columns, *[c for c in filter_cols if c not in plan.columns]]:
-        frs = [f for ks_id in in_seg for f in by_ks.get((c.group, ks_id), ()) if c.id in f.column_ids]
-        holders = {in_seg[f.key_space] for f in frs}
-        full = [i for i in members if i in holders]
-        newest = max(full) if full else -1
-        runs = tuple(k for k, i in enumerate(small) if i in holders)
-        if newest < 0 and not runs:
-            if c in filter_cols:
-                return None  # a filter over cells that do not exist: the general path decides
-            missing.append(c)
-            continue
-        key = (c.group, newest, runs)
-        u = by_key.get(key)
-        if u is None:
-            base_frs: list[Fragment] | None = []
-            if newest >= 0:
-                base_frs = covers([f for f in frs if in_seg[f.key_space] == newest], n, ctx.format.storage)
-            if base_frs is None:
-                return None
-            older = sum(1 for k in runs if small[k] < newest)
-            u = by_key[key] = _StreamUnit(c.group, [], base_frs, newest < 0, list(runs), [], older)
-            for k in runs:
-                i = small[k]
-                pf = covers([f for f in frs if in_seg[f.key_space] == i], plan.key_spaces[i].rows, ctx.format.storage)
-                if pf is None:
-                    return None
-                overlay_bytes += sum(f.bytes for f in pf)
-                if overlay_bytes * 4 > ctx.decoded.max_bytes:  # small runs are decoded whole (blobs too)
-                    return None
-                u.overlay_fragments.append(pf)
-        elif {f.id for f in frs if in_seg[f.key_space] == newest or in_seg[f.key_space] in small_set} != {
-            f.id for f in [*u.fragments, *(f for pf in u.overlay_fragments for f in pf)]
-        }:
-            return None
-        u.columns.append(c)
-    for u in by_key.values():
-        ctx.consider(u.group, u.fragments)
-    if plan.filter is not None:
-        holding = [u for u in by_key.values() if any(c in filter_cols for c in u.columns)]
-        if len(holding) != 1:
-            return None
-        (u,) = holding
-        if u.null_base and ov is not None:
-            return None  # no base cells to filter in-file: the general path
-        blob_ids = {i for f in u.fragments for i in f.blob_columns}
-        if any(c.id in blob_ids for c in filter_cols):
-            return None
-        if not all(ctx.has_column(u.group, f, ORDINAL) for f in u.fragments):
-            return None
-        # the filter's unit first (its fragments are pruned by statistics once over every segment,
-        # `streamed`'s `prune`): `Stream._taken` filters it and takes the others' cells
-        return _Segment(kss[-1], lo, hi, [u, *(v for v in by_key.values() if v is not u)], missing, ov, None, dead)
-    keyset = rows if isinstance(plan.key_predicate, KeySet) else None
-    return _Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset, None if keyset is not None else dead)
-
-
-def _dead_keys(ctx: ScanContext) -> np.ndarray | None:
-    """The keys the plan's tombstones delete, sorted, when the streamed path can leave them out:
-    the scanned level has a single numeric key, every tombstone is of that level (not an
-    ancestor's prefix), and each deleted key that a run newer than its tombstone holds again is
-    held by such a run with every column the scan reads (a full row written after the delete: the
-    freshest cell of every column is then newer than the delete, which the overlay shows as it
-    is, and the key is not dead). None otherwise (the general path): a key written again only in
-    part must show nulls, not older cells, where the newer runs hold none."""
-    plan = ctx.plan
-    fields = plan.key_fields
-    if not numeric_key(fields):
-        return None
-    keys_of = ctx.keys()
-    needed = {c.id for c in [*plan.columns, *(plan.filter_columns if plan.filter is not None else [])]}
-    held: dict[str, set[int]] = {}
-    for frs in plan.fragments.values():
-        for f in frs:
-            held.setdefault(f.key_space, set()).update(f.column_ids)
-    parts = []
-    for ts in plan.tombstones:
-        if ts.level != plan.level:
-            return None
-        deleted = keys_of.numeric(ts, fields)
-        again = np.zeros(len(deleted), dtype=bool)
-        for ks in plan.key_spaces:
-            if ks.time <= ts.time or not len(deleted) or not ks.rows:
-                continue
-            hit = member(deleted, keys_of.numeric(ks, fields))
-            if hit.any():
-                if not needed <= held.get(ks.id, set()):
-                    return None
-                again |= hit
-        parts.append(deleted[~again])
-    return sorted_union(*parts)
-
-
-def _rows_of(keys: np.ndarray, wanted: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """The rows in [lo, hi) of sorted `keys` holding a key of sorted `wanted`, ascending."""
-    at = np.searchsorted(keys, wanted)
-    ok = at < len(keys)
-    at = at[ok]
-    at = at[keys[at] == wanted[ok]]
-    return at[(at >= lo) & (at < hi)].astype(np.int64)
 
 
 _NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # keys: only inserts
@@ -330,13 +144,7 @@ def _tail(ov: OverlayKeys, hi: int) -> int:
     return j if not ov.hit[j:].any() else len(ov.ins)
 
 
-def _out(s: _Segment) -> int:
-    """Rows the segment outputs without a filter."""
-    dead = len(s.dead) if s.dead is not None else 0
-    return (s.hi - s.lo - dead if s.rows is None else len(s.rows)) + _inserted(s)
-
-
-def _alive(s: _Segment, win: Window | None, pos: int, n: int) -> pa.BooleanArray | None:
+def _alive(s: Segment, win: Window | None, pos: int, n: int) -> pa.BooleanArray | None:
     """Which rows of the output batch over base rows [pos, pos + n) and window `win`'s inserted
     keys the tombstones left (None: all of them). A base row moves down by the inserted keys at
     or before it (`Window.replaced`)."""
@@ -352,11 +160,6 @@ def _alive(s: _Segment, win: Window | None, pos: int, n: int) -> pa.BooleanArray
     return pa.array(keep)
 
 
-def _inserted(s: _Segment) -> int:
-    """Keys the segment's small runs add to its base."""
-    return s.overlay.inserted if s.overlay is not None else 0
-
-
 def _row_width(cols: list[Column]) -> int | None:
     """Decoded bytes per row of `cols` if every one is a fixed-width primitive, else None."""
     if not all(pa.types.is_primitive(c.type) or pa.types.is_decimal(c.type) for c in cols):
@@ -367,10 +170,10 @@ def _row_width(cols: list[Column]) -> int | None:
 class Stream:
     """The streamed batches of a list of segments (see the module doc)."""
 
-    def __init__(self, ctx: ScanContext, segments: list[_Segment], filter_expr: Any) -> None:
+    def __init__(self, ctx: ScanContext, segments: list[Segment], filter_expr: Any) -> None:
         self.ctx, self.segments, self.filter_expr = ctx, segments, filter_expr
         limit = ctx.plan.limit
-        self.left = limit if limit is not None else sum(_out(s) for s in segments)
+        self.left = limit if limit is not None else sum(rows_out(s) for s in segments)
         plan = ctx.plan
         self.schema = output_schema(plan.schema, plan.level, plan.columns)
         self.out_schema = output_schema(plan.schema, plan.level, plan.columns, ctx.options.with_keys)
@@ -383,9 +186,9 @@ class Stream:
             if opts.compact_types and not opts.with_keys
             else {}
         )
-        self._seg_keys: tuple[_Segment, pa.Table] | None = None
+        self._seg_keys: tuple[Segment, pa.Table] | None = None
 
-    def _unit_batches(self, s: _Segment, u: _StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def _unit_batches(self, s: Segment, u: StreamUnit, ordinal: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(key-space row of the fragment's first row, batch) of `u`'s columns over [lo, hi)."""
         schema = file_schema(u.columns)
         if u.null_base:  # no base cells: nulls, overwritten by the overlay
@@ -429,7 +232,7 @@ class Stream:
         types = {c.path: cols[c.id].type for c in self.ctx.plan.columns if c.id in cols}
         return pa.schema([f.with_type(types.get(f.name, f.type)) for f in self.out_schema])
 
-    def _emit(self, s: _Segment, key_part: pa.Table, cols: dict[int, pa.Array], n: int | None = None) -> pa.RecordBatch:
+    def _emit(self, s: Segment, key_part: pa.Table, cols: dict[int, pa.Array], n: int | None = None) -> pa.RecordBatch:
         """One output batch; `key_part` is `self._no_keys` (and `n` the row count) where the
         scan outputs no keys and none were read."""
         if key_part is self._no_keys:
@@ -450,7 +253,7 @@ class Stream:
         self.left -= n
         return batch
 
-    def _filtered(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+    def _filtered(self, s: Segment) -> Iterator[pa.RecordBatch]:
         """Rows passing the filter: the base's by the Vortex scan (minus rows whose fresh cell is
         a small run's), the small runs' by evaluating the filter on their decoded cells, merged
         in key order batch by batch."""
@@ -501,7 +304,7 @@ class Stream:
             cols = {c.id: empty.column(j).combine_chunks() for j, c in enumerate(u.columns)}
             yield from self._merged(s, u, np.zeros(0, dtype=np.int64), cols, ov_rows[done:])
 
-    def _taken(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+    def _taken(self, s: Segment) -> Iterator[pa.RecordBatch]:
         """A filter in one unit, columns of others (spec/001: filter the metadata group, project
         the audio group). The segment's key spaces hold identical key sets and no small run
         overlays them, so a key-space row is the same key in every unit and each unit's cell there
@@ -540,7 +343,7 @@ class Stream:
                 yield self._emit(s, take_rows(self._keys(s), r), cols)
 
     def _passing(
-        self, s: _Segment, u: _StreamUnit, own: list[Column]
+        self, s: Segment, u: StreamUnit, own: list[Column]
     ) -> Iterator[tuple[np.ndarray, dict[int, pa.Array]]]:
         """(key-space rows in [lo, hi) whose cells of `u` pass the filter, `own` columns at them),
         fragment by fragment: a fragment small enough to stay decoded (`FragmentFormat.hot`)
@@ -570,7 +373,7 @@ class Stream:
                 yield rows, {c.id: batch.column(j) for j, c in enumerate(own)}
 
     def _merged(
-        self, s: _Segment, u: _StreamUnit, rows: np.ndarray, base: dict[int, Any], js: np.ndarray
+        self, s: Segment, u: StreamUnit, rows: np.ndarray, base: dict[int, Any], js: np.ndarray
     ) -> Iterator[pa.RecordBatch]:
         """Base rows `rows` (their columns in `base`, by column id) and overlay keys `js` that passed the
         filter, in key order: a key of U goes before the base row at its insertion point."""
@@ -588,7 +391,7 @@ class Stream:
         if keys.num_rows:
             yield self._emit(s, keys, cols)
 
-    def _zipped(self, s: _Segment) -> Iterator[pa.RecordBatch]:
+    def _zipped(self, s: Segment) -> Iterator[pa.RecordBatch]:
         # units holding their base cells in the same fragments (a partial upsert splits a group's
         # columns into units by the small runs holding them) share one read of those fragments
         reads: dict[tuple[str, bool, tuple[str, ...]], list[int]] = {}
@@ -599,7 +402,7 @@ class Stream:
         for r, members in enumerate(reads.values()):
             first = s.units[members[0]]
             held = [c for i in members for c in s.units[i].columns]
-            read = _StreamUnit(first.group, held, first.fragments, first.null_base)
+            read = StreamUnit(first.group, held, first.fragments, first.null_base)
             its.append(iter(self._unit_batches(s, read, ordinal=False)))
             k = 0
             for i in members:
@@ -653,7 +456,7 @@ class Stream:
         if ov is not None and tail < len(ov.ins):
             yield from self._trailing(s, tail)
 
-    def _trailing(self, s: _Segment, j: int) -> Iterator[pa.RecordBatch]:
+    def _trailing(self, s: Segment, j: int) -> Iterator[pa.RecordBatch]:
         """Keys of U from `j` on, all past the segment's last base row (appends after the large
         run, the usual shape of an LSM tree being written): slices of the overlay's cells, kept
         across scans, with no splice into a base batch."""
@@ -671,7 +474,7 @@ class Stream:
             yield self._emit(s, ov.keys.slice(j, m), cols)
             j += m
 
-    def _overlaid(self, s: _Segment, u: _StreamUnit, win: Window, batch: pa.RecordBatch) -> dict[int, pa.Array]:
+    def _overlaid(self, s: Segment, u: StreamUnit, win: Window, batch: pa.RecordBatch) -> dict[int, pa.Array]:
         """`u`'s columns of `batch` (base rows of window `win`) with the small runs' keys and
         cells laid in (`overlay.splice`)."""
         ov = s.overlay
@@ -684,7 +487,7 @@ class Stream:
             return {c.id: batch.column(j) for j, c in enumerate(u.columns)}
         return {c.id: splice(batch.column(j), values[j], win, rep_out, rep) for j, c in enumerate(u.columns)}
 
-    def _values(self, s: _Segment, u: _StreamUnit) -> tuple[list[OverlayColumn], np.ndarray]:
+    def _values(self, s: Segment, u: StreamUnit) -> tuple[list[OverlayColumn], np.ndarray]:
         """`u`'s cells from the small runs, per column aligned with the overlay keys, and which
         are shown (decoded on first use)."""
         ov = s.overlay
@@ -712,7 +515,7 @@ class Stream:
             u.values, u.wins = cells.columns, cells.wins
         return u.values, u.wins
 
-    def _keys(self, s: _Segment) -> pa.Table:
+    def _keys(self, s: Segment) -> pa.Table:
         """The keys of the segment streaming now (read once per segment, dropped after it)."""
         if self._seg_keys is None or self._seg_keys[0] is not s:
             self._seg_keys = (s, self.ctx.keys().keys(s.key_space, self.ctx.plan.key_fields))

@@ -284,7 +284,7 @@ def plan(
         # a large component's L0 sorted runs wait for the stop trigger (module doc, "Sorted runs")
         # (not over tombstones: their runs stay bounded at l0_trigger. A scan streams over a tombstone
         # run only when it deletes keys of the scanned level that no newer run rewrote in part
-        # (`scan.stream._dead_keys`); otherwise, and for an ancestor's tombstones, it takes the
+        # (`scan.segments.deleted_keys`); otherwise, and for an ancestor's tombstones, it takes the
         # general path, ~18x a clean read. Tiered like data, the 1M deletes family wrote 2.2x
         # auto-off instead of 2.8x but read 5.2x instead of 4.2x right after its last commit)
         tiered = not small and bool(l1) and not any(k.kind == "tombstone" for k in l0)
@@ -437,11 +437,9 @@ def within_budget(task: CompactionTask, policy: Policy, budget: int | None = Non
     return task.input_bytes <= limit and (memory is None or task.memory_bytes <= memory)
 
 
-# A rewrite decodes and encodes every row: for compressible columns that costs more than their
-# bytes say (rows of a u64 key and 2 f64 at 0.9 B a row: ~0.4 µs a row, a fold of 160k in 66 ms).
-# The commit-time trigger weighs a rewrite by the larger of its bytes and its rows at this many
-# bytes each (`rewrite_work`; 32: a row of four uncompressed 8-byte columns): by bytes alone, 2,000-row upserts into 1M compressible rows ran a
-# major every ~50 commits inside the writer (3.7x the ingest's wall, `bench.lsm_shapes`).
+# A rewrite decodes and encodes every row (~0.4 us a row: a fold of 160k rows of a u64 key and 2 f64
+# at 0.9 B a row took 66 ms), so the commit-time trigger weighs it by max(bytes, rows x 32 B): by bytes
+# alone a major of 1M compressible rows ran every ~50 commits in the writer (3.4x its wall).
 ROW_WORK_BYTES = 32
 
 
