@@ -246,6 +246,30 @@ def test_a_search_keeps_every_part_it_asks_loaded(table: conch.Table, monkeypatc
     assert [runs._cache.get(f.id) for f in files] == loaded  # the same objects: nothing re-read
 
 
+def test_unindexed_runs_are_read_once_and_stay_fresh(table: conch.Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs no index file covers are searched exactly; their vectors are read once per process
+    (named by the run's files), not at every search, and a run written later is read and found
+    by the next search."""
+    reads: list[str] = []
+    real = runs._read_run
+
+    def spy(source, key_space, definition):  # type: ignore[no-untyped-def]  # counts, reads for real
+        reads.append(key_space.id)
+        return real(source, key_space, definition)
+
+    monkeypatch.setattr(runs, "_read_run", spy)
+    runs._run_vectors.clear()
+    table.create_index("emb", metric="l2", index="flat")  # no build: every run is searched exactly
+    q = np.random.default_rng(12).random(16)
+    first = table.search(q, k=5).to_pylist()
+    n = len(reads)
+    assert n >= 1
+    assert table.search(q, k=5).to_pylist() == first and len(reads) == n  # nothing re-read
+    table.write(pa.table({"id": [10_000], "emb": vectors(q[None, :])}))
+    got = table.search(q, k=1).to_pylist()
+    assert got[0]["id"] == 10_000 and len(reads) == n + 1  # only the new run read
+
+
 @pytest.mark.parametrize("metric", ["l2", "cosine", "dot"])
 def test_a_run_in_parts_answers_as_one_index(
     table: conch.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metric: str

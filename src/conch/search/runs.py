@@ -162,8 +162,23 @@ class RunVectors:
     vectors: np.ndarray
 
 
+# The vectors of runs no index file covers yet (the rows written since the last build) are searched
+# exactly by every search: kept per process, named by the run's immutable files, up to this many
+# bytes. Re-read and re-verified per query they cost ~8 ms of a 1M x 128 search's 17 ms.
+RUN_VECTORS_BYTES = 256 << 20
+_run_vectors: Lru[tuple[Any, ...], RunVectors] = Lru(
+    max_weight=RUN_VECTORS_BYTES, weight=lambda r: int(r.vectors.nbytes + r.keys.nbytes)
+)
+
+
 def read_run(source: Any, key_space: KeySpace, definition: IndexDef) -> RunVectors:
-    """A run's own vectors, read through a scan of its run view."""
+    """A run's own vectors, read through a scan of its run view (kept: `RUN_VECTORS_BYTES`)."""
+    files = tuple(sorted(i for i, f in source.state.fragments.items() if f.key_space == key_space.id))
+    name = (str(source.uri), key_space.path, definition.column_id, definition.dim, files)
+    return _run_vectors.get_or_make(name, lambda: _read_run(source, key_space, definition))
+
+
+def _read_run(source: Any, key_space: KeySpace, definition: IndexDef) -> RunVectors:
     col = next(c for c in source.state.schema.columns if c.id == definition.column_id)
     table = RunView(source, key_space).scan(col.path, level=col.level).to_arrow()
     keys = source.state.schema.key_names(col.level)
