@@ -294,3 +294,25 @@ def test_a_run_in_parts_answers_as_one_index(
     table.expire(retain_last=1)
     table.vacuum(older_than_seconds=0)
     assert all(not (tmp_path / "warehouse" / f.path).exists() for f in files)
+
+
+def test_faiss_threads_count_other_busy_threads_now() -> None:
+    """The build's thread count reads the run queue now, not the one-minute average (which still
+    counts this process's previous build): two spinning processes are counted while they spin."""
+    import subprocess
+    import sys
+    import time
+
+    from conch.search import vectors as v
+
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        seen, until = 0, time.monotonic() + 30  # each spinner is runnable from its start on
+        while seen < 2 and time.monotonic() < until:
+            seen = max(seen, v.busy_cores())
+            time.sleep(0.01)
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
+    assert seen >= 2

@@ -59,6 +59,12 @@ class OverlayKeys:
         return int(self.keys.nbytes + self.ins.nbytes * 2 + sum(p.nbytes * 2 for p in self.pos))
 
     @functools.cached_property
+    def key_cells(self) -> OverlayColumn:
+        """The keys of U as the cells a batch's splice inserts (once per overlay kept across
+        scans, not per scan)."""
+        return OverlayColumn.of(self.keys.column(0))
+
+    @functools.cached_property
     def touched(self) -> tuple[np.ndarray, np.ndarray]:
         """(the base rows the small runs hold newer keys of, ascending; their keys of U)."""
         return self.ins[self.hit], np.flatnonzero(self.hit)
@@ -69,7 +75,7 @@ class OverlayKeys:
         j0 = int(np.searchsorted(self.ins, a, "left"))
         j1 = len(self.ins) if last else int(np.searchsorted(self.ins, b, "left"))
         new = np.nonzero(~self.hit[j0:j1])[0]
-        return Window(j0, j1, self.ins[j0:j1] - a, new, b - a)
+        return Window(j0, j1, self.ins[j0:j1] - a, new, b - a, a)
 
 
 @dataclass
@@ -83,34 +89,36 @@ class Window:
     at: np.ndarray
     new: np.ndarray
     n_base: int
+    a: int  # the first base row of the batch
 
     @property
     def n_out(self) -> int:
         return self.n_base + len(self.new)
 
-    def replaced(self, wins: np.ndarray, hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(output positions, window-relative keys) of the base rows whose cells a small run's
-        replace, given per key of the window whether its overlay cell is shown (`wins`) and held
-        by the base (`hit`). A base row moves down by the inserted keys at or before it."""
-        rep = np.nonzero(hit & wins)[0]
-        rows = self.at[rep]
-        return rows + np.searchsorted(self.at[self.new], rows, "right"), rep
+    def replaced(self, cells: OverlayCells) -> tuple[np.ndarray, int, int]:
+        """(output positions, and the slice [k0, k1) of `cells.replaced_u`) of the base rows of
+        this window whose cells a unit's small runs replace. Both are sorted,
+        so the window's replacements are one contiguous slice: two binary searches, nothing per
+        key of the window. A base row moves down by the inserted keys at or before it."""
+        k0, k1 = np.searchsorted(cells.replaced_u, (self.j0, self.j1), "left").tolist()
+        rows = cells.replaced_rows[k0:k1] - self.a
+        if len(self.new):
+            rows = rows + np.searchsorted(self.at[self.new], rows, "right")
+        return rows, k0, k1
 
 
-def splice(base: pa.Array, values: OverlayColumn, win: Window, rep_out: np.ndarray, rep: np.ndarray) -> pa.Array:
+def splice(base: pa.Array, values: OverlayColumn, win: Window, rep_out: np.ndarray, k0: int, k1: int) -> pa.Array:
     """One output column of window `win`: the base batch's cells `base`, the inserted keys'
-    cells and the replaced rows' cells (`rep_out`/`rep` from `Window.replaced`) from `values`
-    (the column's overlay cells, aligned with U)."""
-    new_u = win.j0 + win.new
-    rep_u = win.j0 + rep
+    cells and the replaced rows' cells (`rep_out`, and their slice [k0, k1) of the unit's
+    replacements, from `Window.replaced`) from `values` (the column's overlay cells)."""
     width = fixed_width(base.type)
-    if width and base.null_count == 0 and values.valid[new_u].all() and values.valid[rep_u].all():
-        assert values.cells is not None
-        cells = _spliced(primitive_view(base, width), win.at[win.new], values.cells[new_u])
-        np.frombuffer(cells, dtype=f"<u{width}")[rep_out] = values.cells[rep_u]
+    if width and base.null_count == 0 and values.bad[win.j1] == values.bad[win.j0]:
+        assert values.cells is not None and values.replacing is not None
+        cells = _spliced(primitive_view(base, width), win.at[win.new], values.cells[win.j0 + win.new])
+        np.frombuffer(cells, dtype=f"<u{width}")[rep_out] = values.replacing[k0:k1]
         return pa.Array.from_buffers(base.type, win.n_out, [None, cells])
     src = np.insert(np.arange(win.n_base, dtype=np.int64), win.at[win.new], win.n_base + win.new)
-    src[rep_out] = win.n_base + rep
+    src[rep_out] = win.n_base + values.replaced_u[k0:k1] - win.j0
     extra = values.array.slice(win.j0, win.j1 - win.j0)
     return pa.concat_arrays([base, extra]).take(pa.array(src))
 
@@ -138,32 +146,60 @@ def _spliced(base: np.ndarray, at: np.ndarray, new: np.ndarray) -> pa.Buffer:
 
 @dataclass
 class OverlayColumn:
-    """One column's overlay cells aligned with U (`array`), which are non-null (`valid`), and for
-    a fixed-width type the cells as unsigned integers of its width (`cells`, nulls as zeros)."""
+    """One column's overlay cells aligned with U (`array`), which are non-null (`valid`), for a
+    fixed-width type the cells as unsigned integers of its width (`cells`, nulls as zeros); and
+    what a batch's splice needs without a pass over its window: `bad`, the running count of the
+    keys of U whose cell is shown but null (a window holds one iff the count differs at its
+    ends: then the splice takes the general path), and `replacing`, the cells that replace base
+    rows, in the order of `replaced_u` (contiguous: a window's are one slice)."""
 
     array: pa.Array
     valid: np.ndarray
     cells: np.ndarray | None
+    bad: np.ndarray
+    replaced_u: np.ndarray
+    replacing: np.ndarray | None
 
     @classmethod
-    def of(cls, array: pa.Array | pa.ChunkedArray) -> OverlayColumn:
+    def of(
+        cls, array: pa.Array | pa.ChunkedArray, used: np.ndarray | None = None, replaced_u: np.ndarray | None = None
+    ) -> OverlayColumn:
+        """`used`: which keys of U show this cell (None: all); `replaced_u`: the keys of U whose
+        cells replace base rows (None: none)."""
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
         valid = np.ones(len(array), dtype=bool) if array.null_count == 0 else array.is_valid().to_numpy(False)
         width = fixed_width(array.type)
-        return cls(array, valid, primitive_view(array, width) if width else None)
+        cells = primitive_view(array, width) if width else None
+        shown_null = ~valid if used is None else used & ~valid
+        bad = np.concatenate([[0], np.cumsum(shown_null, dtype=np.int64)])
+        rep = np.zeros(0, dtype=np.int64) if replaced_u is None else replaced_u
+        return cls(array, valid, cells, bad, rep, None if cells is None else cells[rep])
 
 
 @dataclass
 class OverlayCells:
-    """One stream unit's overlay cells (`overlay_values`, per column) and which are shown."""
+    """One stream unit's overlay cells (`overlay_values`, per column), which are shown (`wins`),
+    and the keys of U whose shown cells replace a base row's (`replaced_u`, ascending) with
+    those base rows (`replaced_rows`, ascending too: U and the base are both sorted)."""
 
     columns: list[OverlayColumn]
     wins: np.ndarray
+    replaced_u: np.ndarray
+    replaced_rows: np.ndarray
+
+    @classmethod
+    def of(cls, values: pa.Table, wins: np.ndarray, ov: OverlayKeys) -> OverlayCells:
+        replaced_u = np.flatnonzero(ov.hit & wins)
+        used = ~ov.hit | wins
+        columns = [OverlayColumn.of(c, used, replaced_u) for c in values.columns]
+        return cls(columns, wins, replaced_u, ov.ins[replaced_u])
 
     @property
     def nbytes(self) -> int:
-        return int(self.wins.nbytes + sum(c.array.nbytes + c.valid.nbytes for c in self.columns))
+        arrays = [self.wins, self.replaced_u, self.replaced_rows]
+        arrays += [a for c in self.columns for a in (c.valid, c.bad, c.replacing) if a is not None]
+        return int(sum(a.nbytes for a in arrays) + sum(c.array.nbytes for c in self.columns))
 
 
 def fixed_width(t: pa.DataType) -> int:

@@ -22,7 +22,7 @@ from conch.model.schema import Column
 from conch.scan.context import ScanContext
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
-from conch.scan.overlay import OverlayColumn, OverlayKeys, member, placed, sorted_union
+from conch.scan.overlay import OverlayCells, OverlayKeys, member, placed, sorted_union
 
 
 def segments_of(
@@ -115,8 +115,7 @@ class StreamUnit:
     overlay: list[int] = field(default_factory=list)
     overlay_fragments: list[list[Fragment]] = field(default_factory=list)  # per overlay run
     newer_than: int = 0
-    values: list[OverlayColumn] | None = None  # per column, cells aligned with the overlay keys (on first use)
-    wins: np.ndarray | None = None
+    cells: OverlayCells | None = None  # per column, cells aligned with the overlay keys (on first use)
 
 
 @dataclass

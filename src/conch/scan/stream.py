@@ -122,10 +122,8 @@ def streamed(ctx: ScanContext) -> Stream | None:
     return Stream(ctx, segments, expr)
 
 
-_NONE_REPLACED = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # keys: only inserts
-
-
 _DICT_STRING = pa.dictionary(pa.int32(), pa.string())
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 def _compactable(t: pa.DataType) -> bool:
@@ -378,13 +376,13 @@ class Stream:
         """Base rows `rows` (their columns in `base`, by column id) and overlay keys `js` that passed the
         filter, in key order: a key of U goes before the base row at its insertion point."""
         ov = s.overlay
-        assert ov is not None and u.values is not None
+        assert ov is not None and u.cells is not None
         order = np.argsort(np.concatenate([rows * 2 + 1, ov.ins[js] * 2]), kind="stable")
         idx = pa.array(order[: self.left])
         keys = pa.concat_tables([take_rows(self._keys(s), rows), ov.keys.take(pa.array(js))]).take(idx)
         cols = {}
         for j, c in enumerate(u.columns):
-            extra = u.values[j].array.take(pa.array(js))
+            extra = u.cells.columns[j].array.take(pa.array(js))
             col = base[c.id]
             col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
             cols[c.id] = pa.concat_arrays([col, extra]).take(idx)
@@ -412,7 +410,6 @@ class Stream:
         pending: list[pa.RecordBatch | None] = [None] * len(its)
         pos = s.lo
         ov = s.overlay
-        keys = OverlayColumn.of(ov.keys.column(0)) if ov is not None else None
         tail = _tail(ov, s.hi) if ov is not None else 0
         while pos < s.hi and self.left > 0:
             for i, it in enumerate(its):
@@ -442,8 +439,8 @@ class Stream:
                 continue
             key_part = self._keys(s).slice(pos, n)
             if win is not None and len(win.new):
-                assert keys is not None
-                spliced = splice(key_part.column(0).combine_chunks(), keys, win, *_NONE_REPLACED)
+                assert ov is not None
+                spliced = splice(key_part.column(0).combine_chunks(), ov.key_cells, win, _NO_ROWS, 0, 0)  # only inserts
                 key_part = pa.table([spliced], schema=key_part.schema)
             if keep is not None:
                 key_part = key_part.filter(keep)
@@ -481,18 +478,23 @@ class Stream:
         assert ov is not None
         if not u.overlay and not len(win.new):  # no small run holds these columns: the base's batch
             return {c.id: batch.column(j) for j, c in enumerate(u.columns)}
-        values, wins = self._values(s, u)
-        rep_out, rep = win.replaced(wins[win.j0 : win.j1], ov.hit[win.j0 : win.j1])
-        if not len(win.new) and not len(rep):
+        cells = self._cells(s, u)
+        rep_out, k0, k1 = win.replaced(cells)
+        if not len(win.new) and k0 == k1:
             return {c.id: batch.column(j) for j, c in enumerate(u.columns)}
-        return {c.id: splice(batch.column(j), values[j], win, rep_out, rep) for j, c in enumerate(u.columns)}
+        return {c.id: splice(batch.column(j), cells.columns[j], win, rep_out, k0, k1) for j, c in enumerate(u.columns)}
 
     def _values(self, s: Segment, u: StreamUnit) -> tuple[list[OverlayColumn], np.ndarray]:
         """`u`'s cells from the small runs, per column aligned with the overlay keys, and which
         are shown (decoded on first use)."""
+        cells = self._cells(s, u)
+        return cells.columns, cells.wins
+
+    def _cells(self, s: Segment, u: StreamUnit) -> OverlayCells:
+        """`_values`, with what a batch's splice needs prepared (`OverlayCells`)."""
         ov = s.overlay
         assert ov is not None
-        if u.values is None or u.wins is None:
+        if u.cells is None:
             schema = file_schema(u.columns)
             frs = dict(zip(u.overlay, u.overlay_fragments, strict=True))
 
@@ -503,7 +505,7 @@ class Stream:
 
             def build() -> OverlayCells:
                 values, wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
-                return OverlayCells([OverlayColumn.of(c) for c in values.columns], wins)
+                return OverlayCells.of(values, wins, ov)
 
             if ov.name:  # the overlay is kept across scans: so are its cells (immutable files too)
                 # named as read: a scan reading blob columns as references decodes other cells
@@ -512,8 +514,8 @@ class Stream:
                 cells = self.ctx.keys().derived(name, build)
             else:
                 cells = build()
-            u.values, u.wins = cells.columns, cells.wins
-        return u.values, u.wins
+            u.cells = cells
+        return u.cells
 
     def _keys(self, s: Segment) -> pa.Table:
         """The keys of the segment streaming now (read once per segment, dropped after it)."""
