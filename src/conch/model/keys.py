@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.errors import DuplicateKeyError, InexactKeyError, InvalidKeyError, KeyTypeError, SchemaError
+from conch.model.sets import distinct
 
 MAX_KEY_BYTES = 1024
 
@@ -429,7 +430,7 @@ def _integer_key_set(keys: Any, fields: Sequence[pa.Field]) -> KeySet | None:
     if isinstance(keys, np.ndarray):
         if keys.ndim != 1 or keys.dtype.kind not in "iu" or not len(keys):
             return None
-        num = np.unique(keys)
+        num = distinct(keys)
         if int(num[0]) < lo or int(num[-1]) > hi:
             return None
         num = num.astype(dtype)

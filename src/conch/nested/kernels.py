@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conch.model.keys import equal_adjacent
+from conch.model.sets import distinct
 
 EMPTY_DEFAULTS = {"count": 0, "any": False, "all": True}
 SHIFTED_WINDOW_MAX = 16  # windows narrower than this sum shifted columns; wider ones prefix sums
@@ -228,7 +229,7 @@ def _run_cumsum(v: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarr
     out = np.empty(len(v), dtype=np.float64)
     lens = ends - starts
     bucket = np.ceil(np.log2(np.maximum(lens, 1))).astype(np.int64)
-    for k in np.unique(bucket):
+    for k in distinct(bucket):
         sel = np.flatnonzero(bucket == k)
         width = int(lens[sel].max())
         ln = lens[sel]

@@ -28,6 +28,7 @@ from conch.expr.tree import mask as filter_mask
 from conch.files.keycache import KeyCache
 from conch.files.manifest import KeySpace
 from conch.model.keys import EncodedRange, encode_keys, span_overlaps
+from conch.model.sets import distinct
 from conch.scan.keyspace import numeric_key
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache, may_match_many
@@ -124,7 +125,7 @@ def estimated_rows(plan: ScanPlan, runs: list[KeySpace], stats: StatsCache | Non
 def _rows_spans(keys: KeyCache, ks: KeySpace, plan: ScanPlan, ends: list[tuple[int, int]]) -> list[Span]:
     """The key spans of rows `[first, last]` of the sorted run `ks`, for each pair of `ends`:
     their end keys, read in one go (not the run's whole key table)."""
-    at = np.unique(np.array(ends, dtype=np.int64))
+    at = distinct(np.array(ends, dtype=np.int64))
     enc = encode_keys(keys.keys_at(ks, plan.key_fields, at).columns).to_pylist()
     key = dict(zip(at.tolist(), enc, strict=True))
     return [(key[a], key[b]) for a, b in ends]

@@ -33,6 +33,7 @@ from conch.errors import ConchError, CorruptFileError
 from conch.files.manifest import Fragment
 from conch.files.masks import read_mask
 from conch.files.storage import Storage
+from conch.model.sets import distinct
 
 
 class KeyMask(Protocol):
@@ -180,7 +181,7 @@ def locate(
             which[held] = cand[held]
             frow[held] = krows[held] - los[cand[held]]
             return which, frow
-        for j in np.unique(cand[held]):
+        for j in distinct(cand[held]):
             sel = np.flatnonzero(held & (cand == j))
             ok = masks[j].contains(krows[sel])
             which[sel[ok]] = j
@@ -202,7 +203,7 @@ def _locate_expanded(
     this beats a binary search over the runs per row and mask."""
     which = np.full(len(krows), -1, dtype=np.int64)
     frow = np.zeros(len(krows), dtype=np.int64)
-    for k in np.unique(kss).tolist():
+    for k in distinct(kss).tolist():
         js = np.flatnonzero(kss == k)
         size = int(his[js].max())
         own = np.full(size, -1, dtype=np.int64)

@@ -38,6 +38,7 @@ from conch.model.keys import (
     sort_indices,
 )
 from conch.model.lru import Lru
+from conch.model.sets import distinct
 
 
 class IndexLookup(Protocol):
@@ -55,7 +56,7 @@ def find_keys(cache: IndexLookup, ks: FileRef, fields: list[pa.Field], pred: Key
     idx = cache.index(ks, fields)
     want = _decoded_set(pred, fields).astype(idx.firsts.dtype)
     blocks = np.searchsorted(idx.firsts, want, "right") - 1
-    blocks = np.unique(blocks[blocks >= 0])
+    blocks = distinct(blocks[blocks >= 0])
     if not len(blocks):
         z = np.zeros(0, dtype=np.int64)
         return z, z.astype(idx.firsts.dtype)
@@ -63,7 +64,7 @@ def find_keys(cache: IndexLookup, ks: FileRef, fields: list[pa.Field], pred: Key
     ends = np.minimum(starts + INDEX_STEP, idx.rows)
     rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts, ends, strict=True)])
     vals = cache.numeric_at(ks, fields, rows)
-    hit = np.unique(_exact(vals, want))
+    hit = distinct(_exact(vals, want))
     return rows[hit], vals[hit]
 
 
@@ -109,7 +110,7 @@ def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: 
             want = _decoded_set(pred, fields).astype(keys.dtype, copy=False)
             pos = _exact(keys, want).astype(np.int64, copy=False)
             # a key set is sorted and unique, and so is a key space: the rows are ascending
-            return pos if (pos[1:] > pos[:-1]).all() else np.unique(pos)
+            return pos if (pos[1:] > pos[:-1]).all() else distinct(pos)
         m = predicate_mask(pred, cache.encoded(ks, fields), fields)
         return np.nonzero(np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool))[0]
     r = predicate_bounds(pred, fields)

@@ -33,8 +33,9 @@ import pyarrow as pa
 from conch.expr.tree import mask as filter_mask
 from conch.files.format import column_name
 from conch.model.schema import Column
+from conch.model.sets import member, sorted_union
 from conch.scan.context import ScanContext, file_schema
-from conch.scan.overlay import OverlayColumn, interleave, laid_over, member, sorted_union
+from conch.scan.overlay import OverlayColumn, interleave, laid_over
 from conch.scan.take import one_array, take_rows
 
 

@@ -23,6 +23,7 @@ from conch.expr.tree import Expr, columns
 from conch.expr.tree import mask as filter_mask
 from conch.files.format import ORDINAL
 from conch.files.manifest import Fragment
+from conch.model.sets import distinct
 from conch.scan.context import ScanContext
 from conch.scan.filter import and_all as all_of
 from conch.scan.locate import ReadUnit
@@ -65,7 +66,7 @@ def row_mask(ctx: ScanContext, units: list[ReadUnit], keys: pa.Table) -> np.ndar
             may = may_match_many(term, u.fragments, ctx.stats, col_info)
             if not may.all():
                 held = np.zeros(len(u.fragments), dtype=bool)
-                held[np.unique(u.frag[u.frag >= 0])] = True
+                held[distinct(u.frag[u.frag >= 0])] = True
                 ctx.pruned(u.group, int((~may & held).sum()))
                 ok &= ~((u.frag >= 0) & ~may[np.maximum(u.frag, 0)])
         if vortex_expr(ctx, term, u.fragments) is None:

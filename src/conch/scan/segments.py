@@ -19,10 +19,11 @@ from conch.files.format import ORDINAL
 from conch.files.manifest import Fragment, KeySpace
 from conch.model.keys import KeySet
 from conch.model.schema import Column
+from conch.model.sets import member, sorted_union
 from conch.scan.context import ScanContext
 from conch.scan.keymask import covers
 from conch.scan.keyspace import numeric_bound, numeric_key, selected_rows
-from conch.scan.overlay import OverlayCells, OverlayKeys, member, placed, sorted_union
+from conch.scan.overlay import OverlayCells, OverlayKeys, placed
 
 
 def segments_of(

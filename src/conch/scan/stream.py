@@ -40,6 +40,7 @@ from conch.files.format import column_name
 from conch.files.manifest import Fragment
 from conch.model.keys import KeySet
 from conch.model.schema import Column
+from conch.model.sets import member, sorted_union
 from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keyspace import numeric_key
@@ -48,9 +49,7 @@ from conch.scan.overlay import (
     OverlayColumn,
     OverlayKeys,
     Window,
-    member,
     overlay_values,
-    sorted_union,
     splice,
 )
 from conch.scan.overtake import overlaid_take

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from conch.files.format import column_name
 from conch.files.manifest import Fragment
+from conch.model.sets import distinct
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.locate import ReadUnit
 
@@ -48,7 +49,7 @@ def prefetch(ctx: ScanContext, units: list[ReadUnit], positions: np.ndarray) -> 
     for fid, takes in want.items():
         if len(takes) < 2:
             continue
-        rows = np.unique(np.concatenate([r for _, r in takes]))
+        rows = distinct(np.concatenate([r for _, r in takes]))
         cols = list({c.id: c for u, _ in takes for c in u.columns}.values())
         got = ctx.read_many(takes[0][0].group, [(frags[fid], rows)], file_schema(cols))
         out[fid] = (rows, got, {id(u) for u, _ in takes})

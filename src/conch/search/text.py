@@ -54,6 +54,7 @@ from conch.expr.tree import Expr
 from conch.files.manifest import IndexDef
 from conch.model.deps import optional_import
 from conch.model.lru import Lru
+from conch.model.sets import distinct
 from conch.scan.metrics import ScanMetrics
 from conch.search import definitions, runs, textfiles
 from conch.search.query import PREFILTER_ROWS, SearchResult, hiders
@@ -142,7 +143,7 @@ class _Passing:
     def admits(self, runs: list[str], ords: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Which documents at `(segment ordinals, rows)` pass (`runs`: a segment's part)."""
         out = np.zeros(len(rows), bool)
-        for ordinal in np.unique(ords).tolist():
+        for ordinal in distinct(ords).tolist():
             passing = self.rows.get(runs[ordinal])
             if passing is None or not len(passing):
                 continue

@@ -47,6 +47,7 @@ from conch.files.storage import Storage, new_id
 from conch.log.wal import AddIndexFile
 from conch.model.deps import optional_import
 from conch.model.lru import Lru
+from conch.model.sets import distinct
 from conch.search.framing import TEXT_SUFFIX, read_frame
 from conch.search.runs import run_cells, run_fragments
 
@@ -249,7 +250,7 @@ class Corpus:
     def keys_of(self, ords: np.ndarray, rows: np.ndarray) -> list[tuple[Any, ...]]:
         """The keys at those positions, one `take` per part."""
         out: list[tuple[Any, ...]] = [()] * len(rows)
-        for ordinal in np.unique(ords).tolist():
+        for ordinal in distinct(ords).tolist():
             mine = np.flatnonzero(ords == ordinal)
             taken = self.keys[self.segment_runs[ordinal]].take(pa.array(rows[mine]))
             for i, kt in zip(mine.tolist(), zip(*(c.to_pylist() for c in taken.columns))):

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from conch.model.schema import is_child_level_type
+from conch.model.sets import distinct_inverse
 
 PRESENT = "\x00present:"  # prefix of the presence columns (no user column starts with NUL)
 
@@ -94,8 +95,12 @@ def by_presence(flat: pa.Table, keys: list[str]) -> Iterator[pa.Table]:
     if flat.num_rows == 0:
         return
     bits = np.column_stack([flat.column(n).fill_null(False).to_numpy(zero_copy_only=False) for n in names])
-    patterns, which = np.unique(bits, axis=0, return_inverse=True)
-    which = which.reshape(-1)
+    # rows grouped by their pattern as bytes, by one sort (`conch.model.sets`; `np.unique(axis=0)`
+    # took 1.2 s for 1M rows of 3 columns, this 0.16 s)
+    packed = np.ascontiguousarray(np.packbits(bits, axis=1, bitorder="little"))
+    distinct_rows, which = distinct_inverse(packed.view(np.dtype((np.void, packed.shape[1])))[:, 0])
+    as_bytes = distinct_rows.view(np.uint8).reshape(len(distinct_rows), -1)
+    patterns = np.unpackbits(as_bytes, axis=1, count=len(names), bitorder="little").astype(bool)
     for g, pattern in enumerate(patterns):
         rows = np.flatnonzero(which == g)
         named = [v for v, p in zip(values, pattern, strict=True) if p]

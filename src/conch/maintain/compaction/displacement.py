@@ -132,6 +132,12 @@ class StreamedMap:
                     break
             parts = [p for p in parts if len(p)]  # (the empty start: no dtype of its own)
             mine = np.concatenate(parts) if parts else np.empty(0, keys.dtype)
+            if len(mine) == len(keys) and np.array_equal(mine, keys):
+                # the piece holds exactly this origin's keys (a major over upserts, the base's
+                # keys): one run, without a search of every key (~30 ms per 1M keys)
+                one = np.zeros(1, dtype=np.int64)
+                self._append(origin, one + first, dest, one, one + len(keys))
+                continue
             at = np.minimum(np.searchsorted(keys, mine), len(keys) - 1)
             found = keys[at] == mine
             self._runs(origin, first + np.nonzero(found)[0].astype(np.int64), dest, at[found].astype(np.int64))
@@ -142,14 +148,18 @@ class StreamedMap:
         brk = np.ones(len(rows), dtype=bool)
         brk[1:] = (np.diff(rows) != 1) | (np.diff(at) != 1)
         starts = np.nonzero(brk)[0]
-        lengths = np.diff(np.append(starts, len(rows)))
+        self._append(origin, rows[starts], dest, at[starts], np.diff(np.append(starts, len(rows))))
+
+    def _append(
+        self, origin: str, origin_starts: np.ndarray, dest: str, dest_starts: np.ndarray, lengths: np.ndarray
+    ) -> None:
         self.runs.append(
             pa.table(
                 {
-                    "origin": pa.array([origin] * len(starts), pa.string()),
-                    "origin_start": pa.array(rows[starts]),
-                    "dest": pa.array([dest] * len(starts), pa.string()),
-                    "dest_start": pa.array(at[starts]),
+                    "origin": pa.array([origin] * len(lengths), pa.string()),
+                    "origin_start": pa.array(origin_starts.astype(np.int64)),
+                    "dest": pa.array([dest] * len(lengths), pa.string()),
+                    "dest_start": pa.array(dest_starts.astype(np.int64)),
                     "length": pa.array(lengths.astype(np.int64)),
                 },
                 schema=MAP_SCHEMA,

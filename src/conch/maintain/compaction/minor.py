@@ -39,6 +39,7 @@ from conch.log.wal import AddDisplacementMap, AddFragment, AddKeySpace, Op, Remo
 from conch.maintain.compaction.displacement import map_runs, write_map
 from conch.maintain.compaction.timeorder import time_contiguous
 from conch.model.keys import encode_keys
+from conch.model.sets import distinct
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,7 @@ def fresh_cells(
     groups: dict[tuple[int, bytes], list[int]] = {}
     rows_of: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = {}
     for c, (fi, frow) in sorted(owner.items()):
-        for j in np.unique(fi[fi >= 0]).tolist():
+        for j in distinct(fi[fi >= 0]).tolist():
             p = np.flatnonzero(fi == j)
             key = (j, p.tobytes())
             groups.setdefault(key, []).append(c)

@@ -52,6 +52,7 @@ from conch.maintain.compaction import blobcopy
 from conch.maintain.compaction.displacement import MapKeys, StreamedMap, WrittenMap, map_runs, write_map
 from conch.maintain.compaction.plan import CompactionTask, table_ranges
 from conch.maintain.compaction.ranges import change_points, prefix_keys
+from conch.model import sets
 from conch.model.budget import ScanOptions, WriteOptions
 from conch.model.keys import EncodedRange, encode_keys, numeric_key_type, range_mask, sorted_unique
 from conch.model.schema import Column, Schema
@@ -353,7 +354,7 @@ def _union_blocks(runs: list[KeySpace], fields: list[Any], key_cache: KeyCache) 
             n = len(pending[i]) if not bounds else int(np.searchsorted(pending[i], min(bounds), side="right"))
             parts.append(pending[i][:n])
             pending[i] = pending[i][n:]
-        yield np.unique(np.concatenate(parts))
+        yield sets.distinct(np.concatenate(parts))
 
 
 def _key_block(key_cache: KeyCache, ks: KeySpace, fields: list[Any], start: int, stop: int) -> np.ndarray:
@@ -539,7 +540,7 @@ def _by_presence(
             continue
         hit = pc.is_in(enc, value_set=key_cache.encoded(r, fields))
         pattern[np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)] |= bit[col_sets[r.id]]
-    for value in np.unique(pattern):
+    for value in sets.distinct(pattern):
         cols = set().union(*(s for s in distinct if bit[s] & int(value)))
         rows = np.nonzero(pattern == value)[0]
         yield iter([out.take(pa.array(rows))]), cols
