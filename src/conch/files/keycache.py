@@ -79,6 +79,10 @@ class KeyCache:
                 self._put("derived", name, v)
         return v
 
+    def peek(self, name: str) -> Any:
+        """What `derived` keeps under `name`, or None (nothing is built)."""
+        return self._get("derived", name)
+
     def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field], keep: bool = True) -> bool:
         """Whether two key spaces hold identical keys (a table written group by group: the
         direct take and the zip merge then need no merge). Decided once per pair and

@@ -328,6 +328,10 @@ class CountedKeys:
     def derived(self, name: str, build: Callable[[], Any]) -> Any:
         return self.cache.derived(name, build, self.keep)
 
+    def peek(self, name: str) -> Any:
+        """The value `derived` keeps under `name`, or None: nothing is built."""
+        return self.cache.peek(name)
+
     def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field]) -> bool:
         """Whether two key spaces hold identical keys (`KeyCache.same_keys`: decided once)."""
         with self.format.counted(a, self.on_bytes, b):

@@ -49,6 +49,7 @@ from conch.scan.overlay import (
     OverlayColumn,
     OverlayKeys,
     Window,
+    grown_values,
     overlay_values,
     splice,
 )
@@ -502,15 +503,25 @@ class Stream:
                 parts = [self.ctx.read_decoded(u.group, f, schema) for f in frs[i]]
                 return pa.concat_tables(parts) if parts else schema.empty_table()
 
+            def named(overlay: str, runs: list[int], fragments: list[list[Fragment]]) -> str:
+                # named as read: a scan reading blob columns as references decodes other cells
+                files = ",".join(str(self.ctx.decoded_key(f, schema)) for pf in fragments for f in pf)
+                return f"{overlay} cells {schema.names} {runs} {u.newer_than} {files}"
+
             def build() -> OverlayCells:
-                values, wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
+                prev = None
+                if ov.grown_from:  # the overlay grew by one run: so do the cells it had, if kept
+                    held = bool(u.overlay) and u.overlay[-1] == len(ov.pos) - 1
+                    cut = -1 if held else None
+                    prev = self.ctx.keys().peek(named(ov.grown_from, u.overlay[:cut], u.overlay_fragments[:cut]))
+                if prev is not None:
+                    values, wins = grown_values(ov, prev.values, prev.wins, u.overlay, u.newer_than, decode, schema)
+                else:
+                    values, wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
                 return OverlayCells.of(values, wins, ov)
 
             if ov.name:  # the overlay is kept across scans: so are its cells (immutable files too)
-                # named as read: a scan reading blob columns as references decodes other cells
-                files = ",".join(str(self.ctx.decoded_key(f, schema)) for pf in u.overlay_fragments for f in pf)
-                name = f"{ov.name} cells {schema.names} {u.overlay} {u.newer_than} {files}"
-                cells = self.ctx.keys().derived(name, build)
+                cells = self.ctx.keys().derived(named(ov.name, u.overlay, u.overlay_fragments), build)
             else:
                 cells = build()
             u.cells = cells
