@@ -75,7 +75,7 @@ major at `STOP_RUNS` × `l0_trigger` L0 runs, else it waits for the settle.
 
 **Sorted runs and the stop trigger** (issue 30, third pass): `tiers.py`. L0 is counted in sorted
 runs (one commit's runs); a large component (above `small_bytes` or `small_rows`, with L1, no
-tombstone run in L0) merges L0 into L0 only at `Policy.l0_stop` (8) sorted runs; components with
+tombstone run in L0) merges L0 into L0 only at `Policy.l0_stop` (32; 8 until the sixth pass) sorted runs; components with
 tombstones keep `l0_trigger`.
 
 **The major of a large component** (issue 30, fourth pass; `docs/compaction.md`). Wanted at

@@ -6,7 +6,7 @@ sorted run of several files), not files: a merge over tombstones writes a data r
 tombstone run, and counted as two, L0 never fell below `l0_trigger` and a history of
 interleaved upserts and deletes merged its newest runs at every commit. A *large* component
 (above `small_bytes` or `small_rows`, with L1, no tombstone run in L0) merges L0 into L0 only at
-`Policy.l0_stop` (8) sorted runs (`tier_window` on rows); below it only the major at
+`Policy.l0_stop` (32; 8 until the sixth pass) sorted runs (`tier_window` on rows); below it only the major at
 `l1_ratio` rewrites. A scan pays for L0 mostly once, by the rows it overlays (a 500k-row L1
 under 1 to 14 runs of 1,000 random keys: full / 1 % / take 1.7 / 1.4 / 1.6x a clean read at one
 run, 1.9 / 1.4 / 2.0x at 14; 8 keeps a take within ~5 % of 3 runs), while merging at
