@@ -54,9 +54,13 @@ def _expected(model: Model, cols: tuple[str, ...]) -> list[dict[str, object]]:
     return [{"id": k, **{c: model[k][c] for c in cols}} for k in sorted(model)]
 
 
-def _scan_after_each(path: object, t: conch.Table, model: Model, ops: list) -> None:
+def _scan_after_each(path: object, t: conch.Table, model: Model, ops: list, read: list[bool] | None = None) -> None:
+    """Apply `ops`, scanning after each one `read` marks (default all; the last always): a reader
+    that skips versions grows the last one it read by several runs at once."""
     for seq, (kind, keys) in enumerate(ops, start=1):
         _apply(t, model, kind, keys, seq)
+        if read is not None and seq < len(ops) and not read[seq - 1]:
+            continue
         fresh = conch.connect(path, maintenance=conch.Policy(auto=False)).table("t")
         for cols in (("a", "s"), ("a",), ("s",)):
             got = t.scan(*cols).to_arrow().to_pylist()
@@ -73,13 +77,13 @@ def _based(path: object) -> tuple[conch.Table, Model]:
 
 
 @settings(deadline=None, max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(op, min_size=2, max_size=10))
+@given(ops=st.lists(op, min_size=2, max_size=10), read=st.lists(st.booleans(), min_size=10, max_size=10))
 def test_overlays_grown_per_commit_match_the_model_and_a_fresh_build(
-    tmp_path_factory: pytest.TempPathFactory, ops: list
+    tmp_path_factory: pytest.TempPathFactory, ops: list, read: list[bool]
 ) -> None:
     path = tmp_path_factory.mktemp("w")
     t, model = _based(path)
-    _scan_after_each(path, t, model, ops)
+    _scan_after_each(path, t, model, ops, read)
 
 
 def test_each_commit_grows_the_last_versions_overlay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,6 +101,12 @@ def test_each_commit_grows_the_last_versions_overlay(tmp_path: Path, monkeypatch
     assert calls["grown"] == len(ops) - 1
     assert calls["overlay_keys"] == 1 + len(ops)
     assert calls["grown_values"] >= len(ops) - 1
+    # a reader that skips versions: the last version it read grows by the runs since, at once
+    calls.clear()
+    more = [("a", [10, 11]), ("full", [12, 40]), ("s", [13]), ("a", [14, 499])]
+    _scan_after_each(tmp_path, t, model, more, read=[False, False, True, True])
+    assert calls["grown"] == 2  # after the third (three runs at once) and the fourth
+    assert calls["overlay_keys"] == 2  # the fresh connections'
 
 
 def test_a_grown_overlay_is_the_overlay_built_from_scratch() -> None:
@@ -106,10 +116,11 @@ def test_a_grown_overlay_is_the_overlay_built_from_scratch() -> None:
     runs = [np.sort(rng.choice(12_000, n, replace=False)).astype(np.uint64) for n in (40, 300, 7, 900)]
     rows = [np.arange(len(r), dtype=np.int64) for r in runs]
     make = lambda u: pa.table({"k": pa.array(u)})  # noqa: E731
-    ov = overlay.overlay_keys(base, runs[:1], rows[:1], make)
-    for i in range(1, len(runs)):
-        ov = overlay.grown(ov, base, runs[i], rows[i], make)
-        want = overlay.overlay_keys(base, runs[: i + 1], rows[: i + 1], make)
-        assert ov.keys.equals(want.keys)
-        assert np.array_equal(ov.ins, want.ins) and np.array_equal(ov.hit, want.hit)
-        assert all(np.array_equal(a, b) for a, b in zip(ov.pos, want.pos, strict=True))
+    for start, step in ((1, 1), (1, 2), (2, 2)):  # one run at a time, and several at once
+        ov = overlay.overlay_keys(base, runs[:start], rows[:start], make)
+        for i in range(start, len(runs), step):
+            ov = overlay.grown(ov, base, runs[i : i + step], rows[i : i + step], make)
+            want = overlay.overlay_keys(base, runs[: i + step], rows[: i + step], make)
+            assert ov.keys.equals(want.keys) and len(ov.pos) == len(want.pos)
+            assert np.array_equal(ov.ins, want.ins) and np.array_equal(ov.hit, want.hit)
+            assert all(np.array_equal(a, b) for a, b in zip(ov.pos, want.pos, strict=True))

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from conch.files.manifest import KeySpace
-from conch.model.sets import member
+from conch.model.sets import member, sorted_union
 from conch.scan.keyspace import selected_rows
 
 
@@ -51,9 +51,10 @@ class OverlayKeys:
     rows: list[np.ndarray]  # per small run: its selected rows (a key predicate may exclude some)
     numbers: np.ndarray  # U as numbers
     name: str = ""  # its name in the key cache, where it is kept across scans ("": not kept)
-    # grown from the overlay of its runs but the newest (`grown`): that one's name, and where
-    # each of its keys of U went in this U (so a unit's cells grow too: `grown_values`)
+    # grown from the overlay of its oldest runs (`grown`): that one's name, its number of runs,
+    # and where each of its keys of U went in this U (so a unit's cells grow too: `grown_values`)
     grown_from: str = ""
+    grown_at: int = 0
     moved: np.ndarray | None = None
 
     @functools.cached_property
@@ -254,14 +255,20 @@ def overlay_keys(
 
 
 def grown(
-    prev: OverlayKeys, base: np.ndarray, v: np.ndarray, r: np.ndarray, make_keys: Callable[[np.ndarray], pa.Table]
+    prev: OverlayKeys,
+    base: np.ndarray,
+    runs: list[np.ndarray],
+    rows: list[np.ndarray],
+    make_keys: Callable[[np.ndarray], pa.Table],
 ) -> OverlayKeys:
-    """`overlay_keys` of `prev`'s runs and one more, newer run (its selected keys `v`, sorted and
-    unique, at rows `r`), from `prev`: the keys `v` adds go in at their insertion points and the
+    """`overlay_keys` of `prev`'s runs and newer ones (their selected keys `runs`, each sorted and
+    unique, at rows `rows`), from `prev`: the keys they add go in at their insertion points and the
     rest of `prev` is copied, where placing every key again sorts and searches them all. A table
     being written gets one more small run per commit, and the first scan of each version placed
-    every small-run key again (1M keys under 7 L0 runs holding 192k: ~25 ms of a 55 ms scan)."""
+    every small-run key again (1M keys under 7 L0 runs holding 192k: ~25 ms of a 55 ms scan); a
+    reader slower than the commits grows the last version it read by the runs since, at once."""
     u = prev.numbers
+    v = sorted_union(*runs)
     j = np.searchsorted(u, v)
     known = np.zeros(len(v), dtype=bool)
     inside = j < len(u)
@@ -276,8 +283,11 @@ def grown(
     hit_added[inside] = base[ins_added[inside]] == added[inside]
     ins = np.insert(prev.ins, at, ins_added.astype(np.int64))
     hit = np.insert(prev.hit, at, hit_added)
-    pos = [moved[p] for p in prev.pos] + [np.searchsorted(u2, v).astype(np.int64)]
-    return OverlayKeys(make_keys(u2), ins, hit, pos, [*prev.rows, r], u2, grown_from=prev.name, moved=moved)
+    pos = [moved[p] for p in prev.pos] + [np.searchsorted(u2, r).astype(np.int64) for r in runs]
+    rows_all = [*prev.rows, *rows]
+    return OverlayKeys(
+        make_keys(u2), ins, hit, pos, rows_all, u2, grown_from=prev.name, grown_at=len(prev.pos), moved=moved
+    )
 
 
 def placed(
@@ -324,11 +334,14 @@ def placed(
     name = named(small)
 
     def build_named() -> OverlayKeys:
-        # the previous version's overlay (the same runs but the newest), if still kept, grows
-        prev = keys_of.peek(named(small[:-1])) if len(small) > 1 else None
+        # the overlay of the longest older prefix of these runs still kept (the last version a
+        # reader scanned: runs are in commit order, the newest last) grows by the runs since
+        prev = next((p for cut in range(len(small) - 1, 0, -1) if (p := keys_of.peek(named(small[:cut])))), None)
         if prev is None:
             return dataclasses.replace(build(), name=name)
-        return dataclasses.replace(grown(prev, keys_of.numeric(base, fields), *selected(small[-1]), make), name=name)
+        picked = [selected(i) for i in small[len(prev.pos) :]]
+        ov = grown(prev, keys_of.numeric(base, fields), [p[0] for p in picked], [p[1] for p in picked], make)
+        return dataclasses.replace(ov, name=name)
 
     return keys_of.derived(name, build_named)
 
@@ -377,28 +390,31 @@ def grown_values(
     tables: Callable[[int], pa.Table],
     schema: pa.Schema,
 ) -> tuple[pa.Table, np.ndarray]:
-    """`overlay_values` of an overlay `grown` by one newest run, from the unit's values over the
-    overlay it grew from: every old key keeps its cell and whether it is shown (`ov.moved`), the
-    keys added show nulls, and where the unit's runs `runs` include the newest run (last of
-    `ov.pos`), its keys show its cells (the newest run holding a key is the fresh one; a key the
-    base holds only if it is newer than the base's cells, as in `overlay_values`)."""
+    """`overlay_values` of a `grown` overlay, from the unit's values over the overlay it grew
+    from: every old key keeps its cell and whether it is shown (`ov.moved`), the keys added show
+    nulls, and each run the overlay grew by that holds the unit's columns (`runs`: the unit's
+    runs, oldest first), oldest to newest, lays its cells over its keys (the newest run holding a
+    key is the fresh one; a key the base holds only if that run is newer than the base's cells,
+    as `overlay_values` decides)."""
     assert ov.moved is not None
     n, n_prev = len(ov.hit), len(prev_wins)
-    newest = len(ov.pos) - 1
-    cells = (tables(newest).take(pa.array(ov.rows[newest])),) if runs and runs[-1] == newest else ()
+    first_new = ov.grown_at
+    new_runs = [(k, i) for k, i in enumerate(runs) if i >= first_new]
+    cells = [tables(i).take(pa.array(ov.rows[i])) for _, i in new_runs]
     null_at = n_prev + sum(c.num_rows for c in cells)
     idx = np.full(n, null_at, dtype=np.int64)
     idx[ov.moved] = np.arange(n_prev)
     wins = np.zeros(n, dtype=bool)
     wins[ov.moved] = prev_wins
-    if cells:
-        p = ov.pos[newest]
-        shown = ~ov.hit[p] | (len(runs) - 1 >= newer_than)
-        idx[p] = np.where(shown, n_prev + np.arange(len(p)), null_at)
+    at = n_prev
+    for (k, i), c in zip(new_runs, cells, strict=True):
+        p = ov.pos[i]
+        shown = ~ov.hit[p] | (k >= newer_than)
+        idx[p] = np.where(shown, at + np.arange(len(p)), null_at)
         wins[p] = shown
+        at += c.num_rows
     null = pa.table({nm: pa.nulls(1, t) for nm, t in zip(schema.names, schema.types, strict=True)})
-    parts = [prev_values, *cells, null]
-    return pa.concat_tables(parts).combine_chunks().take(pa.array(idx)), wins
+    return pa.concat_tables([prev_values, *cells, null]).combine_chunks().take(pa.array(idx)), wins
 
 
 def interleave(ov: OverlayKeys, rows: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

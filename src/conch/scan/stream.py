@@ -510,10 +510,9 @@ class Stream:
 
             def build() -> OverlayCells:
                 prev = None
-                if ov.grown_from:  # the overlay grew by one run: so do the cells it had, if kept
-                    held = bool(u.overlay) and u.overlay[-1] == len(ov.pos) - 1
-                    cut = -1 if held else None
-                    prev = self.ctx.keys().peek(named(ov.grown_from, u.overlay[:cut], u.overlay_fragments[:cut]))
+                if ov.grown_from:  # the overlay grew by newer runs: so do the cells it had, if kept
+                    old = sum(1 for i in u.overlay if i < ov.grown_at)
+                    prev = self.ctx.keys().peek(named(ov.grown_from, u.overlay[:old], u.overlay_fragments[:old]))
                 if prev is not None:
                     values, wins = grown_values(ov, prev.values, prev.wins, u.overlay, u.newer_than, decode, schema)
                 else:
