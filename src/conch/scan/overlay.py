@@ -254,6 +254,10 @@ def overlay_keys(
     return OverlayKeys(make_keys(u), ins.astype(np.int64), hit, pos, rows, u)
 
 
+# How many versions back a new version's overlay looks for one to grow from (`placed`).
+GROW_LOOKBACK = 16
+
+
 def grown(
     prev: OverlayKeys,
     base: np.ndarray,
@@ -336,7 +340,10 @@ def placed(
     def build_named() -> OverlayKeys:
         # the overlay of the longest older prefix of these runs still kept (the last version a
         # reader scanned: runs are in commit order, the newest last) grows by the runs since
-        prev = next((p for cut in range(len(small) - 1, 0, -1) if (p := keys_of.peek(named(small[:cut])))), None)
+        # (at most `GROW_LOOKBACK` versions back: each name lists its runs, and a table with
+        # maintenance off may hold a thousand)
+        cuts = range(len(small) - 1, max(0, len(small) - 1 - GROW_LOOKBACK), -1)
+        prev = next((p for cut in cuts if (p := keys_of.peek(named(small[:cut])))), None)
         if prev is None:
             return dataclasses.replace(build(), name=name)
         picked = [selected(i) for i in small[len(prev.pos) :]]
