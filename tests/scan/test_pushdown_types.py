@@ -226,3 +226,33 @@ def test_duckdb_gets_the_row_count(typed: tuple[conch.Table, pa.Table]) -> None:
     assert src.rows() == N
     plan = duckdb.sql("explain select * from src").fetchall()[0][1]
     assert f"~{N} rows" in plan, plan
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "not (x < 0)",
+        "not (x == 1.5)",
+        "not (x < 0 and x > -5)",
+        "not (x < 0 or x > 5)",
+        "not (not (x < 0))",
+        "not (x in [1.5, 2.0])",
+        "not (s == 'a')",
+    ],
+)
+@pytest.mark.parametrize("fast", [True, False])
+def test_not_over_all_null_columns_keeps_no_null_row(tmp_path: Path, where: str, fast: bool) -> None:
+    """Vortex 0.90's NOT of a float comparison over an all-null column is true, not null: `NOT (x
+    < 0)` returned the rows where x is null (found by `test_scan_candidates`' hypothesis test).
+    Arrow's answer (Kleene: NOT of null is null) on both paths, with and without nulls."""
+    t = conch.connect(tmp_path, maintenance=conch.Policy(auto=False)).create_table("t", [("id", pa.int64())])
+    t.write(
+        pa.table({"id": [0, 1, 2], "x": pa.array([None] * 3, pa.float64()), "s": pa.array([None] * 3, pa.string())})
+    )
+    t.write(pa.table({"id": [10, 11, 12], "x": [-1.0, 1.5, None], "s": ["a", None, "b"]}))
+    expr = parse(where)
+    whole = t.scan().to_arrow()
+    want = whole.filter(pa.array(filter_mask(expr, lambda p: whole.column(p)))).column("id").to_pylist()
+    got = t.scan(where=expr).with_options(fast_paths=fast).to_arrow().column("id").to_pylist()
+    assert got == want
+    assert not {0, 1, 2} & set(got)

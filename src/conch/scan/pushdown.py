@@ -173,12 +173,28 @@ def _(e: IsNull, column_name: Names, types: Types) -> Any | None:
 
 @to_vortex.register
 def _(e: Not, column_name: Names, types: Types) -> Any | None:
-    path = null_test_path(e.operand)
+    """NOT pushed down to the terms (De Morgan's laws hold in Kleene logic), each negated term
+    kept to rows whose column is not null: Vortex 0.90's NOT of a float comparison (an AND of
+    two bounds, `_float_cmp`) over an all-null column is true, not null (`NOT (x < 0)` kept the
+    rows where x is null, where Arrow keeps none), so a negated term never relies on Vortex's
+    nulls: NOT of a term over one column is null exactly where that column is."""
+    op = e.operand
+    path = null_test_path(op)
     if path is not None:
         name = column_name(path)
         return ve.is_not_null(ve.column(name)) if name else None
-    inner = to_vortex(e.operand, column_name, types)
-    return None if inner is None else ve.not_(inner)
+    if isinstance(op, Not):
+        return to_vortex(op.operand, column_name, types)
+    if isinstance(op, And | Or):
+        flipped = (Or if isinstance(op, And) else And)(Not(op.left), Not(op.right))
+        return to_vortex(flipped, column_name, types)
+    norm = col_op_lit(op) if isinstance(op, Cmp) else None
+    path = norm[0] if norm is not None else column_path(op.operand) if isinstance(op, IsIn) else None
+    name = column_name(path) if path is not None else None
+    inner = to_vortex(op, column_name, types)
+    if inner is None or name is None:
+        return None
+    return ve.and_(ve.not_(inner), ve.is_not_null(ve.column(name)))
 
 
 @to_vortex.register
