@@ -8,7 +8,9 @@ the column's Arrow type, and a literal that does not fit that type exactly (2.5 
 column, -1 against a u64, 0.051 against a decimal(15,2)) is not pushed: the caller evaluates that
 term on the assembled fresh records instead. Vortex orders floats totally (NaN above inf, -NaN
 below -inf, -0.0 below 0.0) where Arrow follows IEEE: float comparisons are rewritten to agree
-(`_float_cmp`). `NOT`, `AND` and `OR` are three-valued (Kleene) in both.
+(`_float_cmp`). `AND` and `OR` are three-valued (Kleene) in both; Vortex's `NOT` of a float
+comparison over an all-null column is not, so `NOT` is pushed to its terms and each negated term
+is kept to rows whose column is not null.
 """
 
 from __future__ import annotations
