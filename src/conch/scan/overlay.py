@@ -247,11 +247,18 @@ def overlay_keys(
     at = np.empty(len(allv), dtype=np.int64)
     at[order] = np.cumsum(first) - 1
     pos = np.split(at, np.cumsum([len(r) for r in runs])[:-1]) if runs else []
-    ins = np.searchsorted(base, u, "left")
-    hit = np.zeros(len(u), dtype=bool)
-    inside = ins < len(base)
-    hit[inside] = base[ins[inside]] == u[inside]
-    return OverlayKeys(make_keys(u), ins.astype(np.int64), hit, pos, rows, u)
+    ins, hit = _placed_in(base, u)
+    return OverlayKeys(make_keys(u), ins, hit, pos, rows, u)
+
+
+def _placed_in(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per key of `keys`: its insertion point in `sorted_keys` (first position holding a key >= it)
+    and whether `sorted_keys` holds it there."""
+    at = np.searchsorted(sorted_keys, keys, "left").astype(np.int64)
+    held = np.zeros(len(keys), dtype=bool)
+    inside = at < len(sorted_keys)
+    held[inside] = sorted_keys[at[inside]] == keys[inside]
+    return at, held
 
 
 # How many versions back a new version's overlay looks for one to grow from (`placed`).
@@ -273,19 +280,13 @@ def grown(
     reader slower than the commits grows the last version it read by the runs since, at once."""
     u = prev.numbers
     v = sorted_union(*runs)
-    j = np.searchsorted(u, v)
-    known = np.zeros(len(v), dtype=bool)
-    inside = j < len(u)
-    known[inside] = u[j[inside]] == v[inside]
+    j, known = _placed_in(u, v)
     added, at = v[~known], j[~known]
     u2 = np.insert(u, at, added)
     # an old key moves down by the added keys inserted at or before it
     moved = np.arange(len(u), dtype=np.int64) + np.cumsum(np.bincount(at, minlength=len(u) + 1))[: len(u)]
-    ins_added = np.searchsorted(base, added, "left")
-    hit_added = np.zeros(len(added), dtype=bool)
-    inside = ins_added < len(base)
-    hit_added[inside] = base[ins_added[inside]] == added[inside]
-    ins = np.insert(prev.ins, at, ins_added.astype(np.int64))
+    ins_added, hit_added = _placed_in(base, added)
+    ins = np.insert(prev.ins, at, ins_added)
     hit = np.insert(prev.hit, at, hit_added)
     pos = [moved[p] for p in prev.pos] + [np.searchsorted(u2, r).astype(np.int64) for r in runs]
     rows_all = [*prev.rows, *rows]
