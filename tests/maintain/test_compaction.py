@@ -139,13 +139,16 @@ def test_maintenance_plan_of_a_real_table_follows_its_read_cost(tmp_path: Path) 
 
 
 def test_policy_merges_newest_similar_runs_and_leaves_big_old_ones() -> None:
-    runs = [ks(0, 0, 1000, 1, lsm=1, b=100_000), ks(1, 0, 100, 2, b=5000)]
+    # L1, an older large L0 run, six small runs and a tombstone run: at the stop trigger (8 sorted
+    # runs) the newest of similar sizes merge, tombstones tiered like data
+    runs = [ks(0, 0, 1000, 1, lsm=1, b=100_000), dataclasses.replace(ks(1, 0, 100, 2, b=5000), rows=5000)]
     runs += [ks(i, 0, 100, 10 + i, b=100) for i in range(2, 8)]
     runs.append(ks(8, 5, 6, 30, kind="tombstone", b=100))
-    policy = conch.Policy(l0_trigger=4, l1_ratio=0.5, small_bytes=0)
+    policy = conch.Policy(l0_trigger=4, l0_stop=8, l1_ratio=0.5, small_bytes=0)
+    assert plan({k.id: k for k in runs[:-1]}, {}, policy).tasks == ()  # 7 sorted runs: below the stop trigger
     (task,) = plan({k.id: k for k in runs}, {}, policy).tasks
     assert task.kind == "merge"
-    assert set(task.inputs) == {f"k{i}" for i in range(2, 9)}  # not the 5000 B run, not L1; the tombstone too
+    assert set(task.inputs) == {f"k{i}" for i in range(2, 9)}  # not the 5,000-row run, not L1; the tombstone too
     assert task.min_time == 12 and task.max_time == 30
     # a small component is rewritten whole instead (cheaper than reading extra runs)
     (small,) = plan({k.id: k for k in runs}, {}, conch.Policy(l0_trigger=4)).tasks
@@ -205,7 +208,7 @@ def test_merge_keeps_missing_columns_as_no_cell(tmp_path: Path) -> None:
     t.delete([1])
     t.write(pa.table({"id": pa.array([1], pa.uint64()), "b": [100]}))
     want = t.scan().to_pylist()
-    res = t.compact(force=False, policy=conch.Policy(l0_trigger=2, l1_ratio=1e9, small_bytes=0))
+    res = t.compact(force=False, policy=conch.Policy(l0_trigger=2, l0_stop=2, l1_ratio=1e9, small_bytes=0))
     assert res.tasks == 1 and t.maintenance_plan().l1_runs == 1  # merged within L0
     assert t.scan().to_pylist() == want
     assert want == [{"id": 1, "a": None, "b": 100}, {"id": 2, "a": 20.0, "b": 200}, {"id": 3, "a": 3.0, "b": None}]
@@ -224,7 +227,7 @@ def test_merge_folds_tombstone_runs_and_they_still_hide_older_rows(tmp_path: Pat
     want = t.scan().to_pylist()
     times = [c.time for c in t.history()]
     before = {s: t.scan(since=s).to_pylist() for s in times}
-    policy = conch.Policy(l0_trigger=2, l1_ratio=1e9, small_bytes=0, size_ratio=100)
+    policy = conch.Policy(l0_trigger=2, l0_stop=2, l1_ratio=1e9, small_bytes=0, size_ratio=100)
     assert t.compact(force=False, policy=policy).tasks == 1
     kinds = [k.kind for k in t.state().key_spaces.values() if k.lsm == 0]
     assert kinds.count("tombstone") == 1 and t.scan().to_pylist() == want
@@ -245,7 +248,7 @@ def test_root_tombstone_hides_child_rows_through_compaction(tmp_path: Path) -> N
     t.delete([1])  # the root tombstone hides 1's children in L1
     t.write(pa.table({"k": [2], "a": [3]}))  # over the L1 run (a disjoint key would wait to move)
     want = t.scan(level="items").to_pylist()
-    assert t.compact(force=False, policy=conch.Policy(l0_trigger=2, l1_ratio=1e9, small_bytes=0)).tasks == 1
+    assert t.compact(force=False, policy=conch.Policy(l0_trigger=2, l0_stop=2, l1_ratio=1e9, small_bytes=0)).tasks == 1
     assert t.scan(level="items").to_pylist() == want == [{"k": 2, "items": 0, "v": 2.5}]
     t.compact()
     assert t.scan(level="items").to_pylist() == want and t.scan().to_pylist() == [

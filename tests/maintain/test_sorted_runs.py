@@ -54,12 +54,14 @@ def test_a_merge_output_of_data_and_tombstones_counts_as_one_sorted_run() -> Non
     runs["k3"] = ks(3, 11)
     runs["k4"] = ks(4, 12, kind="tombstone")
     assert [len(g) for g in sorted_runs([runs[k] for k in ("k2", "k1", "k3", "k4")])] == [2, 1, 1]
-    # 4 files but 3 sorted runs: below l0_trigger (counted in files, every commit merged the newest
-    # two files and wrote two again). Tombstones keep a component at l0_trigger, not l0_stop
+    for i in range(5, 9):
+        runs[f"k{i}"] = ks(i, 8 + i)
+    # 8 files but 7 sorted runs: below l0_stop (counted in files, every commit merged the newest
+    # two files and wrote two again). Tombstone runs are tiered like data (module doc of `tiers`)
     assert plan(runs, {}, LARGE).tasks == ()
-    runs["k5"] = ks(5, 13)
+    runs["k9"] = ks(9, 17)
     (task,) = plan(runs, {}, LARGE).tasks
-    assert task.kind == "merge" and {"k3", "k4", "k5"} <= set(task.inputs)
+    assert task.kind == "merge" and {"k3", "k4", "k9"} <= set(task.inputs)
     assert {"k1", "k2"} <= set(task.inputs) or not {"k1", "k2"} & set(task.inputs)  # a sorted run whole
 
 

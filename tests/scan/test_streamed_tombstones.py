@@ -105,3 +105,28 @@ def test_deletes_then_full_rewrites_stream(tmp_path: Path) -> None:
     only_a = t.scan("a")
     assert only_a.to_arrow().to_pylist() == _expected(model, ("a",), None)
     assert only_a.metrics().merge == "zip (streamed)"  # the partial run holds every column read
+
+
+@settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(op, min_size=2, max_size=10), data=st.data())
+def test_deleted_keys_kept_across_versions_match_the_model(
+    tmp_path_factory: pytest.TempPathFactory, ops: list, data: st.DataObject
+) -> None:
+    """A scan after every commit: each version's deleted keys and rows are kept in the key cache,
+    and which deleted keys a newer run holds again is kept per (tombstone, run) and reused by the
+    next version (`deleted_keys`). Every scan must equal the model, and a fresh connection's
+    (nothing kept) must too."""
+    path = tmp_path_factory.mktemp("w")
+    cat = conch.connect(path, maintenance=conch.Policy(auto=False))
+    t = cat.create_table("t", [("id", pa.int64())])
+    model: dict[int, dict[str, int | None]] = {}
+    _apply(t, model, "full", list(range(0, 400)), 0)
+    for seq, (kind, keys) in enumerate(ops, start=1):
+        _apply(t, model, kind, keys, seq)
+        cols = data.draw(st.sampled_from([(), ("a",), ("a", "b")]))
+        want = _expected(model, cols or COLUMNS, None)
+        assert t.scan(*cols).to_arrow().to_pylist() == want, (seq, cols)
+    fresh = conch.connect(path, maintenance=conch.Policy(auto=False)).table("t")
+    for cols in [(), ("a",), ("b",)]:
+        assert fresh.scan(*cols).to_arrow().to_pylist() == _expected(model, cols or COLUMNS, None)
+        assert t.scan(*cols).to_arrow().to_pylist() == _expected(model, cols or COLUMNS, None)

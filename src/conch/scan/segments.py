@@ -141,12 +141,12 @@ def segment(
     small: list[int],
     ranges: dict[int, tuple[int, int]],
     by_ks: dict[tuple[str, str], list[Fragment]],
-    dead_keys: np.ndarray | None = None,
+    deleted: Deleted | None = None,
 ) -> Segment | None:
     """One segment (key spaces `members` of the plan, with identical key sets: the base; and
     `small`, runs overlaid on it, numeric keys, each at its rows `ranges[i]`, all rows if absent),
-    or None. `by_ks`: the plan's fragments by (group, key space id); `dead_keys`: the keys the
-    plan's tombstones delete (`deleted_keys`), sorted."""
+    or None. `by_ks`: the plan's fragments by (group, key space id); `deleted`: the keys the
+    plan's tombstones delete (`deleted_keys`)."""
     plan = ctx.plan
     fields = plan.key_fields
     keys_of = ctx.keys()
@@ -167,8 +167,9 @@ def segment(
             if hi - lo != len(rows) and not isinstance(plan.key_predicate, KeySet):
                 return None
     dead = None
-    if dead_keys is not None and len(dead_keys) and hi > lo:
-        dead = _rows_of(keys_of.numeric(kss[-1], fields), dead_keys, lo, hi)
+    dead_keys = deleted.keys if deleted is not None else None
+    if deleted is not None and dead_keys is not None and len(dead_keys) and hi > lo:
+        dead = dead_rows(ctx, kss[-1], deleted, lo, hi)
         if rows is not None:  # a key set's or a key predicate's rows: less the deleted ones
             rows = rows[~member(rows, dead)] if len(dead) else rows
         if not len(dead):
@@ -239,40 +240,87 @@ def segment(
     return Segment(kss[-1], lo, hi, list(by_key.values()), missing, ov, keyset, None if keyset is not None else dead)
 
 
-def deleted_keys(ctx: ScanContext) -> np.ndarray | None:
+@dataclass(frozen=True)
+class Deleted:
+    """The keys a version's tombstones delete on the streamed path (`deleted_keys`), kept in the
+    key cache under `name` (None: the general path decides)."""
+
+    keys: np.ndarray | None
+    name: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes if self.keys is not None else 0
+
+
+def deleted_keys(ctx: ScanContext) -> Deleted | None:
     """The keys the plan's tombstones delete, sorted, when the streamed path can leave them out:
     the scanned level has a single numeric key, every tombstone is of that level (not an
     ancestor's prefix), and each deleted key that a run newer than its tombstone holds again is
     held by such a run with every column the scan reads (a full row written after the delete: the
     freshest cell of every column is then newer than the delete, which the overlay shows as it
     is, and the key is not dead). None otherwise (the general path): a key written again only in
-    part must show nulls, not older cells, where the newer runs hold none."""
+    part must show nulls, not older cells, where the newer runs hold none.
+
+    Every scan of a version finds the same keys from the same immutable runs: the answer is kept
+    in the key cache, named by them; and which deleted keys a newer run holds again is kept per
+    (tombstone, run) pair, so the first scan of the next version (one run more) searches only the
+    new run's pairs (a delete-heavy ingest keeps a dozen tombstone runs in L0)."""
     plan = ctx.plan
     fields = plan.key_fields
-    if not numeric_key(fields):
+    if not numeric_key(fields) or any(ts.level != plan.level for ts in plan.tombstones):
         return None
     keys_of = ctx.keys()
-    needed = {c.id for c in [*plan.columns, *(plan.filter_columns if plan.filter is not None else [])]}
+    needed = sorted({c.id for c in [*plan.columns, *(plan.filter_columns if plan.filter is not None else [])]})
     held: dict[str, set[int]] = {}
     for frs in plan.fragments.values():
         for f in frs:
             held.setdefault(f.key_space, set()).update(f.column_ids)
-    parts = []
-    for ts in plan.tombstones:
-        if ts.level != plan.level:
-            return None
-        deleted = keys_of.numeric(ts, fields)
-        again = np.zeros(len(deleted), dtype=bool)
-        for ks in plan.key_spaces:
-            if ks.time <= ts.time or not len(deleted) or not ks.rows:
-                continue
-            hit = member(deleted, keys_of.numeric(ks, fields))
-            if hit.any():
-                if not needed <= held.get(ks.id, set()):
-                    return None
-                again |= hit
-        parts.append(deleted[~again])
-    return sorted_union(*parts)
+    newest = [ks for ks in plan.key_spaces if ks.rows and any(ks.time > ts.time for ts in plan.tombstones)]
+    name = "deleted {} {} {} {}".format(
+        fields[0],
+        needed,
+        ",".join(f"{ts.path}@{ts.time}" for ts in plan.tombstones),
+        ",".join(f"{ks.path}@{ks.time}{sorted(held.get(ks.id, ()))}" for ks in newest),
+    )
+
+    def again(ts: KeySpace, ks: KeySpace, deleted: np.ndarray) -> np.ndarray:
+        """Which of `ts`'s deleted keys run `ks` holds again (a mask over them)."""
+        return keys_of.derived(
+            f"held again {fields[0]} {ts.path} {ks.path}", lambda: member(deleted, keys_of.numeric(ks, fields))
+        )
+
+    def build() -> Deleted:
+        parts = []
+        for ts in plan.tombstones:
+            deleted = keys_of.numeric(ts, fields)
+            written = np.zeros(len(deleted), dtype=bool)
+            for ks in newest:
+                if ks.time <= ts.time or not len(deleted):
+                    continue
+                hit = again(ts, ks, deleted)
+                if hit.any():
+                    if not set(needed) <= held.get(ks.id, set()):
+                        return Deleted(None, name)
+                    written |= hit
+            parts.append(deleted[~written])
+        return Deleted(sorted_union(*parts), name)
+
+    found = keys_of.derived(name, build)
+    return found if found.keys is not None else None
+
+
+def dead_rows(ctx: ScanContext, base: KeySpace, dead: Deleted, lo: int, hi: int) -> np.ndarray:
+    """The rows in [lo, hi) of `base` holding a key `dead` deletes, ascending (kept with it: every
+    scan of a version finds the same rows)."""
+    keys_of = ctx.keys()
+    fields = ctx.plan.key_fields
+    deleted = dead.keys
+    assert deleted is not None
+    return keys_of.derived(
+        f"dead rows {base.path} [{lo}, {hi}) {dead.name}",
+        lambda: _rows_of(keys_of.numeric(base, fields), deleted, lo, hi),
+    )
 
 
 def _rows_of(keys: np.ndarray, wanted: np.ndarray, lo: int, hi: int) -> np.ndarray:

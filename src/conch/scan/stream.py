@@ -71,8 +71,8 @@ def streamed(ctx: ScanContext) -> Stream | None:
             return None
         if not keys_of.keep and not all(keys_of.cached(k) for k in [*plan.key_spaces, *plan.tombstones]):
             return None  # key tables too large to cache: the general path's sparse-index lookup
-    dead_keys = deleted_keys(ctx) if plan.tombstones else None
-    if plan.tombstones and dead_keys is None:
+    deleted = deleted_keys(ctx) if plan.tombstones else None
+    if plan.tombstones and deleted is None:
         return None
     groups: dict[tuple[str, str, int], list[int]] = {}
     for i, ks in enumerate(plan.key_spaces):
@@ -98,7 +98,7 @@ def streamed(ctx: ScanContext) -> Stream | None:
             by_ks.setdefault((grp, f.key_space), []).append(f)
     segments = []
     for base, small, ranges in segs:
-        seg = segment(ctx, base, small, ranges, by_ks, dead_keys)
+        seg = segment(ctx, base, small, ranges, by_ks, deleted)
         if seg is None:
             return None
         segments.append(seg)
@@ -431,10 +431,15 @@ class Stream:
                 else:
                     cols.update(self._overlaid(s, u, win, here))
             keep = _alive(s, win, pos, n)
-            if ov is None and not self.ctx.options.with_keys:
+            if not self.ctx.options.with_keys:  # no keys out: none spliced or filtered
+                m = n + (len(win.new) if win is not None else 0)
                 if keep is not None:
                     cols = {k: v.filter(keep) for k, v in cols.items()}
-                yield self._emit(s, self._no_keys, cols, n if keep is None else int(keep.true_count))
+                    m = int(keep.true_count)
+                if m > self.left:  # a limit inside inserted keys
+                    cols = {k: v.slice(0, self.left) for k, v in cols.items()}
+                    m = self.left
+                yield self._emit(s, self._no_keys, cols, m)
                 pos += n
                 continue
             key_part = self._keys(s).slice(pos, n)

@@ -5,13 +5,14 @@
 sorted run of several files), not files: a merge over tombstones writes a data run and a
 tombstone run, and counted as two, L0 never fell below `l0_trigger` and a history of
 interleaved upserts and deletes merged its newest runs at every commit. A *large* component
-(above `small_bytes` or `small_rows`, with L1, no tombstone run in L0) merges L0 into L0 only at
+(above `small_bytes` or `small_rows`, with L1) merges L0 into L0 only at
 `Policy.l0_stop` (32; 8 until the sixth pass) sorted runs (`tier_window` on rows); below it only the major at
 `l1_ratio` rewrites. A scan pays for L0 mostly once, by the rows it overlays (a 500k-row L1
 under 1 to 14 runs of 1,000 random keys: full / 1 % / take 1.7 / 1.4 / 1.6x a clean read at one
 run, 1.9 / 1.4 / 2.0x at 14; 8 keeps a take within ~5 % of 3 runs), while merging at
-`l0_trigger` cost a merge every other commit. Over tombstones a scan takes the general path
-(~18x at one run, +~5 % per further run), so their components keep `l0_trigger`.
+`l0_trigger` cost a merge every other commit. Components with tombstone runs kept `l0_trigger`
+until the seventh pass (a scan over them then searched every newer run for each tombstone's keys
+again per scan); with the deleted keys kept per version they are tiered like data.
 
 The windows (`tier_window`, `newest_window`) are contiguous in commit time only once `plan.time_contiguous` trims them.
 """
