@@ -158,6 +158,38 @@ def _alive(s: Segment, win: Window | None, pos: int, n: int) -> pa.BooleanArray 
     return pa.array(keep)
 
 
+def _coalesced(
+    parts: Iterator[tuple[np.ndarray, dict[int, pa.Array]]], rows: int = 1 << 16
+) -> Iterator[tuple[np.ndarray, dict[int, pa.Array]]]:
+    """`_passing`'s (rows, columns) joined until they hold `rows` rows: a selective filter passes
+    a few hundred rows of each 64k-row batch, and each part then paid the overlay merge's fixed
+    cost (a dozen Arrow calls: ~0.4 ms a batch, ~60 % of a 1 % filter's scan over an overlay)."""
+    held: list[tuple[np.ndarray, dict[int, pa.Array]]] = []
+    n = 0
+    for part in parts:
+        held.append(part)
+        n += len(part[0])
+        if n >= rows:
+            yield _joined(held)
+            held, n = [], 0
+    if held:
+        yield _joined(held)
+
+
+def _joined(parts: list[tuple[np.ndarray, dict[int, pa.Array]]]) -> tuple[np.ndarray, dict[int, pa.Array]]:
+    if len(parts) == 1:
+        return parts[0]
+    cols = {
+        k: pa.chunked_array([c for p in parts for c in _chunks(p[1][k])], parts[0][1][k].type).combine_chunks()
+        for k in parts[0][1]
+    }
+    return np.concatenate([p[0] for p in parts]), cols
+
+
+def _chunks(col: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+
+
 def _row_width(cols: list[Column]) -> int | None:
     """Decoded bytes per row of `cols` if every one is a fixed-width primitive, else None."""
     if not all(pa.types.is_primitive(c.type) or pa.types.is_decimal(c.type) for c in cols):
@@ -281,7 +313,7 @@ class Stream:
             return
         # `_passing`: a run small enough to stay decoded (an LSM tree's append, its own segment)
         # is filtered in Arrow over its cached columns, with no Vortex scan opened per scan
-        for rows, cols in self._passing(s, u, u.columns):
+        for rows, cols in _coalesced(self._passing(s, u, u.columns)):
             if self.left <= 0:
                 return
             if len(dead) and len(rows):
@@ -363,7 +395,7 @@ class Stream:
                 keep = (rows >= a) & (rows < b)
                 rows, frows = rows[keep], frows[keep]
                 taken = t.select(own_schema.names).take(pa.array(frows)) if own else None
-                yield rows, {c.id: one_array(taken.column(j)) for j, c in enumerate(own)} if taken else {}
+                yield rows, {c.id: one_array(taken.column(j)) for j, c in enumerate(own)} if taken is not None else {}
                 continue
             idx = None if (a, b) == (mask.lo, mask.hi) else mask.to_fragment_rows(np.arange(a, b))
             for batch in ctx.stream(u.group, fr, own_schema, idx, self.filter_expr, True):
@@ -379,15 +411,19 @@ class Stream:
         assert ov is not None and u.cells is not None
         order = np.argsort(np.concatenate([rows * 2 + 1, ov.ins[js] * 2]), kind="stable")
         idx = pa.array(order[: self.left])
-        keys = pa.concat_tables([take_rows(self._keys(s), rows), ov.keys.take(pa.array(js))]).take(idx)
+        at = pa.array(js)
         cols = {}
         for j, c in enumerate(u.columns):
-            extra = u.cells.columns[j].array.take(pa.array(js))
+            extra = u.cells.columns[j].array.take(at)
             col = base[c.id]
             col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
             cols[c.id] = pa.concat_arrays([col, extra]).take(idx)
-        if keys.num_rows:
-            yield self._emit(s, keys, cols)
+        if not len(idx):
+            return
+        if not self.ctx.options.with_keys:  # no keys out: none gathered
+            yield self._emit(s, self._no_keys, cols, len(idx))
+            return
+        yield self._emit(s, pa.concat_tables([take_rows(self._keys(s), rows), ov.keys.take(at)]).take(idx), cols)
 
     def _zipped(self, s: Segment) -> Iterator[pa.RecordBatch]:
         # units holding their base cells in the same fragments (a partial upsert splits a group's
