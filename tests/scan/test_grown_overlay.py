@@ -124,3 +124,55 @@ def test_a_grown_overlay_is_the_overlay_built_from_scratch() -> None:
             assert ov.keys.equals(want.keys) and len(ov.pos) == len(want.pos)
             assert np.array_equal(ov.ins, want.ins) and np.array_equal(ov.hit, want.hit)
             assert all(np.array_equal(a, b) for a, b in zip(ov.pos, want.pos, strict=True))
+
+
+def test_a_delete_shrinks_the_last_versions_overlay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upserts and deletes interleaved (the lsm_shapes deletes family), each version scanned: the
+    overlay after a delete is the last one less the keys the delete removes (`grown`'s `gone`),
+    not built from scratch, and reads the same as a fresh build; so is one after a write that
+    writes a deleted key again, and one a reader reaches over a write and a delete at once."""
+    calls: Counter[str] = Counter()
+    for module, name in ((overlay, "grown"), (overlay, "overlay_keys")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=real, _n=name, **k: (calls.update([_n]), _f(*a, **k))[1])
+    t, model = _based(tmp_path)
+    ops = [
+        ("full", [3, 40, 41, 250, 505]),
+        ("delete", [40, 250, 7, 505]),  # keys of the small run (one inserted), and base keys
+        ("a", [4, 41, 499]),
+        ("delete", [4, 3, 12]),
+        ("full", [40, 12, 510]),  # deleted keys written again, whole
+        ("delete", [510, 41]),
+    ]
+    _scan_after_each(tmp_path, t, model, ops)
+    assert calls["grown"] == len(ops) - 1
+    assert calls["overlay_keys"] == 1 + len(ops)  # the first version's, and the fresh connections'
+    calls.clear()
+    more = [("full", [20, 21, 4]), ("delete", [20, 3, 499]), ("full", [22]), ("delete", [22, 21])]
+    _scan_after_each(tmp_path, t, model, more, read=[False, True, False, True])
+    assert calls["grown"] == 2  # a write and a delete at once, twice
+    assert calls["overlay_keys"] == 2
+
+
+def test_a_grown_overlay_less_gone_keys_is_the_overlay_built_from_scratch() -> None:
+    """`grown` with `gone` gives `overlay_keys`' fields over the runs less those keys (each run's
+    selected rows without them), and `moved` maps every kept key to its new place."""
+    rng = np.random.default_rng(8)
+    base = np.sort(rng.choice(10_000, 3_000, replace=False)).astype(np.uint64)
+    runs = [np.sort(rng.choice(12_000, n, replace=False)).astype(np.uint64) for n in (400, 30, 900)]
+    rows = [np.arange(len(r), dtype=np.int64) for r in runs]
+    make = lambda u: pa.table({"k": pa.array(u)})  # noqa: E731
+    prev = overlay.overlay_keys(base, runs[:2], rows[:2], make)
+    gone = np.sort(rng.choice(prev.numbers, 120, replace=False))
+    gone = gone[~np.isin(gone, runs[2])]  # a key the newest run holds is not gone
+    for new in ([], [2]):
+        ov = overlay.grown(prev, base, [runs[i] for i in new], [rows[i] for i in new], make, gone)
+        less = [(r[~np.isin(r, gone)], w[~np.isin(r, gone)]) for r, w in zip(runs, rows, strict=True)]
+        want = overlay.overlay_keys(base, [less[i][0] for i in [0, 1, *new]], [less[i][1] for i in [0, 1, *new]], make)
+        assert ov.keys.equals(want.keys) and np.array_equal(ov.ins, want.ins) and np.array_equal(ov.hit, want.hit)
+        assert all(np.array_equal(a, b) for a, b in zip(ov.pos, want.pos, strict=True))
+        assert all(np.array_equal(a, b) for a, b in zip(ov.rows, [less[i][1] for i in [0, 1, *new]], strict=True))
+        assert ov.moved is not None
+        kept = ov.moved >= 0
+        assert np.array_equal(kept, ~np.isin(prev.numbers, gone))
+        assert np.array_equal(ov.numbers[ov.moved[kept]], prev.numbers[kept])

@@ -271,25 +271,38 @@ def grown(
     runs: list[np.ndarray],
     rows: list[np.ndarray],
     make_keys: Callable[[np.ndarray], pa.Table],
+    gone: np.ndarray | None = None,
 ) -> OverlayKeys:
     """`overlay_keys` of `prev`'s runs and newer ones (their selected keys `runs`, each sorted and
     unique, at rows `rows`), from `prev`: the keys they add go in at their insertion points and the
     rest of `prev` is copied, where placing every key again sorts and searches them all. A table
     being written gets one more small run per commit, and the first scan of each version placed
     every small-run key again (1M keys under 7 L0 runs holding 192k: ~25 ms of a 55 ms scan); a
-    reader slower than the commits grows the last version it read by the runs since, at once."""
+    reader slower than the commits grows the last version it read by the runs since, at once.
+
+    `gone`: sorted keys deleted since `prev` (by a newer tombstone, and held again by no newer
+    run), taken out of `prev`'s keys and runs first (their `moved` is -1)."""
     u = prev.numbers
-    v = sorted_union(*runs)
-    j, known = _placed_in(u, v)
+    kept = ~member(u, gone) if gone is not None and len(gone) and len(u) else np.ones(len(u), dtype=bool)
+    u_kept = u[kept]
+    v = sorted_union(*runs) if runs else u[:0]
+    j, known = _placed_in(u_kept, v)
     added, at = v[~known], j[~known]
-    u2 = np.insert(u, at, added)
-    # an old key moves down by the added keys inserted at or before it
-    moved = np.arange(len(u), dtype=np.int64) + np.cumsum(np.bincount(at, minlength=len(u) + 1))[: len(u)]
+    u2 = np.insert(u_kept, at, added)
+    # an old key moves down by the added keys inserted at or before it, up by the gone ones
+    shift = np.cumsum(np.bincount(at, minlength=len(u_kept) + 1))[: len(u_kept)]
+    moved = np.full(len(u), -1, dtype=np.int64)
+    moved[kept] = np.arange(len(u_kept), dtype=np.int64) + shift
     ins_added, hit_added = _placed_in(base, added)
-    ins = np.insert(prev.ins, at, ins_added)
-    hit = np.insert(prev.hit, at, hit_added)
-    pos = [moved[p] for p in prev.pos] + [np.searchsorted(u2, r).astype(np.int64) for r in runs]
-    rows_all = [*prev.rows, *rows]
+    ins = np.insert(prev.ins[kept], at, ins_added)
+    hit = np.insert(prev.hit[kept], at, hit_added)
+    pos, rows_all = [], []
+    for p, r in zip(prev.pos, prev.rows, strict=True):
+        still = kept[p]
+        pos.append(moved[p[still]])
+        rows_all.append(r[still])
+    pos += [np.searchsorted(u2, r).astype(np.int64) for r in runs]
+    rows_all += rows
     return OverlayKeys(
         make_keys(u2), ins, hit, pos, rows_all, u2, grown_from=prev.name, grown_at=len(prev.pos), moved=moved
     )
@@ -330,25 +343,43 @@ def placed(
     if plan.key_predicate is not None or plan.within is not None:
         return build()
 
-    def named(runs: list[int]) -> str:
-        listed = ",".join(f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in runs)
-        if dead is not None and len(dead):  # the tombstone runs decide the deleted keys
-            listed += " less " + ",".join(ts.path for ts in plan.tombstones)
-        return f"overlay {fields[0]} {base.path} {listed}"
+    tombstones = [ts.path for ts in plan.tombstones] if dead is not None and len(dead) else []
+    listed = [f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in small]
 
-    name = named(small)
+    def named(n_runs: int, n_tombstones: int) -> str:
+        runs = ",".join(listed[:n_runs])
+        if n_tombstones:  # the tombstone runs decide the deleted keys
+            runs += " less " + ",".join(tombstones[:n_tombstones])
+        return f"overlay {fields[0]} {base.path} {runs}"
+
+    name = named(len(small), len(tombstones))
 
     def build_named() -> OverlayKeys:
-        # the overlay of the longest older prefix of these runs still kept (the last version a
-        # reader scanned: runs are in commit order, the newest last) grows by the runs since
-        # (at most `GROW_LOOKBACK` versions back: each name lists its runs, and a table with
-        # maintenance off may hold a thousand)
-        cuts = range(len(small) - 1, max(0, len(small) - 1 - GROW_LOOKBACK), -1)
-        prev = next((p for cut in cuts if (p := keys_of.peek(named(small[:cut])))), None)
+        # the overlay of the nearest older version still kept (the last one a reader scanned:
+        # a prefix of these runs, in commit order, and of these tombstones) grows by the runs
+        # since and loses the keys the tombstones since delete. At most `GROW_LOOKBACK` versions
+        # back: each name lists its runs, and a table with maintenance off may hold a thousand
+        r, t = len(small), len(tombstones)
+        older = sorted(
+            (r - cut + t - n, -cut, -n)
+            for cut in range(r, max(0, r - 1 - GROW_LOOKBACK), -1)
+            for n in range(t, max(-1, t - 1 - GROW_LOOKBACK), -1)
+            if 0 < r - cut + t - n <= GROW_LOOKBACK and cut > 0
+        )
+        prev, n_prev = None, t
+        for _, cut, n in older:
+            prev, n_prev = keys_of.peek(named(-cut, -n)), -n
+            if prev is not None:
+                break
         if prev is None:
             return dataclasses.replace(build(), name=name)
         picked = [selected(i) for i in small[len(prev.pos) :]]
-        ov = grown(prev, keys_of.numeric(base, fields), [p[0] for p in picked], [p[1] for p in picked], make)
+        gone = None
+        if n_prev < t:  # keys the tombstones since delete (held again by no newer run: in `dead`)
+            assert dead is not None
+            since = sorted_union(*(keys_of.numeric(ts, fields) for ts in plan.tombstones[n_prev:]))
+            gone = since[member(since, dead)]
+        ov = grown(prev, keys_of.numeric(base, fields), [p[0] for p in picked], [p[1] for p in picked], make, gone)
         return dataclasses.replace(ov, name=name)
 
     return keys_of.derived(name, build_named)
@@ -399,7 +430,8 @@ def grown_values(
     schema: pa.Schema,
 ) -> tuple[pa.Table, np.ndarray]:
     """`overlay_values` of a `grown` overlay, from the unit's values over the overlay it grew
-    from: every old key keeps its cell and whether it is shown (`ov.moved`), the keys added show
+    from: every old key keeps its cell and whether it is shown (`ov.moved`; a key deleted since
+    is dropped), the keys added show
     nulls, and each run the overlay grew by that holds the unit's columns (`runs`: the unit's
     runs, oldest first), oldest to newest, lays its cells over its keys (the newest run holding a
     key is the fresh one; a key the base holds only if that run is newer than the base's cells,
@@ -411,9 +443,10 @@ def grown_values(
     cells = [tables(i).take(pa.array(ov.rows[i])) for _, i in new_runs]
     null_at = n_prev + sum(c.num_rows for c in cells)
     idx = np.full(n, null_at, dtype=np.int64)
-    idx[ov.moved] = np.arange(n_prev)
+    kept = ov.moved >= 0  # -1: deleted since (`grown`'s `gone`)
+    idx[ov.moved[kept]] = np.flatnonzero(kept)
     wins = np.zeros(n, dtype=bool)
-    wins[ov.moved] = prev_wins
+    wins[ov.moved[kept]] = prev_wins[kept]
     at = n_prev
     for (k, i), c in zip(new_runs, cells, strict=True):
         p = ov.pos[i]
