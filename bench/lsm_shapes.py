@@ -51,7 +51,11 @@ Read ratios are taken four times: **after** the last commit (the settle postpone
 the ingest (the default side's ingest run again in its own subprocess with `conch.Policy()` as
 it runs in use, background settle included, and a reader thread scanning the newest version
 again and again, each query alternated with the same query on `once`: `_Reader`), **settled**
-(`wait_for_maintenance()`) and **compacted** (after `compact()`).
+(`wait_for_maintenance()`) and **compacted** (after `compact()`). **Each version** (since issue
+30's seventh pass): the default side's ingest once more, each sampled version of its second half
+read between commits by the writing thread (`_VersionReads`): the first read of every new
+version, with no thread contending for the interpreter (the "during" reader shares it with the
+writer, and its medians moved by 2x between runs of unchanged code).
 
 `--bulk 50000000,100000000` measures only the one-write bulk load at those key counts, the write
 side (default beside auto off; no `once` side and no reads), in minutes rather than hours.
@@ -206,6 +210,8 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
         policy = conch.Policy(auto=False)
     elif side == "during":  # the default policy as it runs in use: the background settle too
         policy = conch.Policy()
+    elif side == "versions":  # the default side again, each sampled version read by this thread
+        policy = conch.Policy(settle_after=3600.0)
     else:
         policy = conch.Policy(settle_after=3600.0)
     schema = SCHEMA if family == "spark" else None  # Spark's `id` is a bigint: cast to the table's uint64
@@ -217,6 +223,7 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
     if spark is not None:  # the Spark family's default and auto-off sides are the Spark job
         ops = [("spark", n)]
     during = _Reader(path, source) if side == "during" else None
+    versions = _VersionReads(path, source, _ops(family, n, commits)) if side == "versions" else None
     if side == "once":  # the final fresh rows of the auto-off table (`source`), in one write
         src = conch.connect(source, maintenance=conch.Policy(auto=False)).table("t")
         ops = [("write", src.scan().to_arrow())]
@@ -232,9 +239,13 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
             d = data() if callable(data) else data
             written += 0 if isinstance(d, pa.RecordBatchReader) else d.nbytes
             t.write(d)
+        if versions is not None:
+            versions.after(done)
     wall, cpu = time.perf_counter() - t0, S.process_cpu() - c0
     if during is not None:
         return {"during": during.stop(), "reads": during.reads}
+    if versions is not None:
+        return {"versions": versions.medians(), "version_reads": versions.reads}
     if spark is not None:  # the job committed in a Spark worker: the driver's table object is stale
         t = conch.connect(path, maintenance=policy).table("t")
     plan = t.maintenance_plan()
@@ -314,6 +325,56 @@ class _Reader:
         return {k: round(float(np.median(v)), 2) if v else float("nan") for k, v in self.samples.items()}
 
 
+def _ops(family: str, n: int, commits: int) -> int:
+    """How many commits `history` makes (it is lazy: counting it would build every commit)."""
+    if family in ("bulk_reader", "unsorted_table", "spark"):
+        return 1
+    if family == "two_groups":
+        return 2
+    if family == "appends":
+        return commits
+    per = max(1, n // 500)
+    return (-(-n // per) if family == "ingest" else 1) + commits
+
+
+class _VersionReads:
+    """Reads of each new version, in the writing thread between commits (no other thread
+    contending): from the second half of the history on, at most ~40 versions, each read by a
+    full scan (the version's first read: its overlay is built then), the 1 % filter and the
+    50-key take, each alternated with the same query on the rows written once (`once`). Ratios
+    per row out for full and filter, as `_Reader`'s; medians per query."""
+
+    def __init__(self, path: str, once_path: str, ops: int) -> None:
+        import conch
+
+        self.live = conch.connect(path, maintenance=conch.Policy(auto=False)).table("t")
+        self.once = conch.connect(once_path, maintenance=conch.Policy(auto=False)).table("t")
+        self.queries = _queries(self.once)
+        self.final = self.once.scan().to_arrow().num_rows
+        self.ops, self.step = ops, max(1, ops // 2 // 40)
+        self.samples: dict[str, list[float]] = {k: [] for k in self.queries}
+        self.reads = 0
+
+    def after(self, done: int) -> None:
+        if done < self.ops and (done < self.ops // 2 or (self.ops - done) % self.step):
+            return
+        share = 1.0
+        for case, q in self.queries.items():
+            t0 = time.perf_counter()
+            got = q(self.live)
+            mine = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            q(self.once)
+            base = time.perf_counter() - t0
+            if case == "full":
+                share = max(got.num_rows, 1) / max(1, self.final)
+            self.samples[case].append(mine / base / (share if case != "take" else 1.0))
+            self.reads += 1
+
+    def medians(self) -> dict[str, float]:
+        return {k: round(float(np.median(v)), 2) if v else float("nan") for k, v in self.samples.items()}
+
+
 # ----- reads, in this process ------------------------------------------------------------------
 def _queries(once: Any) -> dict[str, Callable[[Any], Any]]:
     """Full scan, 1 % filter (`a < 0.01`) and a take of 50 keys of the final rows."""
@@ -354,6 +415,10 @@ def shape(work: Path, family: str, n: int, commits: int, reps: int, before: Path
             args = ["during", family, str(S.fresh(here / "during")), str(n), str(commits), str(here / "once")]
             got[side].update(S.child_json("bench.lsm_shapes", args, env))
             shutil.rmtree(here / "during", ignore_errors=True)
+            # and again, each new version read between commits
+            args = ["versions", family, str(S.fresh(here / "versions")), str(n), str(commits), str(here / "once")]
+            got[side].update(S.child_json("bench.lsm_shapes", args, env))
+            shutil.rmtree(here / "versions", ignore_errors=True)
     once = conch.connect(work / family / str(n) / "once", maintenance=conch.Policy(auto=False)).table("t")
     for side in sides:
         r = {"family": family, "keys": n, "side": side, **got[side]}
@@ -421,16 +486,16 @@ def _print(r: dict[str, Any]) -> None:
     print(
         f"  {r['family']:<15} {r['keys']:>10,} {r['side']:<9} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} "
         f"{r['wall_vs_off']:6.2f}x {r['rewritten'] / 2**20:9.1f} {r['written'] / 2**20:8.1f} {r['peak_rss_mb']:6} "
-        f"{r['l0']:3}/{r['l1']:<4} {ratios('after_last_commit'):>16} {ratios('during'):>16} {ratios('settled'):>16} "
-        f"{ratios('compacted'):>16}",
+        f"{r['l0']:3}/{r['l1']:<4} {ratios('after_last_commit'):>16} {ratios('during'):>16} {ratios('versions'):>16} "
+        f"{ratios('settled'):>16} {ratios('compacted'):>16}",
         flush=True,
     )
 
 
 HEADER = (
     f"  {'family':<15} {'keys':>10} {'side':<9} {'wall s':>8} {'CPU s':>8} {'÷off':>7} {'rewr MB':>9} "
-    f"{'wrote MB':>8} {'RSS MB':>6} {'L0/L1':>8} {'after: f/1%/take':>16} {'during':>16} {'settled':>16} "
-    f"{'compacted':>16}"
+    f"{'wrote MB':>8} {'RSS MB':>6} {'L0/L1':>8} {'after: f/1%/take':>16} {'during':>16} {'each version':>16} "
+    f"{'settled':>16} {'compacted':>16}"
 )
 
 
