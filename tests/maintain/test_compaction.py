@@ -15,10 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conch
+from conch.files.integrity import digest
+from conch.files.ipc import table_bytes
 from conch.files.manifest import KeySpace, TableState
 from conch.log.sinceview import since_view
 from conch.log.wal import AddDisplacementMap, RemoveFragment, RemoveKeySpace
-from conch.maintain.compaction.displacement import dest_ids, displace, map_runs, read_map
+from conch.maintain.compaction.displacement import MAP_SCHEMA, STORED_MAP_SCHEMA, dest_ids, displace, map_runs, read_map
 from conch.maintain.compaction.plan import plan, read_trigger
 from conch.maintain.compaction.ranges import Ranges, cut_rows, partition_boundaries, split_boundaries
 from conch.model.keys import decode_key, encode_keys
@@ -317,6 +319,36 @@ def test_displacement_map_records_where_rows_went_as_runs(tmp_path: Path) -> Non
         _, rows = displace(runs, k.id, np.arange(len(keys)))
         for key, row in zip(keys, rows, strict=True):
             assert (row == -1) if key == 10 else (out_keys[row] == key)  # the deleted key was dropped
+
+
+def test_displacement_maps_store_their_ids_dictionary_encoded_and_read_either_form(tmp_path: Path) -> None:
+    """A merge of runs of random keys maps a run per key: the ids are stored dictionary-encoded
+    (`STORED_MAP_SCHEMA`) and read back as strings; a map stored with plain strings (before)
+    reads the same; any other columns are a `CorruptFileError` naming the map."""
+    t = _table(tmp_path)
+    rng = np.random.default_rng(4)
+    t.write(pa.table({"id": pa.array(np.arange(0, 4000, 2), pa.uint64()), "a": np.zeros(2000)}))
+    for c in range(3):
+        keys = np.sort(rng.choice(4000, 300, replace=False))
+        t.write(pa.table({"id": pa.array(keys, pa.uint64()), "a": np.full(300, float(c))}))
+    want = t.scan().to_pylist()
+    t.compact()
+    assert t.scan().to_pylist() == want
+    (entry,) = [e for _, _, e in t.log.entries() if e.kind == "compact"]
+    (op,) = [o for o in entry.ops if isinstance(o, AddDisplacementMap)]
+    storage = t.log.storage
+    stored = pa.ipc.open_stream(pa.py_buffer(storage.read(op.path))).read_all()
+    assert stored.schema == STORED_MAP_SCHEMA
+    runs = read_map(storage, op.path, op.checksum)
+    assert runs.schema == MAP_SCHEMA and runs.num_rows == op.runs > 300  # a run per random key, about
+    assert set(runs.column("dest").to_pylist()) <= set(t.state().key_spaces)
+    plain = table_bytes(runs)  # the form maps had before
+    storage.write(op.path, plain)
+    assert read_map(storage, op.path, digest(plain)).equals(runs)
+    other = table_bytes(runs.drop_columns(["length"]))
+    storage.write(op.path, other)
+    with pytest.raises(conch.CorruptFileError, match=op.path):
+        read_map(storage, op.path, digest(other))
 
 
 def test_a_merge_split_by_column_presence_maps_every_row(tmp_path: Path) -> None:

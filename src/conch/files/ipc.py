@@ -24,14 +24,17 @@ def table_bytes(table: pa.Table, level: int | None = None) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def read_table(data: bytes, what: str, schema: pa.Schema) -> pa.Table:
-    """The table in `data` (an IPC stream, or an IPC file), which must have `schema`; anything
-    else is a `CorruptFileError` naming `what` (e.g. "mask file <path>")."""
+def read_table(data: bytes, what: str, schema: pa.Schema, stored: pa.Schema | None = None) -> pa.Table:
+    """The table in `data` (an IPC stream, or an IPC file), which must have `schema` (or `stored`,
+    a form of it written more compactly, cast to `schema`); anything else is a
+    `CorruptFileError` naming `what` (e.g. "mask file <path>")."""
     try:
         buf = pa.py_buffer(data)
         t = pa.ipc.open_file(buf).read_all() if data[:6] == _FILE_MAGIC else pa.ipc.open_stream(buf).read_all()
     except (pa.ArrowException, OSError, ValueError) as e:
         raise CorruptFileError(f"{what} is damaged ({e}); restore it from a backup") from e
+    if stored is not None and t.schema == stored:
+        return t.cast(schema)
     if t.schema != schema:
         raise CorruptFileError(f"{what} is damaged (unexpected columns {t.schema.names}); restore it from a backup")
     return t
