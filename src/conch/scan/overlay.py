@@ -346,11 +346,16 @@ def placed(
     tombstones = [ts.path for ts in plan.tombstones] if dead is not None and len(dead) else []
     listed = [f"{plan.key_spaces[i].path}{ranges.get(i, '')}" for i in small]
 
+    @functools.cache
+    def runs_of(n_runs: int) -> str:  # each prefix joined once (the lookup below tries ~150 names)
+        return ",".join(listed[:n_runs])
+
+    @functools.cache
+    def less(n_tombstones: int) -> str:  # the tombstone runs decide the deleted keys
+        return " less " + ",".join(tombstones[:n_tombstones]) if n_tombstones else ""
+
     def named(n_runs: int, n_tombstones: int) -> str:
-        runs = ",".join(listed[:n_runs])
-        if n_tombstones:  # the tombstone runs decide the deleted keys
-            runs += " less " + ",".join(tombstones[:n_tombstones])
-        return f"overlay {fields[0]} {base.path} {runs}"
+        return f"overlay {fields[0]} {base.path} {runs_of(n_runs)}{less(n_tombstones)}"
 
     name = named(len(small), len(tombstones))
 
@@ -360,15 +365,19 @@ def placed(
         # since and loses the keys the tombstones since delete. At most `GROW_LOOKBACK` versions
         # back: each name lists its runs, and a table with maintenance off may hold a thousand
         r, t = len(small), len(tombstones)
+        # (runs, tombstones) of the older versions, nearest first (then the most runs)
         older = sorted(
-            (r - cut + t - n, -cut, -n)
-            for cut in range(r, max(0, r - 1 - GROW_LOOKBACK), -1)
-            for n in range(t, max(-1, t - 1 - GROW_LOOKBACK), -1)
-            if 0 < r - cut + t - n <= GROW_LOOKBACK and cut > 0
+            (
+                (cut, n)
+                for cut in range(max(1, r - GROW_LOOKBACK), r + 1)
+                for n in range(max(0, t - GROW_LOOKBACK), t + 1)
+                if 0 < r - cut + t - n <= GROW_LOOKBACK
+            ),
+            key=lambda c: (r - c[0] + t - c[1], -c[0], -c[1]),
         )
         prev, n_prev = None, t
-        for _, cut, n in older:
-            prev, n_prev = keys_of.peek(named(-cut, -n)), -n
+        for cut, n in older:
+            prev, n_prev = keys_of.peek(named(cut, n)), n
             if prev is not None:
                 break
         if prev is None:

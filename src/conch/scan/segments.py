@@ -11,6 +11,7 @@ the plan's tombstones delete where the stream can leave them out.
 from __future__ import annotations
 
 import bisect
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -277,12 +278,14 @@ def deleted_keys(ctx: ScanContext) -> Deleted | None:
         for f in frs:
             held.setdefault(f.key_space, set()).update(f.column_ids)
     newest = [ks for ks in plan.key_spaces if ks.rows and any(ks.time > ts.time for ts in plan.tombstones)]
-    name = "deleted {} {} {} {}".format(
+    named_by = "{} {} {} {}".format(
         fields[0],
         needed,
         ",".join(f"{ts.path}@{ts.time}" for ts in plan.tombstones),
         ",".join(f"{ks.path}@{ks.time}{sorted(held.get(ks.id, ()))}" for ks in newest),
     )
+    # a digest of it: the cache weighs values, not names, and this one lists every run
+    name = "deleted " + hashlib.blake2b(named_by.encode(), digest_size=16).hexdigest()
 
     def again(ts: KeySpace, ks: KeySpace, deleted: np.ndarray) -> np.ndarray:
         """Which of `ts`'s deleted keys run `ks` holds again (a mask over them)."""
