@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import conch
@@ -262,6 +262,7 @@ def test_nested_levels_read_as_before(catalog: conch.Catalog) -> None:
 
 @settings(deadline=None, max_examples=25)
 @given(seed=st.integers(0, 10_000), split=st.booleans(), small=st.booleans(), runs=st.sampled_from([None, 1, 2]))
+@example(seed=42, split=False, small=False, runs=None)  # no cells at all (found by CI's hypothesis)
 def test_masked_layout_equals_dense_layout(
     tmp_path_factory: pytest.TempPathFactory, seed: int, split: bool, small: bool, runs: int | None
 ) -> None:
@@ -289,6 +290,9 @@ def test_masked_layout_equals_dense_layout(
         return out
 
     before = [s.to_arrow().to_pylist() for s in scans()]
+    # every column written only as nulls (seed 42: one write of two nulls, their type unknown)
+    # leaves no cells: no fragment to realign
+    assume(bool(t.log.state().fragments))
     realign(t, split_seed=seed if split else None, runs=runs)
     assert any(f.mask for f in t.log.state().fragments.values())
     for s, want in zip(scans(), before, strict=True):
