@@ -270,16 +270,13 @@ def _ingest_child(side: str, family: str, path: str, n: int, commits: int, sourc
     }
 
 
-class _Reader:
-    """A reader thread during the ingest: it scans the table being written (full, 1 % filter,
-    50-key take, each on the newest version) again and again, each query alternated with the
-    same query on the rows written once (`once`: the final rows). Reads are counted once the
-    table holds half its final rows; full and filter ratios are per row out (the table grows
-    under appends), the take's as measured. Returns the median ratio per query."""
+class _Reads:
+    """Reads of the table being written (`live`): full scan, 1 % filter and 50-key take, each
+    alternated with the same query on the rows written once (`once`: the final rows). Full and
+    filter ratios are per row out (the table grows under appends), the take's as measured;
+    `medians` per query."""
 
     def __init__(self, path: str, once_path: str) -> None:
-        import threading
-
         import conch
 
         self.live = conch.connect(path, maintenance=conch.Policy(auto=False)).table("t")
@@ -288,6 +285,36 @@ class _Reader:
         self.final = self.once.scan().to_arrow().num_rows
         self.samples: dict[str, list[float]] = {k: [] for k in self.queries}
         self.reads = 0
+
+    def round(self, least_share: float) -> None:
+        """Each query once on the newest version, kept when the table holds at least
+        `least_share` of its final rows."""
+        share = 0.0
+        for case, q in self.queries.items():
+            t0 = time.perf_counter()
+            got = q(self.live)
+            mine = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            q(self.once)
+            base = time.perf_counter() - t0
+            if case == "full":
+                share = max(got.num_rows, 1) / max(1, self.final)
+            if share >= least_share:
+                self.samples[case].append(mine / base / (share if case != "take" else 1.0))
+                self.reads += 1
+
+    def medians(self) -> dict[str, float]:
+        return {k: round(float(np.median(v)), 2) if v else float("nan") for k, v in self.samples.items()}
+
+
+class _Reader(_Reads):
+    """A reader thread during the ingest: `round` again and again, counted once the table holds
+    half its final rows. `stop` returns the median ratio per query."""
+
+    def __init__(self, path: str, once_path: str) -> None:
+        import threading
+
+        super().__init__(path, once_path)
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lsm-shapes-reader", daemon=True)
@@ -303,30 +330,17 @@ class _Reader:
         from conch.errors import SchemaError
 
         while not self._stop.is_set():
-            share = 0.0
-            for case, q in self.queries.items():
-                t0 = time.perf_counter()
-                try:
-                    got = q(self.live)
-                except SchemaError:  # before the first commit of the filtered column
-                    time.sleep(0.01)
-                    break
-                mine = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                q(self.once)
-                base = time.perf_counter() - t0
-                if case == "full":
-                    share = got.num_rows / max(1, self.final)
-                if share >= 0.5:
-                    self.samples[case].append(mine / base / (share if case != "take" else 1.0))
-                    self.reads += 1
+            try:
+                self.round(0.5)
+            except SchemaError:  # before the first commit of the filtered column
+                time.sleep(0.01)
 
     def stop(self) -> dict[str, float]:
         self._stop.set()
         self._thread.join()
         if self.error is not None:
             raise self.error
-        return {k: round(float(np.median(v)), 2) if v else float("nan") for k, v in self.samples.items()}
+        return self.medians()
 
 
 def _ops(family: str, n: int, commits: int) -> int:
@@ -341,42 +355,19 @@ def _ops(family: str, n: int, commits: int) -> int:
     return (-(-n // per) if family == "ingest" else 1) + commits
 
 
-class _VersionReads:
+class _VersionReads(_Reads):
     """Reads of each new version, in the writing thread between commits (no other thread
-    contending): from the second half of the history on, at most ~40 versions, each read by a
-    full scan (the version's first read: its overlay is built then), the 1 % filter and the
-    50-key take, each alternated with the same query on the rows written once (`once`). Ratios
-    per row out for full and filter, as `_Reader`'s; medians per query."""
+    contending): from the second half of the history on, at most ~40 versions, each read by one
+    `round` (its full scan is the version's first read: its overlay is built then)."""
 
     def __init__(self, path: str, once_path: str, ops: int) -> None:
-        import conch
-
-        self.live = conch.connect(path, maintenance=conch.Policy(auto=False)).table("t")
-        self.once = conch.connect(once_path, maintenance=conch.Policy(auto=False)).table("t")
-        self.queries = _queries(self.once)
-        self.final = self.once.scan().to_arrow().num_rows
+        super().__init__(path, once_path)
         self.ops, self.step = ops, max(1, ops // 2 // 40)
-        self.samples: dict[str, list[float]] = {k: [] for k in self.queries}
-        self.reads = 0
 
     def after(self, done: int) -> None:
         if done < self.ops and (done < self.ops // 2 or (self.ops - done) % self.step):
             return
-        share = 1.0
-        for case, q in self.queries.items():
-            t0 = time.perf_counter()
-            got = q(self.live)
-            mine = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            q(self.once)
-            base = time.perf_counter() - t0
-            if case == "full":
-                share = max(got.num_rows, 1) / max(1, self.final)
-            self.samples[case].append(mine / base / (share if case != "take" else 1.0))
-            self.reads += 1
-
-    def medians(self) -> dict[str, float]:
-        return {k: round(float(np.median(v)), 2) if v else float("nan") for k, v in self.samples.items()}
+        self.round(0.0)
 
 
 # ----- reads, in this process ------------------------------------------------------------------
