@@ -440,11 +440,10 @@ def grown_values(
 ) -> tuple[pa.Table, np.ndarray]:
     """`overlay_values` of a `grown` overlay, from the unit's values over the overlay it grew
     from: every old key keeps its cell and whether it is shown (`ov.moved`; a key deleted since
-    is dropped), the keys added show
-    nulls, and each run the overlay grew by that holds the unit's columns (`runs`: the unit's
-    runs, oldest first), oldest to newest, lays its cells over its keys (the newest run holding a
-    key is the fresh one; a key the base holds only if that run is newer than the base's cells,
-    as `overlay_values` decides)."""
+    is dropped), the keys added show nulls, and each run the overlay grew by that holds the
+    unit's columns (`runs`: the unit's runs, oldest first), oldest to newest, lays its cells over
+    its keys (the newest run holding a key is the fresh one; a key the base holds only if that
+    run is newer than the base's cells, as `overlay_values` decides)."""
     assert ov.moved is not None
     n, n_prev = len(ov.hit), len(prev_wins)
     first_new = ov.grown_at
