@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from conch.files.keycache import shares_buffer
 from conch.files.manifest import KeySpace
 from conch.model.sets import member, sorted_union
 from conch.scan.keyspace import selected_rows
@@ -64,7 +65,8 @@ class OverlayKeys:
     @property
     def nbytes(self) -> int:
         arrays = [self.ins, self.numbers, *self.pos, *self.rows, *([self.moved] if self.moved is not None else [])]
-        return int(self.keys.nbytes + len(self.hit) + sum(a.nbytes for a in arrays))
+        keys = 0 if shares_buffer(self.numbers, self.keys.column(0)) else self.keys.nbytes  # a view: counted once
+        return int(keys + len(self.hit) + sum(a.nbytes for a in arrays))
 
     @functools.cached_property
     def key_cells(self) -> OverlayColumn:
