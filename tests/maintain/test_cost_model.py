@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 
 import conch
-from conch.maintain.compaction.background import settle_tasks
-from conch.maintain.compaction.plan import REWRITE_BYTES_PER_ROW, within_budget
-from conch.maintain.compaction.rewrite import MIN_SLICE_ROWS, Layout, _slices, input_view
+from conch.maintain.compaction.background import settle, settle_tasks
+from conch.maintain.compaction.plan import MIN_SLICE_ROWS, REWRITE_BYTES_PER_ROW, sliced_memory, within_budget
+from conch.maintain.compaction.rewrite import Layout, _slices, input_view
 
 
 def _overlapping(path: Path, budget: int, policy: conch.Policy) -> conch.Table:
@@ -69,3 +69,19 @@ def test_a_rewrite_in_key_slices_reads_like_the_inputs(tmp_path: Path) -> None:
     t.compact()
     assert t.maintenance_plan().l0_runs == 0
     assert t.scan().to_arrow().equals(want)
+
+
+def test_the_settle_weighs_a_major_by_the_slices_it_runs_in(tmp_path: Path) -> None:
+    """200k input rows: ~40 MB as one merge (`memory_bytes`), ~20 MB merged in key slices as the
+    rewrite runs them (`plan.sliced_memory`). Under a 32 MiB budget the commit-time trigger still
+    leaves the runs (its hard limit is the whole-task figure), the settle runs the major (a
+    5M-key table's ten L0 runs were left for good at the default budget) and reads do not change."""
+    policy = conch.Policy(settle_after=None, small_bytes=64 << 20, l0_trigger=4)
+    t = _overlapping(tmp_path / "w", 32 << 20, policy)
+    (task,) = t.maintenance_plan().tasks
+    assert task.memory_bytes > 32 << 20 >= sliced_memory(task, 32 << 20)
+    assert not within_budget(task, policy, memory=32 << 20) and t.maintenance_plan().l0_runs == 4
+    assert len(settle_tasks(t.log.state(), policy, 32 << 20)) == 1
+    want = t.scan().to_arrow()
+    assert settle(t.log) == 1
+    assert t.maintenance_plan().l0_runs == 0 and t.scan().to_arrow().equals(want)

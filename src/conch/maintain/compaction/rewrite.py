@@ -50,7 +50,7 @@ from conch.files.manifest import KeySpace, TableState
 from conch.log.wal import AddFragment, AddKeySpace, Op
 from conch.maintain.compaction import blobcopy
 from conch.maintain.compaction.displacement import MapKeys, StreamedMap, WrittenMap, map_runs, write_map
-from conch.maintain.compaction.plan import CompactionTask, table_ranges
+from conch.maintain.compaction.plan import MIN_SLICE_ROWS, REWRITE_BYTES_PER_ROW, CompactionTask, table_ranges
 from conch.maintain.compaction.ranges import change_points, prefix_keys
 from conch.model import sets
 from conch.model.budget import ScanOptions, WriteOptions
@@ -144,7 +144,7 @@ def _execute(
     cuts = fixed
     outputs: dict[str, list[tuple[str, MapKeys]]] = {}
     streamed: dict[str, list[pa.Table]] = {}  # a level's map runs, mapped as its pieces were written
-    slices = _slices(view, layout, key_cache, max(MIN_SLICE_ROWS, scan.cache_bytes // SLICE_BYTES_PER_ROW))
+    slices = _slices(view, layout, key_cache, max(MIN_SLICE_ROWS, scan.cache_bytes // REWRITE_BYTES_PER_ROW))
     for level in levels:  # root first: child levels are cut where it was
         batches = _sliced_batches(view, level, files.format, key_cache, within, scan, slices)
         if task.kind == "merge":
@@ -367,10 +367,9 @@ def _key_block(key_cache: KeyCache, ks: KeySpace, fields: list[Any], start: int,
 
 # The scan's general path holds, per input row of what it merges, its key, run, row, liveness and
 # fresh-cell location: ~200 B per row measured (`plan.REWRITE_BYTES_PER_ROW`). A rewrite scans its
-# inputs in key slices of about `scan.cache_bytes // SLICE_BYTES_PER_ROW` rows (a quarter of the
-# memory budget's scan share), so that part is bounded by the budget, not the task.
-SLICE_BYTES_PER_ROW = 200
-MIN_SLICE_ROWS = 1 << 16
+# inputs in key slices of about `scan.cache_bytes // REWRITE_BYTES_PER_ROW` rows (a quarter of the
+# memory budget's scan share), so that part is bounded by the budget, not the task
+# (`plan.sliced_memory`).
 
 
 def _slices(view: TableState, layout: Layout, key_cache: KeyCache, rows: int) -> list[EncodedRange | None]:
