@@ -484,7 +484,8 @@ class Stream:
                 spliced = splice(key_part.column(0).combine_chunks(), ov.key_cells, win, _NO_ROWS, 0, 0)  # only inserts
                 key_part = pa.table([spliced], schema=key_part.schema)
             if keep is not None:
-                key_part = key_part.filter(keep)
+                # column by column: `Table.filter` took ~3.5x `Array.filter` (~200 µs a 64k-row batch)
+                key_part = pa.table([c.combine_chunks().filter(keep) for c in key_part.columns], schema=key_part.schema)
                 cols = {k: v.filter(keep) for k, v in cols.items()}
             if key_part.num_rows > self.left:  # a limit inside inserted keys
                 key_part = key_part.slice(0, self.left)
