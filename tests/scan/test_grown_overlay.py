@@ -109,6 +109,25 @@ def test_each_commit_grows_the_last_versions_overlay(tmp_path: Path, monkeypatch
     assert calls["overlay_keys"] == 2  # the fresh connections'
 
 
+def test_a_grown_overlay_takes_the_place_of_the_one_it_grew_from(tmp_path: Path) -> None:
+    """The key cache keeps one version's overlay and cells, not each version's: the one a new
+    version grew from is forgotten (kept beside it, the two filled the default cache at 1M
+    overlay keys, and each version evicted what the next grows from). A reader of the older
+    version builds it again and reads the same."""
+    t, model = _based(tmp_path)
+    cache = t.log.warehouse.key_cache
+    versions = []
+    for seq, keys in enumerate([[3, 40, 41, 250], [4, 40, 499], [5, 41], [6, 250]], start=1):
+        _apply(t, model, "full", keys, seq)
+        assert t.scan().to_pylist() == _expected(model, ("a", "s"))
+        kept = [v for k, v in cache._lru._items.items() if k[0] == "derived"]
+        assert sum(isinstance(v, overlay.OverlayKeys) for v in kept) == 1
+        assert sum(isinstance(v, overlay.OverlayCells) for v in kept) == 1  # one unit: a and s
+        versions.append((t.state().seq, _expected(model, ("a", "s"))))
+    for seq, want in versions:
+        assert t.snapshot(version=seq).scan().to_pylist() == want
+
+
 def test_a_grown_overlay_is_the_overlay_built_from_scratch() -> None:
     """`grown` gives `overlay_keys`' fields exactly, added keys before, among and after the old."""
     rng = np.random.default_rng(5)

@@ -85,6 +85,11 @@ class KeyCache:
         """What `derived` keeps under `name`, or None (nothing is built)."""
         return self._get("derived", name)
 
+    def forget(self, name: str) -> None:
+        """Drop what `derived` keeps under `name`: a value another has superseded (an older
+        version's overlay, grown into the new one's), so the two are never weighed together."""
+        self._lru.remove_if(lambda key: key == ("derived", name))
+
     def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field], keep: bool = True) -> bool:
         """Whether two key spaces hold identical keys (a table written group by group: the
         direct take and the zip merge then need no merge). Decided once per pair and

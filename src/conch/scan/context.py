@@ -332,6 +332,9 @@ class CountedKeys:
         """The value `derived` keeps under `name`, or None: nothing is built."""
         return self.cache.peek(name)
 
+    def forget(self, name: str) -> None:
+        self.cache.forget(name)
+
     def same_keys(self, a: KeySpace, b: KeySpace, fields: list[pa.Field]) -> bool:
         """Whether two key spaces hold identical keys (`KeyCache.same_keys`: decided once)."""
         with self.format.counted(a, self.on_bytes, b):

@@ -105,13 +105,16 @@ class Window:
     def n_out(self) -> int:
         return self.n_base + len(self.new)
 
-    def replaced(self, cells: OverlayCells) -> tuple[np.ndarray, int, int]:
+    def replaced(self, cells: OverlayCells, ins: np.ndarray) -> tuple[np.ndarray, int, int]:
         """(output positions, and the slice [k0, k1) of `cells.replaced_u`) of the base rows of
-        this window whose cells a unit's small runs replace. Both are sorted,
-        so the window's replacements are one contiguous slice: two binary searches, nothing per
-        key of the window. A base row moves down by the inserted keys at or before it."""
+        this window whose cells a unit's small runs replace (`ins`: the overlay's insertion
+        points, `OverlayKeys.ins`). Both are sorted, so the window's replacements are one
+        contiguous slice: two binary searches and a gather of its rows. A base row moves down
+        by the inserted keys at or before it."""
         k0, k1 = np.searchsorted(cells.replaced_u, (self.j0, self.j1), "left").tolist()
-        rows = cells.replaced_rows[k0:k1] - self.a
+        # the rows gathered per window, not kept per overlay: 8 B a key of a cache entry that
+        # fills the key cache at 1M overlay keys, for ~15 µs a 64k-row batch
+        rows = ins[cells.replaced_u[k0:k1]] - self.a
         if len(self.new):
             rows = rows + np.searchsorted(self.at[self.new], rows, "right")
         return rows, k0, k1
@@ -190,14 +193,13 @@ class OverlayColumn:
 @dataclass
 class OverlayCells:
     """One stream unit's overlay cells (`overlay_values`, per column), which are shown (`wins`),
-    and the keys of U whose shown cells replace a base row's (`replaced_u`, ascending) with
-    those base rows (`replaced_rows`, ascending too: U and the base are both sorted)."""
+    and the keys of U whose shown cells replace a base row's (`replaced_u`, ascending; the base
+    rows are `OverlayKeys.ins` of them, ascending too: U and the base are both sorted)."""
 
     values: pa.Table  # the cells as one table (`columns`' arrays)
     columns: list[OverlayColumn]
     wins: np.ndarray
     replaced_u: np.ndarray
-    replaced_rows: np.ndarray
 
     @classmethod
     def of(cls, values: pa.Table, wins: np.ndarray, ov: OverlayKeys) -> OverlayCells:
@@ -205,11 +207,11 @@ class OverlayCells:
         replaced_u = np.flatnonzero(ov.hit & wins)
         used = ~ov.hit | wins
         columns = [OverlayColumn.of(c, used, replaced_u) for c in values.columns]
-        return cls(values, columns, wins, replaced_u, ov.ins[replaced_u])
+        return cls(values, columns, wins, replaced_u)
 
     @property
     def nbytes(self) -> int:
-        arrays = [self.wins, self.replaced_u, self.replaced_rows]
+        arrays = [self.wins, self.replaced_u]
         arrays += [a for c in self.columns for a in (c.valid, c.bad, c.replacing) if a is not None]
         return int(sum(a.nbytes for a in arrays) + sum(c.array.nbytes for c in self.columns))
 
@@ -300,6 +302,10 @@ def grown(
     hit = np.insert(prev.hit[kept], at, hit_added)
     pos, rows_all = [], []
     for p, r in zip(prev.pos, prev.rows, strict=True):
+        if len(u_kept) == len(u):  # nothing gone: every run keeps its rows (shared, not copied)
+            pos.append(moved[p])
+            rows_all.append(r)
+            continue
         still = kept[p]
         pos.append(moved[p[still]])
         rows_all.append(r[still])
@@ -391,6 +397,10 @@ def placed(
             since = sorted_union(*(keys_of.numeric(ts, fields) for ts in plan.tombstones[n_prev:]))
             gone = since[member(since, dead)]
         ov = grown(prev, keys_of.numeric(base, fields), [p[0] for p in picked], [p[1] for p in picked], make, gone)
+        # superseded: kept beside the new one, the two filled a 128 MB key cache at 1M overlay
+        # keys and evicted what the next version grows from (a reader of that older version
+        # builds it again)
+        keys_of.forget(prev.name)
         return dataclasses.replace(ov, name=name)
 
     return keys_of.derived(name, build_named)

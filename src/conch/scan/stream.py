@@ -521,7 +521,7 @@ class Stream:
         if not u.overlay and not len(win.new):  # no small run holds these columns: the base's batch
             return {c.id: batch.column(j) for j, c in enumerate(u.columns)}
         cells = self._cells(s, u)
-        rep_out, k0, k1 = win.replaced(cells)
+        rep_out, k0, k1 = win.replaced(cells, ov.ins)
         if not len(win.new) and k0 == k1:
             return {c.id: batch.column(j) for j, c in enumerate(u.columns)}
         return {c.id: splice(batch.column(j), cells.columns[j], win, rep_out, k0, k1) for j, c in enumerate(u.columns)}
@@ -554,9 +554,11 @@ class Stream:
                 prev = None
                 if ov.grown_from:  # the overlay grew by newer runs: so do the cells it had, if kept
                     old = sum(1 for i in u.overlay if i < ov.grown_at)
-                    prev = self.ctx.keys().peek(named(ov.grown_from, u.overlay[:old], u.overlay_fragments[:old]))
+                    prev_name = named(ov.grown_from, u.overlay[:old], u.overlay_fragments[:old])
+                    prev = self.ctx.keys().peek(prev_name)
                 if prev is not None:
                     values, wins = grown_values(ov, prev.values, prev.wins, u.overlay, u.newer_than, decode, schema)
+                    self.ctx.keys().forget(prev_name)  # superseded, as its overlay (`overlay.placed`)
                 else:
                     values, wins = overlay_values(ov, u.overlay, u.newer_than, decode, schema)
                 return OverlayCells.of(values, wins, ov)
