@@ -16,9 +16,10 @@ Per side: the ingest's wall and CPU seconds, bytes compactions wrote (a move wri
 `a < 0.01`, 50-key take) are medians alternated rep by rep with the same query on `once`
 (`bench.systems.interleaved`), printed as ratios. `--before PATH` runs the default side a second
 time with `PYTHONPATH=PATH/src` (another checkout: before/after on the same machine, same run);
-its settle and `compact()` run in children with that code too (until issue 30's `compact()`
-pass they ran in this process, so the "before" settled and compacted columns measured this
-checkout's maintenance). `compact()`'s seconds, bytes written and runs left are printed below.
+its settle, `compact()` and every read run in children with that code too (until issue 30's
+`compact()` pass the settle and `compact()` ran in this process, and until its eighth pass the
+reads after the last commit, settled and compacted did: the "before" columns measured this
+checkout's reads of the other's tables). `compact()`'s seconds, bytes written and runs left are printed below.
 
 Families (keys `uint64`; `a`: floats with two decimals, so 1 % of rows hold 0.00; `b`: derived
 from the key, compressible as real measurements are):
@@ -185,6 +186,17 @@ def history(family: str, n: int, commits: int) -> Iterator[Op]:
 
 
 # ----- one ingest per subprocess ---------------------------------------------------------------
+def _reads_child(path: str, once_path: str, reps: int) -> dict[str, float]:
+    """`read_ratios` of the table at `path` against the one at `once_path`, with this process's
+    code (the side's: `--before`'s reads are its own code's, not this checkout's)."""
+    import conch
+
+    def table(p: str) -> Any:
+        return conch.connect(p, maintenance=conch.Policy(auto=False)).table("t")
+
+    return read_ratios(table(path), table(once_path), reps)
+
+
 def _maintain_child(step: str, path: str) -> dict[str, Any]:
     """The settle (`wait_for_maintenance`) or `compact()` of the table at `path`, with this
     process's code: its seconds, and for `compact()` the bytes it wrote and the runs left."""
@@ -425,24 +437,24 @@ def shape(
             args = ["versions", family, str(S.fresh(here / "versions")), str(n), str(commits), str(here / "once")]
             got[side].update(S.child_json("bench.lsm_shapes", args, env))
             shutil.rmtree(here / "versions", ignore_errors=True)
-    once = conch.connect(work / family / str(n) / "once", maintenance=conch.Policy(auto=False)).table("t")
+    once = str(work / family / str(n) / "once")
     for side in sides:
         r = {"family": family, "keys": n, "side": side, **got[side]}
+        # the reads, the settle and compact() run with the side's code (children: `--before`'s
+        # PYTHONPATH), each read in a fresh process (its first query builds what later ones reuse)
+        env = {"PYTHONPATH": str(before / "src")} if side == "before" and before else None
+        table = str(work / family / str(n) / side)
+        reads = ["reads", table, once, str(reps)]
         if side in ("default", "before", "auto-off"):
-            reader = conch.connect(work / family / str(n) / side, maintenance=conch.Policy(auto=False)).table("t")
-            r["after_last_commit"] = read_ratios(reader, once, reps)
+            r["after_last_commit"] = S.child_json("bench.lsm_shapes", reads, env)
         if side in ("default", "before"):
-            # the settle and compact() run with the side's code (a child: `--before`'s PYTHONPATH),
-            # the reads here
-            env = {"PYTHONPATH": str(before / "src")} if side == "before" and before else None
-            path = str(work / family / str(n) / side)
-            r.update(S.child_json("bench.lsm_shapes", ["maintain", "settle", path], env))
+            r.update(S.child_json("bench.lsm_shapes", ["maintain", "settle", table], env))
             if family == "spark":  # what the driver's settle added to the job's history
-                t = conch.connect(path).table("t")
+                t = conch.connect(table).table("t")
                 r["settled_history"] = [f"{c.kind}: {c.summary}" for c in t.history()][len(r["history"]) :]
-            r["settled"] = read_ratios(conch.connect(path).table("t"), once, reps)
-            r.update(S.child_json("bench.lsm_shapes", ["maintain", "compact", path], env))
-            r["compacted"] = read_ratios(conch.connect(path).table("t"), once, reps)
+            r["settled"] = S.child_json("bench.lsm_shapes", reads, env)
+            r.update(S.child_json("bench.lsm_shapes", ["maintain", "compact", table], env))
+            r["compacted"] = S.child_json("bench.lsm_shapes", reads, env)
         off = got["auto-off"]
         r["wall_vs_off"] = round(r["wall_s"] / max(off["wall_s"], 1e-9), 2)
         r["cpu_vs_off"] = round(r["cpu_s"] / max(off["cpu_s"], 1e-9), 2)
@@ -530,6 +542,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench-lsm-shapes"))
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
+    if args.child and args.child[0] == "reads":
+        print(json.dumps(_reads_child(args.child[1], args.child[2], int(args.child[3]))))
+        return
     if args.child and args.child[0] == "maintain":
         print(json.dumps(_maintain_child(args.child[1], args.child[2])))
         return
