@@ -169,7 +169,11 @@ def segment(
                 return None
     dead = None
     dead_keys = deleted.keys if deleted is not None else None
-    if deleted is not None and dead_keys is not None and len(dead_keys) and hi > lo:
+    if isinstance(plan.key_predicate, KeySet) and rows is not None and dead_keys is not None and len(dead_keys):
+        # a take: only its rows' keys are looked up (the rows of every deleted key between its
+        # first and last row cost ~4 ms of a 50-key take at 1M keys, and were kept per key set)
+        rows = rows[~member(keys_of.numeric(kss[-1], fields)[rows], dead_keys)]
+    elif deleted is not None and dead_keys is not None and len(dead_keys) and hi > lo:
         dead = dead_rows(ctx, kss[-1], deleted, lo, hi)
         if rows is not None:  # a key set's or a key predicate's rows: less the deleted ones
             rows = rows[~member(rows, dead)] if len(dead) else rows
