@@ -153,3 +153,30 @@ def test_many_disjoint_runs_and_overlays(ops: list[tuple[str, int, int]], hot: b
             got = t.scan("a", "s", where=t["a"] < 0.5, version=seq).to_pylist()
             assert got == _expected(records, ("a", "s"), 0.5), seq
         cat.close()
+
+
+def test_l1_runs_are_the_bases_when_a_spread_l0_run_holds_more_keys_than_each(tmp_path: Path) -> None:
+    """Five disjoint L1 runs of 20k keys under an L0 run of 30k keys spread over all of them (the
+    ingest family at 5M keys: 160k-key L1 runs under merged upsert runs of ~300k). Chosen largest
+    first, the L0 run was the one base and every L1 run an overlay, more bytes than a scan decodes
+    whole under a 16 MiB budget, so each scan took the general merge (40x a settled table at 5M);
+    the L1 runs hold more keys as bases, and the L0 run is laid over them. Same rows as the
+    general path."""
+    import numpy as np
+
+    cat = conch.connect(tmp_path, maintenance=conch.Policy(auto=False), memory_budget=16 << 20)
+    t = cat.create_table("t", [("id", pa.int64())])
+    rng = np.random.default_rng(4)
+    for start in range(0, 100_000, 20_000):  # disjoint appends, moved to L1 as they are
+        ids = np.arange(start, start + 20_000, dtype=np.int64)
+        t.write(pa.table({"id": ids, "a": rng.random(len(ids)), "b": rng.random(len(ids))}))
+    t.compact(force=False, policy=conch.Policy(l0_trigger=2))
+    assert [(ks.rows, ks.lsm) for ks in t.state().key_spaces.values()] == [(20_000, 1)] * 5
+    spread = np.r_[np.arange(1, 100_000, 4), [200_000]].astype(np.int64)
+    t.write(pa.table({"id": spread, "a": np.full(len(spread), -1.0)}))
+    scan = t.scan()
+    got = scan.to_arrow()
+    assert scan.metrics().merge == "zip (streamed)"
+    assert got.num_rows == 100_001
+    assert got.equals(t.scan().with_options(fast_paths=False).to_arrow())
+    assert t.scan(where=t["a"] < 0).to_arrow().column("id").to_pylist() == spread.tolist()

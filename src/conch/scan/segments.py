@@ -33,26 +33,23 @@ def segments_of(
     """(base key spaces, small runs, small-run row ranges) per segment, in key order; None when
     small runs exist but the keys are not numeric (the general merge).
 
-    Bases are the largest key sets whose spans do not overlap one another (greedy, largest
-    first); every other key space is a small run. Segment j covers the keys from its base's first
-    key to the next base's first key (the first and last segments are open-ended), so a small run
-    spanning several bases (an upsert of keys all over a table written in many chunks) is cut by
-    row ranges among them: each segment overlays only its slice, and no segment ever holds more
-    than its base's keys plus its slice of the small runs.
+    Bases are key sets whose spans do not overlap one another, chosen greedily, largest first,
+    or L1 runs first (then largest), whichever choice holds more rows; every other key space is a
+    small run. (Largest first alone chose a merged L0 upsert run of 300k keys spread over a 5M-key
+    table as its one base, and the 160k-key L1 runs it overlaps, 5M rows, as small runs: too many
+    to overlay, so every scan took the general merge, 40x a settled table.)
+
+    Segment j covers the keys from its base's first key to the next base's first key (the first
+    and last segments are open-ended), so a small run spanning several bases (an upsert of keys
+    all over a table written in many chunks) is cut by row ranges among them: each segment
+    overlays only its slice, and no segment ever holds more than its base's keys plus its slice
+    of the small runs.
     """
     plan = ctx.plan
-    mins: list[str] = []  # chosen bases' spans, sorted and disjoint
-    maxes: list[str] = []
-    bases: list[tuple[str, str, int]] = []
-    small: list[int] = []
-    for g in sorted(groups, key=lambda g: (-g[2], g[0])):
-        i = bisect.bisect_right(mins, g[1])
-        if i > 0 and maxes[i - 1] >= g[0]:
-            small.extend(groups[g])
-            continue
-        mins.insert(i, g[0])
-        maxes.insert(i, g[1])
-        bases.append(g)
+    level = {g: max(plan.key_spaces[i].lsm for i in groups[g]) for g in groups}
+    by_rows = _disjoint(groups, sorted(groups, key=lambda g: (-g[2], g[0])))
+    by_level = _disjoint(groups, sorted(groups, key=lambda g: (-level[g], -g[2], g[0])))
+    bases, small = max(by_rows, by_level, key=lambda chosen: sum(g[2] for g in chosen[0]))
     bases = sorted(absorb(ctx, groups, bases, small))
     if not small:
         return [(groups[b], [], {}) for b in bases]
@@ -71,6 +68,26 @@ def segments_of(
                 per_seg[j][0].append(i)
                 per_seg[j][1][i] = (a, b)
     return [(groups[b], runs, ranges) for b, (runs, ranges) in zip(bases, per_seg, strict=True)]
+
+
+def _disjoint(
+    groups: dict[tuple[str, str, int], list[int]], order: list[tuple[str, str, int]]
+) -> tuple[list[tuple[str, str, int]], list[int]]:
+    """(bases, small runs): the key sets of `order` taken in turn as bases where their span
+    overlaps no base taken before; the others' key spaces are small runs."""
+    mins: list[str] = []  # chosen bases' spans, sorted and disjoint
+    maxes: list[str] = []
+    bases: list[tuple[str, str, int]] = []
+    small: list[int] = []
+    for g in order:
+        i = bisect.bisect_right(mins, g[1])
+        if i > 0 and maxes[i - 1] >= g[0]:
+            small.extend(groups[g])
+            continue
+        mins.insert(i, g[0])
+        maxes.insert(i, g[1])
+        bases.append(g)
+    return bases, small
 
 
 def absorb(
