@@ -7,6 +7,7 @@ own `ScanMetrics` (the one place metrics are counted). Bytes are counted per sca
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -248,6 +249,21 @@ class ScanContext:
                     frows = mask.from_file_rows(batch.column(i).to_numpy().astype(np.int64))
                     batch = batch.set_column(i, batch.schema.field(i), pa.array(frows.astype(np.uint32)))
                 yield batch
+
+    @functools.cached_property
+    def decoded_fit(self) -> bool:
+        """Whether the filter columns of the fragments small enough for `filter_decoded` fit the
+        format's hot cache together: then they stay decoded across scans. Beyond, each evicts
+        another before the next scan (LRU) and every scan decoded them all whole again: the
+        ingest family at 5M keys, 31 L1 runs of 160k keys, a 1 % filter 160 ms against 29 ms
+        written once; their filters then run inside their Vortex scans, as large fragments'."""
+        widths = {c.id: max(1, c.type.bit_width // 8) for c in self.plan.filter_columns if _fixed_width(c.type)}
+        total = 0
+        for frs in self.plan.fragments.values():
+            for fr in frs:
+                nbytes = fr.rows * sum(widths.get(i, 0) for i in fr.column_ids)
+                total += nbytes if nbytes <= self.format.hot.entry_bytes else 0
+        return total <= self.format.hot.max_bytes
 
     def filter_decoded(
         self, group: str, fr: Fragment, schema: pa.Schema, filt: Expr, names: dict[str, str]

@@ -376,8 +376,9 @@ class Stream:
         self, s: Segment, u: StreamUnit, own: list[Column]
     ) -> Iterator[tuple[np.ndarray, dict[int, pa.Array]]]:
         """(key-space rows in [lo, hi) whose cells of `u` pass the filter, `own` columns at them),
-        fragment by fragment: a fragment small enough to stay decoded (`FragmentFormat.hot`)
-        is filtered in Arrow over its cached columns, a larger one inside its Vortex scan."""
+        fragment by fragment: a fragment small enough to stay decoded (`FragmentFormat.hot`,
+        while the scan's such fragments fit it: `ScanContext.decoded_fit`) is filtered in Arrow
+        over its cached columns, a larger one inside its Vortex scan."""
         ctx = self.ctx
         filt = ctx.plan.filter
         assert filt is not None
@@ -389,7 +390,7 @@ class Stream:
             a, b = max(s.lo, mask.lo), min(s.hi, mask.hi)
             if a >= b:
                 continue
-            if width is not None and fr.rows * width <= ctx.format.hot.entry_bytes:
+            if width is not None and fr.rows * width <= ctx.format.hot.entry_bytes and ctx.decoded_fit:
                 frows, t = ctx.filter_decoded(u.group, fr, file_schema(u.columns), filt, names)
                 rows = frows + mask.lo  # dense: fragment row i is key-space row lo + i
                 keep = (rows >= a) & (rows < b)
