@@ -203,3 +203,57 @@ def test_exit_during_a_settle_leaves_the_table_consistent(tmp_path: Path) -> Non
         expected.update((k, i) for k in range(i, 400, 3))
     assert _rows(t) == expected
     assert t.check().ok
+
+
+def _over_budget(path: Path, policy: conch.Policy) -> tuple[conch.Table, pa.Table]:
+    """A table whose settle major (four overlapping runs of 20k keys) holds more input bytes than
+    `policy.auto_budget_bytes`, cut into `max_l1_rows` pieces."""
+    t = conch.connect(path, maintenance=policy).create_table("t", [("id", pa.int64())])
+    for i in range(4):
+        ids = list(range(i, 80_000, 4))
+        t.write(pa.table({"id": ids, "v": [float(k * 10 + i) for k in ids]}))
+    return t, t.scan().to_arrow()
+
+
+def test_a_settle_major_over_the_budget_runs_in_parts_and_commits_once(tmp_path: Path) -> None:
+    """The settle's forced major over more input than the automatic budget runs as its output
+    pieces' key ranges one after another (`run.staged_parts`), each within the budget, and one
+    commit adds them all (a 5M-key table being written was never settled: 82 MB of runs against
+    a 64 MB budget). Reads are the same before and after, at every version."""
+    policy = conch.Policy(**LAZY, settle_after=None, auto_budget_bytes=8_000, max_l1_rows=8_000)
+    t, want = _over_budget(tmp_path, policy)
+    (task,) = background.settle_tasks(t.log.state(), policy)
+    assert task.input_bytes > policy.auto_budget_bytes
+    parts: list[int] = []
+    real = background.staged_parts
+    try:
+        background.staged_parts = lambda *a, **k: (parts.append(1), real(*a, **k))[1]  # type: ignore[assignment]
+        seq = t.state().seq
+        assert background.settle(t.log) == 1
+    finally:
+        background.staged_parts = real  # type: ignore[assignment]
+    assert t.maintenance_plan().l0_runs == 0
+    assert t.scan().to_arrow().equals(want)
+    assert t.snapshot(version=seq).scan().to_arrow().equals(want)
+    (done,) = [c for c in t.history() if c.kind == "compact"]
+    assert done.summary == f"major: 4 runs → {sum(1 for ks in t.state().key_spaces.values())}"
+    assert len(t.state().key_spaces) == 10 and len(parts) == 1  # 80k keys in pieces of 8k, one part each
+
+
+def test_a_commit_between_parts_abandons_the_settle_major(tmp_path: Path) -> None:
+    """A commit arriving while the settle runs a major in parts stops it between two parts: nothing
+    is committed, the table reads the same, and `vacuum` removes the parts written."""
+    policy = conch.Policy(**LAZY, settle_after=None, auto_budget_bytes=8_000, max_l1_rows=8_000)
+    t, want = _over_budget(tmp_path, policy)
+    files = {p for p in tmp_path.rglob("*") if p.is_file()}
+    asked = []
+    assert background.settle(t.log, interrupted=lambda: (asked.append(1), len(asked) > 1)[1]) == 0
+    assert len(asked) >= 2  # asked before the task, then between its first and second part
+    assert t.maintenance_plan().l0_runs == 4 and not [c for c in t.history() if c.kind == "compact"]
+    assert t.scan().to_arrow().equals(want)
+    left = {p for p in tmp_path.rglob("*") if p.is_file()} - files  # the first part's files
+    assert any(p.suffix == ".vortex" for p in left)
+    time.sleep(0.05)  # vacuum(0) keeps files younger than the file system's clock slack
+    t.vacuum(older_than_seconds=0)
+    assert not any(p.exists() for p in left)
+    assert t.scan().to_arrow().equals(want)

@@ -37,17 +37,14 @@ CompactionResult(tasks=1, runs_in=12, runs_out=4, ...)
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
 from conch.engines.spark.common import Location, open_table
 from conch.errors import CommitConflictError
-from conch.files.manifest import TableState
 from conch.log.wal import AddKeySpace
 from conch.maintain.compaction import CompactionResult, CompactionTask, Policy, Staged
-from conch.maintain.compaction.plan import table_ranges
-from conch.maintain.compaction.run import FORCED_ROUNDS
+from conch.maintain.compaction.run import FORCED_ROUNDS, part_ranges
 from conch.model.keys import EncodedRange
 
 
@@ -75,7 +72,9 @@ def compact(
         lost = len(live) < len(tasks)  # another compactor removed an input since planning
         committed = False
         tasks = [table.cut_compaction(t, state.seq, policy) for t in live]
-        parts = [Part(loc, state.seq, i, t, lo, hi, policy) for i, t in enumerate(tasks) for lo, hi in ranges(t, state)]
+        parts = [
+            Part(loc, state.seq, i, t, lo, hi, policy) for i, t in enumerate(tasks) for lo, hi in part_ranges(t, state)
+        ]
         staged: dict[int, list[Staged]] = {}
         if parts:
             for i, s in spark.sparkContext.parallelize(parts, len(parts)).map(run_part).collect():
@@ -101,20 +100,6 @@ def compact(
             rounds += 1
             tasks = table.compaction_tasks(policy, force)
     return total
-
-
-def ranges(task: CompactionTask, state: TableState) -> list[tuple[bytes | None, bytes | None]]:
-    """The parts of `task`: its range cut at its output boundaries (a forced task's `cuts`) or
-    at the L1 boundaries inside it (another major), or whole."""
-    if task.cuts is not None:
-        bounds: tuple[bytes, ...] = task.cuts
-    elif task.kind == "major":
-        bounds = table_ranges(state.key_spaces.values()).boundaries
-    else:
-        return [(None, None)]
-    inside = [b for b in bounds if b > task.lo and (task.hi is None or b < task.hi)]
-    edges: list[bytes | None] = [task.lo or None, *inside, task.hi]
-    return list(itertools.pairwise(edges))
 
 
 @dataclass(frozen=True)

@@ -70,8 +70,15 @@ from conch.files.storage.local import LocalStorage
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.warehouse import Warehouse
-from conch.maintain.compaction.plan import CompactionTask, commit_budget, plan, sliced_memory, within_budget
-from conch.maintain.compaction.run import auto, commit, compact, execute, partitions, written_by
+from conch.maintain.compaction.plan import (
+    REWRITE_BYTES_PER_ROW,
+    CompactionTask,
+    commit_budget,
+    plan,
+    sliced_memory,
+    within_budget,
+)
+from conch.maintain.compaction.run import auto, commit, compact, partitions, staged_parts, written_by
 from conch.model.policy import Policy
 
 EXIT_WAIT_SECONDS = 10.0  # at most this long for a running settle at interpreter exit
@@ -291,10 +298,11 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: C
         if task is None:
             break
         try:
-            output = execute(log, state, task, policy=policy)
-            if stop is not None and stop():
+            halt = lambda: (interrupted is not None and interrupted()) or (stop is not None and stop())  # noqa: E731
+            parts = staged_parts(log, state, task, policy, halt)
+            if parts is None or (stop is not None and stop()):
                 break  # the output stays uncommitted: `vacuum` removes its files
-            commit(log, task, [output], state.seq)
+            commit(log, task, parts, state.seq)
         except CommitConflictError:
             continue  # another compactor removed an input meanwhile: plan again
         done += 1
@@ -313,16 +321,27 @@ def settle_tasks(
     runs them, slice by slice (`plan.sliced_memory`: the whole-task figure kept a 5M-key table's
     ten L0 runs out of every settle, read at 2-3× settled). The commit-time trigger keeps the
     whole-task figure, which also keeps a major of over ~5M rows (seconds) out of the writer.
-    `partition_of`: the table's partitions (`run.partitions`: a fold never crosses one)."""
+    A forced major runs in parts of its output pieces (`run.staged_parts`), so it fits the
+    automatic budget when each piece's share of its input does. `partition_of`: the table's
+    partitions (`run.partitions`: a fold never crosses one)."""
     l0 = {i for i, ks in state.key_spaces.items() if ks.lsm == 0}
     return [
         t
         for t in plan(state.key_spaces, state.fragments, policy, force=True, partition_of=partition_of).tasks
-        if within_budget(t, policy)
+        if within_budget(t, policy, budget=policy.auto_budget_bytes * _pieces(t, policy))
         and (memory is None or sliced_memory(t, memory) <= memory)
         and len(t.inputs) >= 2
         and (t.kind == "fold" or l0 & set(t.inputs))
     ]
+
+
+def _pieces(task: CompactionTask, policy: Policy) -> int:
+    """The parts a forced major runs in, at least (`run.staged_parts`: one per output piece of
+    `Policy.max_l1_rows` rows; its input rows counted once, as a lower bound of its keys)."""
+    if task.kind != "major" or not task.recut:
+        return 1
+    rows = task.memory_bytes // REWRITE_BYTES_PER_ROW
+    return max(1, rows // max(1, policy.max_l1_rows) // 2)
 
 
 _settler = Settler()

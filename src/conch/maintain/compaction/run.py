@@ -8,6 +8,12 @@ The three steps are separate so that Spark runs the middle one on executors (iss
 - `commit(log, task, parts)`: one WAL entry of kind `"compact"` removing the task's inputs (and
   their fragments) and adding every part's outputs and displacement maps.
 
+The settle runs a forced major larger than the automatic budget the same way, in one process
+(`staged_parts`): its output pieces' key ranges one after another, each within the budget, a
+commit arriving between two of them abandoning the rest (the written parts are left to
+`vacuum`), and one commit adding them all. A 5M-key table being written (82 MB of runs) was
+otherwise never settled: its reads stayed 2-5x a settled table's until an explicit `compact()`.
+
 Concurrency (DESIGN §4): the commit goes through the table log's compare-and-swap. Writes and
 deletes committed meanwhile never conflict (outputs take the newest input's time, so later
 commits stay newer); a commit that removed one of the inputs (another compaction) makes
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import threading
 import time
@@ -38,6 +45,7 @@ from conch.maintain.compaction.plan import (
     commit_budget,
     plan,
     rewrite_work,
+    table_ranges,
     within_budget,
 )
 from conch.maintain.compaction.ranges import partitioner
@@ -122,6 +130,38 @@ def execute(
         return rewrite(
             log.files, wh.key_cache, state, task, layout(log, policy), within, wh.write_options, wh.scan_options
         )
+
+
+def part_ranges(task: CompactionTask, state: TableState) -> list[tuple[bytes | None, bytes | None]]:
+    """The parts of `task`: its range cut at its output boundaries (a forced task's `cuts`) or
+    at the L1 boundaries inside it (another major), or whole."""
+    if task.cuts is not None:
+        bounds: tuple[bytes, ...] = task.cuts
+    elif task.kind == "major":
+        bounds = table_ranges(state.key_spaces.values()).boundaries
+    else:
+        return [(None, None)]
+    inside = [b for b in bounds if b > task.lo and (task.hi is None or b < task.hi)]
+    edges: list[bytes | None] = [task.lo or None, *inside, task.hi]
+    return list(itertools.pairwise(edges))
+
+
+def staged_parts(
+    log: TableLog, state: TableState, task: CompactionTask, policy: Policy, halt: Callable[[], bool] | None = None
+) -> list[Staged] | None:
+    """`task`'s outputs, uncommitted: in one piece, or, a forced major over more input than
+    `Policy.auto_budget_bytes`, as its parts one after another (module doc). None: `halt()`
+    said to stop between two parts."""
+    if task.kind == "move" or not task.recut or task.input_bytes <= policy.auto_budget_bytes:
+        return [execute(log, state, task, policy=policy)]
+    task = with_cuts(log, state, task, policy)
+    parts: list[Staged] = []
+    for lo, hi in part_ranges(task, state):
+        if parts and halt is not None and halt():
+            return None
+        within = None if lo is None and hi is None else EncodedRange(lo, hi)
+        parts.append(execute(log, state, task, within, policy))
+    return parts
 
 
 def move(state: TableState, task: CompactionTask) -> Staged:
