@@ -10,8 +10,8 @@ import pyarrow as pa
 
 import conch
 from conch.maintain.compaction.background import settle, settle_tasks
-from conch.maintain.compaction.plan import MIN_SLICE_ROWS, REWRITE_BYTES_PER_ROW, sliced_memory, within_budget
-from conch.maintain.compaction.rewrite import Layout, _slices, input_view
+from conch.maintain.compaction.plan import REWRITE_BYTES_PER_ROW, within_budget
+from conch.maintain.compaction.rewrite import MIN_SLICE_ROWS, Layout, _slices, input_view, sliced_memory
 
 
 def _overlapping(path: Path, budget: int, policy: conch.Policy) -> conch.Table:
@@ -73,7 +73,7 @@ def test_a_rewrite_in_key_slices_reads_like_the_inputs(tmp_path: Path) -> None:
 
 def test_the_settle_weighs_a_major_by_the_slices_it_runs_in(tmp_path: Path) -> None:
     """200k input rows: ~40 MB as one merge (`memory_bytes`), ~20 MB merged in key slices as the
-    rewrite runs them (`plan.sliced_memory`). Under a 32 MiB budget the commit-time trigger still
+    rewrite runs them (`rewrite.sliced_memory`). Under a 32 MiB budget the commit-time trigger still
     leaves the runs (its hard limit is the whole-task figure), the settle runs the major (a
     5M-key table's ten L0 runs were left for good at the default budget) and reads do not change."""
     policy = conch.Policy(settle_after=None, small_bytes=64 << 20, l0_trigger=4)

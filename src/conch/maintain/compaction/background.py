@@ -70,14 +70,8 @@ from conch.files.storage.local import LocalStorage
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.warehouse import Warehouse
-from conch.maintain.compaction.plan import (
-    REWRITE_BYTES_PER_ROW,
-    CompactionTask,
-    commit_budget,
-    plan,
-    sliced_memory,
-    within_budget,
-)
+from conch.maintain.compaction.plan import REWRITE_BYTES_PER_ROW, CompactionTask, commit_budget, plan, within_budget
+from conch.maintain.compaction.rewrite import sliced_memory
 from conch.maintain.compaction.run import auto, commit, compact, partitions, staged_parts, written_by
 from conch.model.policy import Policy
 
@@ -318,7 +312,7 @@ def settle_tasks(
     """The majors a settle runs on `state`: the forced ones that fold L0 runs into other runs
     (not a lone L0 run, already one run to read; not components that only hold several L1 runs)
     and fit the automatic budget and the warehouse's `memory` budget, weighed as the rewrite
-    runs them, slice by slice (`plan.sliced_memory`: the whole-task figure kept a 5M-key table's
+    runs them, slice by slice (`rewrite.sliced_memory`: the whole-task figure kept a 5M-key table's
     ten L0 runs out of every settle, read at 2-3× settled). The commit-time trigger keeps the
     whole-task figure, which also keeps a major of over ~5M rows (seconds) out of the writer.
     A forced major runs in parts of its output pieces (`run.staged_parts`), so it fits the

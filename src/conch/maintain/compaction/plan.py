@@ -101,7 +101,6 @@ from conch.files.manifest import Fragment, KeySpace, extent
 from conch.maintain.compaction.ranges import Ranges, ranges_of
 from conch.maintain.compaction.tiers import n_sorted_runs, newest_window, sorted_runs, tier_window
 from conch.maintain.compaction.timeorder import oldest_time, time_contiguous
-from conch.model.budget import budget_split
 from conch.model.policy import Policy
 
 # L0 runs (× `l0_trigger`) at which a component with no merge window gets its major anyway
@@ -386,21 +385,6 @@ def read_trigger(component_bytes: int, policy: Policy) -> int:
 # encoded keys. Measured with `python -m bench.lsm_shapes`-shaped majors of 2M and 8M rows
 # (u64 key + 2 f64): 223 and 165 B per row above the process's baseline.
 REWRITE_BYTES_PER_ROW = 200
-# A rewrite merges its inputs in key slices of about `scan.cache_bytes // REWRITE_BYTES_PER_ROW`
-# rows (at least `MIN_SLICE_ROWS`; `rewrite._slices`), so the figure above holds per slice; what
-# it keeps per input row across slices (the pieces' cuts, the output keys of its displacement
-# map) is far less: forced majors of the `bench.lsm_shapes` upserts shape, 1.2M and 6M input
-# rows, peaked 145 and 250 MB above the process (~22 B a row more, with 32 here).
-MIN_SLICE_ROWS = 1 << 16
-RETAINED_BYTES_PER_ROW = 32
-
-
-def sliced_memory(task: CompactionTask, memory_budget: int) -> int:
-    """The memory `task` needs as `rewrite.execute` runs it, slice by slice, in a warehouse of
-    `memory_budget` (`CompactionTask.memory_bytes` is a whole task's merge at once)."""
-    rows = task.memory_bytes // REWRITE_BYTES_PER_ROW
-    per_slice = max(MIN_SLICE_ROWS, budget_split(memory_budget).scan_cache // REWRITE_BYTES_PER_ROW)
-    return REWRITE_BYTES_PER_ROW * min(rows, per_slice) + RETAINED_BYTES_PER_ROW * rows
 
 
 def _task(
