@@ -186,6 +186,11 @@ def history(family: str, n: int, commits: int) -> Iterator[Op]:
 
 
 # ----- one ingest per subprocess ---------------------------------------------------------------
+def _side_env(side: str, before: Path | None) -> dict[str, str] | None:
+    """The environment of a side's children: `--before`'s code on its PYTHONPATH."""
+    return {"PYTHONPATH": str(before / "src")} if side == "before" and before else None
+
+
 def _reads_child(path: str, once_path: str, reps: int) -> dict[str, float]:
     """`read_ratios` of the table at `path` against the one at `once_path`, with this process's
     code (the side's: `--before`'s reads are its own code's, not this checkout's)."""
@@ -420,14 +425,14 @@ def shape(
             if side == "once" and rep:
                 continue
             path = S.fresh(here / side)
-            env = {"PYTHONPATH": str(before / "src")} if side == "before" else None
+            env = _side_env(side, before)
             child_side = "default" if side == "before" else side
             args = [child_side, family, str(path), str(n), str(commits), str(here / "auto-off")]
             r = S.child_json("bench.lsm_shapes", args, env)
             if side not in got or r["wall_s"] < got[side]["wall_s"]:
                 got[side] = r
     for side in sides:
-        env = {"PYTHONPATH": str(before / "src")} if side == "before" else None
+        env = _side_env(side, before)
         if side in ("default", "before") and family != "spark":  # the ingest again, read by a thread
             # (one Spark commit shows nothing before it lands: no reads during it)
             args = ["during", family, str(S.fresh(here / "during")), str(n), str(commits), str(here / "once")]
@@ -442,7 +447,7 @@ def shape(
         r = {"family": family, "keys": n, "side": side, **got[side]}
         # the reads, the settle and compact() run with the side's code (children: `--before`'s
         # PYTHONPATH), each read in a fresh process (its first query builds what later ones reuse)
-        env = {"PYTHONPATH": str(before / "src")} if side == "before" and before else None
+        env = _side_env(side, before)
         table = str(work / family / str(n) / side)
         reads = ["reads", table, once, str(reps)]
         if side in ("default", "before", "auto-off"):
@@ -483,7 +488,7 @@ def bulk_only(work: Path, n: int, before: Path | None) -> list[dict[str, Any]]:
     sides = ["auto-off", "default"] + (["before"] if before else [])
     for side in sides:
         path = S.fresh(work / "bulk" / str(n) / side)
-        env = {"PYTHONPATH": str(before / "src")} if side == "before" else None
+        env = _side_env(side, before)
         child_side = "default" if side == "before" else side
         got[side] = S.child_json("bench.lsm_shapes", [child_side, "bulk_reader", str(path), str(n), "1", "-"], env)
         shutil.rmtree(path, ignore_errors=True)

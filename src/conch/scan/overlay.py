@@ -300,15 +300,12 @@ def grown(
     ins_added, hit_added = _placed_in(base, added)
     ins = np.insert(prev.ins[kept], at, ins_added)
     hit = np.insert(prev.hit[kept], at, hit_added)
-    pos, rows_all = [], []
-    for p, r in zip(prev.pos, prev.rows, strict=True):
-        if len(u_kept) == len(u):  # nothing gone: every run keeps its rows (shared, not copied)
-            pos.append(moved[p])
-            rows_all.append(r)
-            continue
-        still = kept[p]
-        pos.append(moved[p[still]])
-        rows_all.append(r[still])
+    if len(u_kept) == len(u):  # nothing gone: every run keeps its rows (shared, not copied)
+        pos, rows_all = [moved[p] for p in prev.pos], list(prev.rows)
+    else:
+        stills = [kept[p] for p in prev.pos]
+        pos = [moved[p[still]] for p, still in zip(prev.pos, stills, strict=True)]
+        rows_all = [r[still] for r, still in zip(prev.rows, stills, strict=True)]
     pos += [np.searchsorted(u2, r).astype(np.int64) for r in runs]
     rows_all += rows
     return OverlayKeys(

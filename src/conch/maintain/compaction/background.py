@@ -70,8 +70,8 @@ from conch.files.storage.local import LocalStorage
 from conch.log.tablelog import TableLog
 from conch.log.txn import Commit
 from conch.log.warehouse import Warehouse
-from conch.maintain.compaction.plan import REWRITE_BYTES_PER_ROW, CompactionTask, commit_budget, plan, within_budget
-from conch.maintain.compaction.rewrite import sliced_memory
+from conch.maintain.compaction.plan import CompactionTask, commit_budget, plan, within_budget
+from conch.maintain.compaction.rewrite import input_rows, sliced_memory
 from conch.maintain.compaction.run import auto, commit, compact, partitions, staged_parts, written_by
 from conch.model.policy import Policy
 
@@ -282,8 +282,12 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: C
     concurrent compactor is planned again. Returns the tasks committed."""
     policy = log.warehouse.maintenance
     done = 0
+
+    def halt() -> bool:  # checked before each task and between the parts of one
+        return (interrupted is not None and interrupted()) or (stop is not None and stop())
+
     for _ in range(MAX_TASKS):
-        if (interrupted is not None and interrupted()) or (stop is not None and stop()):
+        if halt():
             break
         state = log.state()
         memory = log.warehouse.memory_budget
@@ -292,7 +296,6 @@ def settle(log: TableLog, interrupted: Callable[[], bool] | None = None, stop: C
         if task is None:
             break
         try:
-            halt = lambda: (interrupted is not None and interrupted()) or (stop is not None and stop())  # noqa: E731
             parts = staged_parts(log, state, task, policy, halt)
             if parts is None or (stop is not None and stop()):
                 break  # the output stays uncommitted: `vacuum` removes its files
@@ -334,8 +337,7 @@ def _pieces(task: CompactionTask, policy: Policy) -> int:
     `Policy.max_l1_rows` rows; its input rows counted once, as a lower bound of its keys)."""
     if task.kind != "major" or not task.recut:
         return 1
-    rows = task.memory_bytes // REWRITE_BYTES_PER_ROW
-    return max(1, rows // max(1, policy.max_l1_rows) // 2)
+    return max(1, input_rows(task) // max(1, policy.max_l1_rows) // 2)
 
 
 _settler = Settler()

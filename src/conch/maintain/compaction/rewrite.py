@@ -144,7 +144,7 @@ def _execute(
     cuts = fixed
     outputs: dict[str, list[tuple[str, MapKeys]]] = {}
     streamed: dict[str, list[pa.Table]] = {}  # a level's map runs, mapped as its pieces were written
-    slices = _slices(view, layout, key_cache, max(MIN_SLICE_ROWS, scan.cache_bytes // REWRITE_BYTES_PER_ROW))
+    slices = _slices(view, layout, key_cache, slice_rows(scan.cache_bytes))
     for level in levels:  # root first: child levels are cut where it was
         batches = _sliced_batches(view, level, files.format, key_cache, within, scan, slices)
         if task.kind == "merge":
@@ -376,11 +376,21 @@ MIN_SLICE_ROWS = 1 << 16
 RETAINED_BYTES_PER_ROW = 32
 
 
+def slice_rows(cache_bytes: int) -> int:
+    """The input rows of one key slice of a rewrite under a scan cache of `cache_bytes`."""
+    return max(MIN_SLICE_ROWS, cache_bytes // REWRITE_BYTES_PER_ROW)
+
+
+def input_rows(task: CompactionTask) -> int:
+    """The data rows `task` reads (what `CompactionTask.memory_bytes` was weighed by)."""
+    return task.memory_bytes // REWRITE_BYTES_PER_ROW
+
+
 def sliced_memory(task: CompactionTask, memory_budget: int) -> int:
     """The memory `task` needs as `execute` runs it, slice by slice, in a warehouse of
     `memory_budget` (`CompactionTask.memory_bytes` is a whole task's merge at once)."""
-    rows = task.memory_bytes // REWRITE_BYTES_PER_ROW
-    per_slice = max(MIN_SLICE_ROWS, budget_split(memory_budget).scan_cache // REWRITE_BYTES_PER_ROW)
+    rows = input_rows(task)
+    per_slice = slice_rows(budget_split(memory_budget).scan_cache)
     return REWRITE_BYTES_PER_ROW * min(rows, per_slice) + RETAINED_BYTES_PER_ROW * rows
 
 
