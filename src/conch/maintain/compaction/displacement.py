@@ -50,10 +50,11 @@ STORED_MAP_SCHEMA = pa.schema(
 )
 
 
-def _ids(ids: list[str], which: np.ndarray) -> pa.Array:
-    """The strings `ids[which[i]]`, taken in Arrow (a map has a run per key of random upserts:
-    a Python list of 64k ids was ~20 ms of a merge)."""
-    return pa.array(ids, pa.string()).take(pa.array(which))
+def _ids(ids: list[str], which: np.ndarray) -> pa.DictionaryArray:
+    """The strings `ids[which[i]]`, dictionary-encoded as stored (`STORED_MAP_SCHEMA`): a map
+    has a run per key of random upserts, and a Python list of 64k ids was ~20 ms of a merge,
+    their strings taken and then hashed back into a dictionary ~7 ms more."""
+    return pa.DictionaryArray.from_arrays(pa.array(which, pa.int32()), pa.array(ids, pa.string()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +70,16 @@ MapKeys: TypeAlias = pa.BinaryArray | np.ndarray  # encoded keys, or a single in
 
 
 def map_runs(origin: str, origin_enc: MapKeys, dest_ids: list[str], dest_encs: list[MapKeys]) -> pa.Table:
-    """The runs mapping one origin key space (its encoded keys, in row order) into destination
-    key spaces (each in key order; no key in two). A single integer key may come as numpy arrays
-    (origin and destinations alike): searched as they are, with no key encoded (a merge of L0
-    runs spent ~40 % of its time encoding and converting keys for its map). Destinations one after another in key order
+    """The runs (as stored: `STORED_MAP_SCHEMA`) mapping one origin key space (its encoded
+    keys, in row order) into destination key spaces (each in key order; no key in two). A single
+    integer key may come as numpy arrays (origin and destinations alike): searched as they are,
+    with no key encoded (a merge of L0 runs spent ~40 % of its time encoding and converting keys
+    for its map). Destinations one after another in key order
     (a major's or fold's pieces) are searched as one sorted array; destinations whose key ranges
     interleave (a merge's outputs split by which columns hold cells, `rewrite._by_presence`)
     each on its own: searched as one, their concatenation is not sorted and keys went missing."""
     if not dest_encs or len(origin_enc) == 0:
-        return MAP_SCHEMA.empty_table()
+        return STORED_MAP_SCHEMA.empty_table()
     offsets = np.cumsum([0] + [len(d) for d in dest_encs])
     numeric = isinstance(origin_enc, np.ndarray)
     dests = [d if isinstance(d, np.ndarray) else d.cast(pa.binary()) for d in dest_encs]
@@ -94,7 +96,7 @@ def map_runs(origin: str, origin_enc: MapKeys, dest_ids: list[str], dest_encs: l
         gpos = where[found]
     rows = np.nonzero(found)[0].astype(np.int64)
     if not len(rows):
-        return MAP_SCHEMA.empty_table()
+        return STORED_MAP_SCHEMA.empty_table()
     dest = np.searchsorted(offsets, gpos, side="right") - 1
     brk = np.ones(len(rows), dtype=bool)
     brk[1:] = (np.diff(rows) != 1) | (np.diff(gpos) != 1) | (np.diff(dest) != 0)
@@ -108,7 +110,7 @@ def map_runs(origin: str, origin_enc: MapKeys, dest_ids: list[str], dest_encs: l
             "dest_start": pa.array(gpos[starts] - offsets[dest[starts]]),
             "length": pa.array(lengths.astype(np.int64)),
         },
-        schema=MAP_SCHEMA,
+        schema=STORED_MAP_SCHEMA,
     )
 
 
@@ -179,7 +181,7 @@ class StreamedMap:
                     "dest_start": pa.array(dest_starts.astype(np.int64)),
                     "length": pa.array(lengths.astype(np.int64)),
                 },
-                schema=MAP_SCHEMA,
+                schema=STORED_MAP_SCHEMA,
             )
         )
 
@@ -232,12 +234,8 @@ def _as_words(keys: pa.BinaryArray) -> np.ndarray | None:
 
 def write_map(storage: Storage, table_id: str, runs: list[pa.Table]) -> WrittenMap:
     """Write the runs as one zstd Arrow IPC stream (`conch.files.ipc`) under the table's `maps/`."""
-    t = pa.concat_tables(runs) if runs else MAP_SCHEMA.empty_table()
-    stored = pa.table(
-        [pc.dictionary_encode(c.combine_chunks()) if c.type == pa.string() else c for c in t.columns],
-        schema=STORED_MAP_SCHEMA,
-    )
-    data = table_bytes(stored)
+    t = pa.concat_tables(runs).unify_dictionaries().combine_chunks() if runs else STORED_MAP_SCHEMA.empty_table()
+    data = table_bytes(t)  # one record batch: a chunk per origin compressed alone was ~2x slower
     path = f"{table_id}/maps/{new_id()}.arrow"
     storage.write(path, data)
     rows = int(pc.sum(t.column("length")).as_py() or 0)

@@ -155,7 +155,7 @@ def _execute(
         starts: list[bytes] = []
         stream = _streamed_map(view, level, key_cache)
         for piece in _pieces(batches, layout, cuts, target):
-            starts.append(prefix_keys(piece.columns, layout.root_keys)[0].as_py())
+            starts.append(prefix_keys([c.slice(0, 1) for c in piece.columns], layout.root_keys)[0].as_py())
             ks_id = _write_piece(files, schema, level, piece, staged, opts, outputs if stream is None else {})
             if stream is not None:
                 stream.add(ks_id, as_numpy(piece.column(schema.key_names(level)[0])))
@@ -497,7 +497,7 @@ def _pieces(batches: Iterator[pa.Table], layout: Layout, cuts: list[bytes], targ
                 changes = change_points(parts)
                 n = int(changes[0]) if len(changes) else n
             if bi < len(cuts):
-                below = _count_below(prefix_keys(t.columns, layout.root_keys), cuts[bi])
+                below = _count_below(t, layout.root_keys, cuts[bi])
                 if below == 0:  # at the cut
                     yield from flush()
                     bi += 1
@@ -510,8 +510,9 @@ def _pieces(batches: Iterator[pa.Table], layout: Layout, cuts: list[bytes], targ
             t = t.slice(n)
             while target is not None and rows > target:
                 whole = pa.concat_tables(pending).combine_chunks()
-                changes = change_points(prefix_keys(whole.columns, layout.root_keys))
-                after = changes[changes >= target]
+                # the root-key changes at or after row `target`: only the rows from `target - 1` encoded
+                before = max(target, 1) - 1
+                after = change_points(prefix_keys([c.slice(before) for c in whole.columns], layout.root_keys)) + before
                 if not len(after):
                     pending = [whole]
                     break
@@ -521,7 +522,13 @@ def _pieces(batches: Iterator[pa.Table], layout: Layout, cuts: list[bytes], targ
     yield from flush()
 
 
-def _count_below(prefixes: pa.BinaryArray, bound: bytes) -> int:
+def _count_below(t: pa.Table, root_keys: int, bound: bytes) -> int:
+    """The rows of key-ordered `t` whose root-key prefix is below `bound`: all of them when
+    its last row's is (most batches: only the last row encoded), else counted."""
+    last = prefix_keys([c.slice(t.num_rows - 1, 1) for c in t.columns], root_keys)[0].as_py()
+    if last < bound:
+        return t.num_rows
+    prefixes = prefix_keys(t.columns, root_keys)
     return int(pc.sum(pc.less(prefixes, pa.scalar(bound, pa.binary()))).as_py() or 0)
 
 
