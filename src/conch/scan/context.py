@@ -335,6 +335,8 @@ class CountedKeys:
             return self.cache.encoded(ks, fields, self.keep)
 
     def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray:
+        if self.cache.cached(ks):  # nothing to count: a scan asks once per small run (~30 of them)
+            return self.cache.numeric(ks, fields, self.keep)
         with self.format.counted(ks, self.on_bytes):
             return self.cache.numeric(ks, fields, self.keep)
 

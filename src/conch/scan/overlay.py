@@ -287,22 +287,27 @@ def grown(
     `gone`: sorted keys deleted since `prev` (by a newer tombstone, and held again by no newer
     run), taken out of `prev`'s keys and runs first (their `moved` is -1)."""
     u = prev.numbers
-    kept = ~member(u, gone) if gone is not None and len(gone) and len(u) else np.ones(len(u), dtype=bool)
-    u_kept = u[kept]
+    kept = ~member(u, gone) if gone is not None and len(gone) and len(u) else None
+    if kept is not None and kept.all():
+        kept = None  # nothing gone: no array is filtered (each filter copied the whole overlay)
+    u_kept = u if kept is None else u[kept]
     v = sorted_union(*runs) if runs else u[:0]
     j, known = _placed_in(u_kept, v)
     added, at = v[~known], j[~known]
     u2 = np.insert(u_kept, at, added)
     # an old key moves down by the added keys inserted at or before it, up by the gone ones
     shift = np.cumsum(np.bincount(at, minlength=len(u_kept) + 1))[: len(u_kept)]
-    moved = np.full(len(u), -1, dtype=np.int64)
-    moved[kept] = np.arange(len(u_kept), dtype=np.int64) + shift
     ins_added, hit_added = _placed_in(base, added)
-    ins = np.insert(prev.ins[kept], at, ins_added)
-    hit = np.insert(prev.hit[kept], at, hit_added)
-    if len(u_kept) == len(u):  # nothing gone: every run keeps its rows (shared, not copied)
+    if kept is None:  # every run keeps its rows (shared, not copied)
+        moved = np.arange(len(u), dtype=np.int64) + shift
+        ins = np.insert(prev.ins, at, ins_added)
+        hit = np.insert(prev.hit, at, hit_added)
         pos, rows_all = [moved[p] for p in prev.pos], list(prev.rows)
     else:
+        moved = np.full(len(u), -1, dtype=np.int64)
+        moved[kept] = np.arange(len(u_kept), dtype=np.int64) + shift
+        ins = np.insert(prev.ins[kept], at, ins_added)
+        hit = np.insert(prev.hit[kept], at, hit_added)
         stills = [kept[p] for p in prev.pos]
         pos = [moved[p[still]] for p, still in zip(prev.pos, stills, strict=True)]
         rows_all = [r[still] for r, still in zip(prev.rows, stills, strict=True)]
@@ -434,7 +439,8 @@ def overlay_values(
             pieces.append(tables(i).take(pa.array(row[sel])))
     idx[~wins] = len(shown)  # a stale small-run cell under a newer base cell, or none: null
     pieces.append(pa.table({nm: pa.nulls(1, t) for nm, t in zip(schema.names, schema.types, strict=True)}))
-    values = pa.concat_tables(pieces).combine_chunks().take(pa.array(idx))
+    # taken from the chunks as they are: combined first, every cell was copied twice
+    values = pa.concat_tables(pieces).take(pa.array(idx))
     return values, wins
 
 
@@ -461,9 +467,13 @@ def grown_values(
     null_at = n_prev + sum(c.num_rows for c in cells)
     idx = np.full(n, null_at, dtype=np.int64)
     kept = ov.moved >= 0  # -1: deleted since (`grown`'s `gone`)
-    idx[ov.moved[kept]] = np.flatnonzero(kept)
     wins = np.zeros(n, dtype=bool)
-    wins[ov.moved[kept]] = prev_wins[kept]
+    if kept.all():  # nothing deleted: no filtered copies of the old keys' arrays
+        idx[ov.moved] = np.arange(n_prev, dtype=np.int64)
+        wins[ov.moved] = prev_wins
+    else:
+        idx[ov.moved[kept]] = np.flatnonzero(kept)
+        wins[ov.moved[kept]] = prev_wins[kept]
     at = n_prev
     for (k, i), c in zip(new_runs, cells, strict=True):
         p = ov.pos[i]
@@ -472,7 +482,7 @@ def grown_values(
         wins[p] = shown
         at += c.num_rows
     null = pa.table({nm: pa.nulls(1, t) for nm, t in zip(schema.names, schema.types, strict=True)})
-    return pa.concat_tables([prev_values, *cells, null]).combine_chunks().take(pa.array(idx)), wins
+    return pa.concat_tables([prev_values, *cells, null]).take(pa.array(idx)), wins  # no combine: one copy
 
 
 def interleave(ov: OverlayKeys, rows: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
