@@ -204,7 +204,8 @@ class VortexFormat:
             self.hot.put((path, _WRITTEN), flat)
 
     def _kept(self, ref: FileRef, file_schema: pa.Schema, indices: np.ndarray | None) -> pa.Table | None:
-        """Columns `file_schema` of a file this process wrote and kept (`_keep_written`), or None."""
+        """Columns `file_schema` (rows `indices`, or all) of a file this process wrote and kept
+        (`_keep_written`), or None: the one check every inline read and unfiltered stream makes."""
         kept = self.hot.get((ref.path, _WRITTEN))
         if kept is None or not set(file_schema.names) <= set(kept.column_names):
             return None
@@ -440,22 +441,14 @@ class VortexFormat:
         out_schema = schema.append(pa.field(ORDINAL, pa.uint32())) if ordinal else schema
         kept = self._kept(ref, file_schema, indices) if expr is None and not blobs else None
         if kept is not None:
-            for batch in kept.to_batches():
-                yield (
-                    batch
-                    if not refs
-                    else pa.RecordBatch.from_arrays(
-                        [tag_inline(batch.column(c)) if c in refs else batch.column(c) for c in out_schema.names],
-                        schema=out_schema,
-                    )
-                )
-            return
-        f = self._file(ref)
-        try:
-            idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
-            reader = f.to_arrow(file_schema.names, expr=expr, indices=idx, schema=file_schema)
-        except Exception as e:
-            raise self._damage(ref, f"cannot read {list(columns)} from {ref.path}", e) from e
+            reader: Iterator[pa.RecordBatch] = iter(kept.to_batches())
+        else:
+            f = self._file(ref)
+            try:
+                idx = vx.array(pa.array(indices, pa.uint64())) if indices is not None else None
+                reader = f.to_arrow(file_schema.names, expr=expr, indices=idx, schema=file_schema)
+            except Exception as e:
+                raise self._damage(ref, f"cannot read {list(columns)} from {ref.path}", e) from e
         while True:
             try:
                 batch = next(reader, None)

@@ -6,7 +6,11 @@ opening a Vortex scan, whose fixed cost (~1 ms: its runtime's threads, the scan 
 a selective query over a small metadata fragment. Files are immutable, so a fragment's path and
 mask name its rows for ever; an entry is admitted only if it is at most 1/8 of the cache, so one
 large fragment never evicts the rest, and the whole cache is 1/4 of the format's segment cache
-(`connect(memory_budget=)`'s share for raw segments)."""
+(`connect(memory_budget=)`'s share for raw segments).
+
+The files a process writes small enough go in as written (`VortexFormat._keep_written`, key
+`(path, ("written",))`): the scans right after a commit and the merges of small runs read them
+back from here, not from storage."""
 
 from __future__ import annotations
 
