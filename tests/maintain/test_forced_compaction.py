@@ -183,3 +183,29 @@ def test_compact_is_a_fixed_point_over_any_history(
     if not partitioned:
         assert len(runs) <= max(1, math.ceil(len(written) / max_rows))
     assert t.check().ok
+
+
+def test_compact_joins_l1_runs_below_max_rows_as_one_write_would_and_the_settle_leaves_them(tmp_path: Path) -> None:
+    """L1 runs too many rows to be fold units of the triggers (`move_rows`) but below
+    `max_l1_rows` and `move_bytes` (sorted appends the commit-time trigger folded): `compact()`
+    lays them out as one write of their rows, `ceil(rows / max_l1_rows)` runs; the settle, which
+    runs unasked, rewrites none. (Runs of `move_bytes` or more, a bulk load's, stay as they are:
+    `test_trivial_move`.)"""
+    from conch.maintain.compaction.background import settle_tasks
+
+    t = conch.connect(str(tmp_path), maintenance=OFF).create_table("t", [("id", pa.uint64())])
+    model = {}
+    for i in range(7):  # 7 disjoint runs of 700 keys
+        ids = list(range(i * 700, i * 700 + 700))
+        t.write({"id": pa.array(ids, pa.uint64()), "x": [float(i)] * 700})
+        model.update(dict.fromkeys(ids, float(i)))
+    t.compact(policy=conch.Policy(auto=False, max_l1_rows=700, move_rows=1))  # moved: 7 L1 ranges
+    policy = conch.Policy(auto=False, max_l1_rows=1000, move_rows=100)
+    assert t.maintenance_plan(policy).l1_runs == 7
+    assert settle_tasks(t.state(), policy) == []
+
+    t.compact(policy=policy)
+    assert sorted(k.rows for k in root_runs(t)) == [980] * 5  # was 7 runs of 700: left as they were
+    assert {r["id"]: r["x"] for r in t.scan().to_pylist()} == model
+    seen = len(t.history())
+    assert t.compact(policy=policy).tasks == 0 and len(t.history()) == seen

@@ -31,12 +31,9 @@ fixed). `Policy.l0_read_bytes` (512 KB) is that cost as bytes of scanning. A sma
 `read_overhead` (1.0) × its own scan (its bytes plus one run's fixed cost): `read_trigger`. So
 below 0.5 MB every second run is folded in, below 1 MB every third, above that every
 `l0_trigger`-th: reads *during* an ingest stay within ~2-3× of one run, and the background settle
-(`background.py`) folds what is left once the writer pauses (at rest: one run). (The pre-settle
-0.2 folded every run below ~2 MB, so reads stayed one run, but 200-row commits then cost 2.6×
-the ingest CPU and 3.4× the write amplification: `docs/compaction.md`.) A larger component
-waits for `l0_trigger` runs,
-major when its L0 bytes reach `l1_ratio` × its L1 bytes, when it has no L1 yet, or when a merge
-would not reduce the run count; else merge. The automatic trigger after
+(`background.py`) folds what is left once the writer pauses (at rest: one run). A larger
+component waits for `l0_trigger` runs, major when its L0 bytes reach `l1_ratio` × its L1 bytes,
+when it has no L1 yet, or when a merge would not reduce the run count; else merge. The automatic trigger after
 commits runs at most `commit_budget` of input per commit: a small multiple of what the commit
 wrote (a writer never stalls long); larger tasks are listed by `maintenance_plan()` and run by
 the settle, `Table.compact()` or `conch compact`, except a large component's major once it is
@@ -63,7 +60,8 @@ consecutive ones (`fold_tasks`): their inputs overlap no other run, so the outpu
 relabels no cell a sibling could hide, and the boundaries between them are dropped. The
 commit-time trigger folds only at `Policy.fold_trigger` (16) of them, a stop trigger bounding
 the runs a scan opens, size-tiered (a unit larger than the rest of its window waits), so a row is
-rewritten about log₁₆(commits) times; the settle and `compact()` fold any more than one write makes.
+rewritten about log₁₆(commits) times; the settle and `compact()` fold any more than one write makes,
+and `compact()` (`whole`) the L1 runs below `max_l1_rows` too: a layout of one write's runs.
 
 **Majors need L0 large in rows too** (issue 30): `l1_ratio` applies to bytes (read cost) and to
 rows (a major decodes and encodes every L1 row). By bytes alone, 1,000-row upserts into a 500k-row
@@ -84,11 +82,8 @@ it is amortized: it rewrites at most `Policy.major_amplification` (3) x the L0 b
 ((L1 + L0) / L0, the cost model's write amplification; the commits that wrote L0 pay for it),
 and always within the memory budget (a hard limit: `plan(memory=)`). Until then L0 stays
 size-tiered exactly as below `l1_ratio`: merges at the stop trigger, windows of similar sizes,
-the newest runs whatever their sizes only at `l0_stop`. Before, a major over the commit's budget
-made every commit from `l0_trigger` on merge "the window that fits", the large merged L0 run with
-the newest small one (universal compaction's fallback): at 2.5M keys, 100 commits of 5,000
-random upserts rewrote 57 MB for 7.4 MB written (7.8x) and the major never ran during the
-ingest; now one amortized major and the tiered merges rewrite ~1x the data.
+the newest runs whatever their sizes only at `l0_stop` (history and figures:
+`docs/compaction.md`, "The major of a large component").
 """
 
 from __future__ import annotations
@@ -178,13 +173,9 @@ def table_ranges(key_spaces: Iterable[KeySpace]) -> Ranges:
 
 def lsm_counts(key_spaces: Iterable[KeySpace]) -> tuple[int, int]:
     """(L0 runs, L1 runs) of a state: what `explain()` and the manifests show."""
-    l0 = l1 = 0
-    for k in key_spaces:
-        if is_l1(k):
-            l1 += 1
-        else:
-            l0 += 1
-    return l0, l1
+    ks = list(key_spaces)
+    l1 = sum(1 for k in ks if is_l1(k))
+    return len(ks) - l1, l1
 
 
 def run_bytes(key_spaces: Iterable[KeySpace], fragments: Iterable[Fragment]) -> dict[str, int]:
@@ -229,6 +220,7 @@ def plan(
     budget: int | None = None,
     memory: int | None = None,
     partition_of: Callable[[bytes], bytes] | None = None,
+    whole: bool = False,
 ) -> MaintenancePlan:
     """The compaction tasks the policy asks for now (`force`: a major compaction of every
     component with any L0 run or more than one L1 run of one level, whatever the thresholds; a
@@ -240,7 +232,8 @@ def plan(
     its stop trigger (the major waits for the settle or `compact()`). `memory`: the warehouse's
     memory budget, a hard limit on the automatic trigger's majors (`within_budget` checks every
     task against it again). `partition_of`: the partition prefix of an encoded key
-    (`ranges.partitioner`; None: not partitioned), so a fold never spans two partitions."""
+    (`ranges.partitioner`; None: not partitioned), so a fold never spans two partitions.
+    `whole` (a forced `compact()`): folds take L1 runs below `max_l1_rows` rows too (`fold_tasks`)."""
     ks_list = list(key_spaces.values())
     sizes = run_bytes(ks_list, fragments.values())
     tasks: list[CompactionTask] = []
@@ -360,13 +353,14 @@ def plan(
             else f"{len(groups)} L0 runs >= {policy.l0_trigger}, no L1 run yet"
         )
         tasks.append(_task("major", lo, hi, comp.runs, sizes, len(l0), why))
-    tasks += fold_tasks(comps, ranges, sizes, policy, 2 if force else policy.fold_trigger, not force, partition_of)
+    tasks += fold_tasks(
+        comps, ranges, sizes, policy, 2 if force else policy.fold_trigger, not force, partition_of, whole
+    )
     return MaintenancePlan(tuple(tasks), n_l0, n_l1, len(ranges))
 
 
 def _one_run_per_level(runs: list[KeySpace]) -> bool:
-    levels = [k.level for k in runs]
-    return len(levels) == len(set(levels))
+    return len(runs) == len({k.level for k in runs})
 
 
 def read_trigger(component_bytes: int, policy: Policy) -> int:
@@ -437,9 +431,8 @@ def within_budget(task: CompactionTask, policy: Policy, budget: int | None = Non
     return task.input_bytes <= limit and (memory is None or task.memory_bytes <= memory)
 
 
-# A rewrite decodes and encodes every row (~0.4 us a row: a fold of 160k rows of a u64 key and 2 f64
-# at 0.9 B a row took 66 ms), so the commit-time trigger weighs it by max(bytes, rows x 32 B): by bytes
-# alone a major of 1M compressible rows ran every ~50 commits in the writer (3.4x its wall).
+# A rewrite decodes and encodes every row (~0.4 us a row), so the commit-time trigger weighs it by
+# max(bytes, rows x 32 B): by bytes alone a major of 1M compressible rows ran every ~50 commits.
 ROW_WORK_BYTES = 32
 
 
@@ -460,8 +453,7 @@ def _in_small_components(ks_list: list[KeySpace], sizes: Mapping[str, int], poli
     """Runs of small components (`small_bytes`, `small_rows`) of a small table: folded whole at
     their read-cost trigger, cheaper than reading them as runs of their own, so they do not move.
     Past `small_rows` rows in the table every disjoint run moves: else the small last range of a
-    large table took each sorted append into a major of it, every second commit (1,000 commits of
-    500 appended keys: 485 majors)."""
+    large table took each sorted append into a major of it (485 majors in 1,000 appends)."""
     out: set[str] = set()
     if sum(k.rows for k in ks_list if k.kind == "data" and k.level == "") > policy.small_rows:
         return out
@@ -548,6 +540,7 @@ def fold_tasks(
     trigger: int,
     tiered: bool = True,
     partition_of: Callable[[bytes], bytes] | None = None,
+    whole: bool = False,
 ) -> list[CompactionTask]:
     """Adjacent small L1 units concatenated into one (`fold`): what moving small disjoint runs
     leaves behind (module doc, "Folds"). A unit is a component of one range holding only L1 data
@@ -559,13 +552,16 @@ def fold_tasks(
     `auto_budget_bytes`) holding more runs than one write of its rows would make is rewritten as
     that write (`recut`: `max_l1_rows` pieces). The inputs overlap no other run, so their times
     stay exact whatever the window. With `partition_of` a sequence never crosses a partition
-    change: a fold across one was cut there again, 2 runs → 2 on every `compact()`."""
+    change: a fold across one was cut there again, 2 runs → 2 on every `compact()`. `whole` (a
+    forced `compact()`, not the settle): units below `max_l1_rows` rows (and `move_bytes`), a
+    sequence not chunked (5M appends compacted to 7 runs where one write makes 5 read 1.1-1.2x)."""
     windows: list[list[Component]] = []
-    for seq in _fold_sequences(comps, sizes, policy, partition_of):
+    for seq in _fold_sequences(comps, sizes, policy, partition_of, whole):
         if tiered:
             windows += [_fold_window(seq[: i + 1], policy, trigger) for i in range(len(seq))]
         else:  # more runs than one write of their rows would make: rewritten as that write
-            windows += [w for w in _budget_chunks(seq, sizes, policy) if len(w) > -(-_rows(w) // policy.max_l1_rows)]
+            chunks = [seq] if whole else _budget_chunks(seq, sizes, policy)
+            windows += [w for w in chunks if len(w) > -(-_rows(w) // policy.max_l1_rows)]
     windows = [w for w in windows if len(w) >= max(2, trigger)]
     if tiered and windows:
         windows = [max(windows, key=len)]  # the oldest longest
@@ -586,7 +582,11 @@ def fold_tasks(
 
 
 def _fold_sequences(
-    comps: list[Component], sizes: Mapping[str, int], policy: Policy, partition_of: Callable[[bytes], bytes] | None
+    comps: list[Component],
+    sizes: Mapping[str, int],
+    policy: Policy,
+    partition_of: Callable[[bytes], bytes] | None,
+    whole: bool,
 ) -> list[list[Component]]:
     """The maximal sequences of fold units (`fold_tasks`) of consecutive ranges, one partition each."""
     seqs: list[list[Component]] = []
@@ -601,7 +601,7 @@ def _fold_sequences(
             comp.first == comp.last
             and all(is_l1(k) for k in runs)
             and _one_run_per_level(runs)
-            and sum(k.rows for k in runs) < policy.move_rows
+            and sum(k.rows for k in runs) < (policy.max_l1_rows if whole else policy.move_rows)
             and sum(sizes[k.id] for k in runs) < policy.move_bytes
             and len(parts) == 1
         )

@@ -84,7 +84,7 @@ class CompactionResult:
 def maintenance_plan(log: TableLog, policy: Policy, force: bool = False) -> MaintenancePlan:
     """What compaction would do now, and why."""
     state = log.state()
-    return plan(state.key_spaces, state.fragments, policy, force, partition_of=partitions(log, state))
+    return plan(state.key_spaces, state.fragments, policy, force, partition_of=partitions(log, state), whole=force)
 
 
 def partitions(log: TableLog, state: TableState) -> Callable[[bytes], bytes] | None:
@@ -279,7 +279,10 @@ def _tasks(log: TableLog, policy: Policy, force: bool, limit: int | None) -> tup
     """The tasks planned now and the log sequence of the state they were planned on."""
     state = log.state()
     memory = log.warehouse.memory_budget if limit is not None else None
-    tasks = list(plan(state.key_spaces, state.fragments, policy, force, limit, memory, partitions(log, state)).tasks)
+    whole = force and limit is None  # a forced `compact()`: L1 laid out as one write's runs
+    tasks = list(
+        plan(state.key_spaces, state.fragments, policy, force, limit, memory, partitions(log, state), whole).tasks
+    )
     if limit is not None:
         # plan() applied the commit's budget (a large component's major amortized past it, a fold
         # judged against the automatic budget: the stop trigger bounding a scan's runs); what is
