@@ -280,7 +280,7 @@ def plan(
         # tombstones) pays by the rows L0 holds, not its runs (1M deletes family: 1.8 -> 1.0 s
         # written, auto-off 0.63 s, reads unchanged; 200k string keys: 4.9 -> 2.8 s, full scan
         # 95 -> 100 ms; docs/compaction.md, seventh pass)
-        tiered = not small and bool(l1)
+        tiered = not small
         # The major of a large component (module doc, "The major of a large component"): wanted at
         # `l1_ratio`; the commit-time trigger runs it when it fits this commit's budget or, amortized
         # over the commits that wrote L0, when it rewrites at most `major_amplification` x the L0
@@ -289,8 +289,7 @@ def plan(
         amplification = rewrite_work(l0_bytes + l1_bytes, l0_rows + l1_rows) / max(1, rewrite_work(l0_bytes, l0_rows))
         memory_needed = REWRITE_BYTES_PER_ROW * rows
         amortized = (
-            bool(l1)
-            and not small
+            not small
             and amplification <= policy.major_amplification
             and l0_bytes + l1_bytes <= policy.auto_budget_bytes
         )
