@@ -65,10 +65,11 @@ def test_a_merge_output_of_data_and_tombstones_counts_as_one_sorted_run() -> Non
     assert {"k1", "k2"} <= set(task.inputs) or not {"k1", "k2"} & set(task.inputs)  # a sorted run whole
 
 
-def _history(tmp_path: Path, deletes: bool, commits: int = 48) -> tuple[int, int]:
+def _history(tmp_path: Path, deletes: bool, commits: int = 48, **policy_kw: int) -> tuple[int, int]:
     """Upserts of random keys over a 4,000-key base (and deletes every other commit): reads equal
     the model after every commit; returns (rewrites, most L0 sorted runs left by a commit)."""
-    policy = conch.Policy(small_rows=1_000, move_rows=1_000, l0_stop=6, settle_after=None)
+    kw = {"small_rows": 1_000, "move_rows": 1_000, "l0_stop": 6, **policy_kw}
+    policy = conch.Policy(settle_after=None, **kw)
     t = conch.connect(str(tmp_path), maintenance=policy).create_table("t", [("id", pa.uint64())])
     rng = np.random.default_rng(3)
     n = 4_000
@@ -97,6 +98,15 @@ def test_random_upserts_merge_at_the_stop_trigger_only(tmp_path: Path) -> None:
     # 48 commits of 30 keys: L0 reaches 0.1 x L1 (400 rows) every ~14 commits (a major), and between
     # majors merges at 6 sorted runs. At l0_trigger (the old rule) this history rewrote ~20 times.
     assert rewrites <= 12 and most < 6
+
+
+def test_a_base_that_never_moved_gets_its_l1_from_one_major_then_l0_waits(tmp_path: Path) -> None:
+    """A base written below `move_rows` then upserted never moves (the upserts overlap it): the
+    component has no L1, and its major did not fit a commit's budget, so L0 merged at
+    `l0_trigger`, every 2-3 commits (250k keys: 24 merges in 40 commits). Now the major is
+    amortized like one over L1 (it rewrites what the commits wrote, once) and L0 is tiered."""
+    rewrites, most = _history(tmp_path, deletes=False, move_rows=10_000, small_bytes=50_000)
+    assert rewrites <= 12 and most < 6  # the previous rule: 16 rewrites
 
 
 def test_interleaved_deletes_do_not_merge_at_every_commit(tmp_path: Path) -> None:
