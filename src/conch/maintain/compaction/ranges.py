@@ -80,6 +80,12 @@ def prefix_keys(key_columns: Sequence[pa.ChunkedArray | pa.Array], n: int) -> pa
     return encode_keys(list(key_columns[:n]))
 
 
+def prefix_key(key_columns: Sequence[pa.ChunkedArray | pa.Array], n: int, row: int) -> bytes:
+    """`prefix_keys` of one row, encoding only that row (a rewrite compares a piece's first key
+    or a batch's last; encoding the whole batch for it was most of the cost)."""
+    return prefix_keys([c.slice(row, 1) for c in key_columns], n)[0].as_py()
+
+
 def change_points(prefixes: pa.BinaryArray) -> np.ndarray:
     """Rows where a sorted array of encoded prefixes changes value (row 0 excluded)."""
     n = len(prefixes)

@@ -51,7 +51,7 @@ from conch.log.wal import AddFragment, AddKeySpace, Op
 from conch.maintain.compaction import blobcopy
 from conch.maintain.compaction.displacement import MapKeys, StreamedMap, WrittenMap, map_runs, write_map
 from conch.maintain.compaction.plan import REWRITE_BYTES_PER_ROW, CompactionTask, table_ranges
-from conch.maintain.compaction.ranges import change_points, prefix_keys
+from conch.maintain.compaction.ranges import change_points, prefix_key, prefix_keys
 from conch.model import sets
 from conch.model.budget import ScanOptions, WriteOptions, budget_split
 from conch.model.keys import EncodedRange, encode_keys, numeric_key_type, range_mask, sorted_unique
@@ -155,7 +155,7 @@ def _execute(
         starts: list[bytes] = []
         stream = _streamed_map(view, level, key_cache)
         for piece in _pieces(batches, layout, cuts, target):
-            starts.append(prefix_keys([c.slice(0, 1) for c in piece.columns], layout.root_keys)[0].as_py())
+            starts.append(prefix_key(piece.columns, layout.root_keys, 0))
             ks_id = _write_piece(files, schema, level, piece, staged, opts, outputs if stream is None else {})
             if stream is not None:
                 stream.add(ks_id, as_numpy(piece.column(schema.key_names(level)[0])))
@@ -525,8 +525,7 @@ def _pieces(batches: Iterator[pa.Table], layout: Layout, cuts: list[bytes], targ
 def _count_below(t: pa.Table, root_keys: int, bound: bytes) -> int:
     """The rows of key-ordered `t` whose root-key prefix is below `bound`: all of them when
     its last row's is (most batches: only the last row encoded), else counted."""
-    last = prefix_keys([c.slice(t.num_rows - 1, 1) for c in t.columns], root_keys)[0].as_py()
-    if last < bound:
+    if prefix_key(t.columns, root_keys, t.num_rows - 1) < bound:
         return t.num_rows
     prefixes = prefix_keys(t.columns, root_keys)
     return int(pc.sum(pc.less(prefixes, pa.scalar(bound, pa.binary()))).as_py() or 0)
