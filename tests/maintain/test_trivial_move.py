@@ -204,6 +204,29 @@ def test_sorted_appends_move_fold_and_read_as_written(tmp_path: Path) -> None:
     _check_l1(t)
 
 
+def test_small_runs_too_many_rows_to_fold_a_trigger_at_a_time_still_fold(tmp_path: Path) -> None:
+    """Issue 30, tenth pass: L1 runs below `move_rows` whose `fold_trigger` together pass
+    `max_l1_rows` never made a tiered window of `fold_trigger`, so every `l0_trigger` appends
+    left one more run for every scan to open (a 5M-key ingest of 10k-key commits: 43 L1 runs,
+    1 % filter 4.2x a table written once). Once a sequence holds `fold_trigger` of them, a
+    window of more than half `max_l1_rows` folds too: the small runs stay below the trigger, and
+    the rest are runs of about half a piece or more."""
+    policy = conch.Policy(small_rows=500, fold_trigger=4, move_rows=2000, max_l1_rows=3000, settle_after=None)
+    t = _table(tmp_path / "on", policy)
+    off = _table(tmp_path / "off", OFF)
+    for c in range(48):  # moved 4 at a time: runs of 1,200 rows, 2 of them per 3,000-row piece
+        data = pa.table({"id": pa.array(range(c * 300, (c + 1) * 300), pa.uint64()), "x": np.full(300, float(c))})
+        t.write(data)
+        off.write(data)
+        _check_l1(t)
+        l1 = [k.rows for k in t.state().key_spaces.values() if is_l1(k) and k.kind == "data"]
+        assert sum(r < policy.move_rows for r in l1) <= policy.fold_trigger, (c, sorted(l1))  # folded the next commit
+        assert all(r * 2 > policy.max_l1_rows for r in l1 if r >= policy.move_rows), (c, sorted(l1))
+    assert t.scan().to_arrow().equals(off.scan().to_arrow())
+    assert not interleaved(t.state())
+    assert t.maintenance_plan().l1_runs <= 48 * 300 // 2400 + policy.fold_trigger
+
+
 @settings(deadline=None, max_examples=12)
 @given(
     st.lists(

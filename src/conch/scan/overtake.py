@@ -34,9 +34,10 @@ from conch.expr.tree import mask as filter_mask
 from conch.files.format import column_name
 from conch.model.schema import Column
 from conch.model.sets import member, sorted_union
+from conch.scan.assemble import one_array
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.overlay import OverlayColumn, interleave, laid_over
-from conch.scan.take import one_array, take_rows
+from conch.scan.take import take_rows
 
 
 class StreamLike(Protocol):
@@ -122,7 +123,7 @@ def _coalesced(
     def joined() -> tuple[np.ndarray, np.ndarray, dict[int, Any]]:
         if len(held) == 1:
             return held[0]
-        cols = {k: pa.concat_arrays([_one(h[2][k]) for h in held]) for k in held[0][2]}
+        cols = {k: pa.concat_arrays([one_array(h[2][k]) for h in held]) for k in held[0][2]}
         return np.concatenate([h[0] for h in held]), np.concatenate([h[1] for h in held]), cols
 
     for part in parts:
@@ -158,7 +159,7 @@ def _passing(
         order, base, touched = interleave(ov, rows, js)
         idx = pa.array(order)
         taken = pa.array(js)
-        out = {k: pa.concat_arrays([_one(col), fresh[k].take(taken)]).take(idx) for k, col in cols.items()}
+        out = {k: pa.concat_arrays([one_array(col), fresh[k].take(taken)]).take(idx) for k, col in cols.items()}
         return base, touched, out
 
     for rows, cols in st._passing(s, u, own):
@@ -207,7 +208,3 @@ def _keys_at(st: StreamLike, s: Any, r: np.ndarray, js: np.ndarray) -> pa.Table:
     idx[held] = np.arange(len(held))
     idx[inserted] = len(held) + np.arange(len(inserted))
     return both.take(pa.array(idx))
-
-
-def _one(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col

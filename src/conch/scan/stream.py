@@ -41,7 +41,7 @@ from conch.files.manifest import Fragment
 from conch.model.keys import KeySet
 from conch.model.schema import Column
 from conch.model.sets import member, sorted_union
-from conch.scan.assemble import assemble, drop_keys, output_schema
+from conch.scan.assemble import assemble, drop_keys, one_array, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keyspace import numeric_key
 from conch.scan.overlay import (
@@ -57,7 +57,7 @@ from conch.scan.overtake import overlaid_take
 from conch.scan.pushdown import prune
 from conch.scan.rowmask import vortex_expr
 from conch.scan.segments import Segment, StreamUnit, deleted_keys, rows_out, segment, segments_of
-from conch.scan.take import one_array, take_rows
+from conch.scan.take import take_rows
 
 
 def streamed(ctx: ScanContext) -> Stream | None:
@@ -416,9 +416,7 @@ class Stream:
         cols = {}
         for j, c in enumerate(u.columns):
             extra = u.cells.columns[j].array.take(at)
-            col = base[c.id]
-            col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-            cols[c.id] = pa.concat_arrays([col, extra]).take(idx)
+            cols[c.id] = pa.concat_arrays([one_array(base[c.id]), extra]).take(idx)
         if not len(idx):
             return
         if not self.ctx.options.with_keys:  # no keys out: none gathered
@@ -482,11 +480,11 @@ class Stream:
             key_part = self._keys(s).slice(pos, n)
             if win is not None and len(win.new):
                 assert ov is not None
-                spliced = splice(key_part.column(0).combine_chunks(), ov.key_cells, win, _NO_ROWS, 0, 0)  # only inserts
+                spliced = splice(one_array(key_part.column(0)), ov.key_cells, win, _NO_ROWS, 0, 0)  # only inserts
                 key_part = pa.table([spliced], schema=key_part.schema)
             if keep is not None:
                 # column by column: `Table.filter` took ~3.5x `Array.filter` (~200 µs a 64k-row batch)
-                key_part = pa.table([c.combine_chunks().filter(keep) for c in key_part.columns], schema=key_part.schema)
+                key_part = pa.table([one_array(c).filter(keep) for c in key_part.columns], schema=key_part.schema)
                 cols = {k: v.filter(keep) for k, v in cols.items()}
             if key_part.num_rows > self.left:  # a limit inside inserted keys
                 key_part = key_part.slice(0, self.left)
