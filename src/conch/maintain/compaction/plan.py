@@ -58,10 +58,10 @@ rewrites meanwhile (`_move_now`).
 **Folds** (issue 30): moving small appends leaves adjacent small L1 runs. A `fold` concatenates
 consecutive ones (`fold_tasks`): their inputs overlap no other run, so the output's time span
 relabels no cell a sibling could hide, and the boundaries between them are dropped. The
-commit-time trigger folds only at `Policy.fold_trigger` (16) of them, a stop trigger bounding
-the runs a scan opens, size-tiered (a unit larger than the rest of its window waits), so a row is
-rewritten about log₁₆(commits) times; the settle and `compact()` fold any more than one write makes,
-and `compact()` (`whole`) the L1 runs below `max_l1_rows` too: a layout of one write's runs.
+commit-time trigger folds only at `Policy.fold_trigger` (16) of them (16 too large for one piece:
+as many as `max_l1_rows` lets in), a stop trigger bounding the runs a scan opens, size-tiered (a
+unit larger than the rest of its window waits), so a row is rewritten about log₁₆(commits) times;
+the settle and `compact()` fold any more than one write makes, `compact()` (`whole`) all below `max_l1_rows`.
 
 **Majors need L0 large in rows too** (issue 30): `l1_ratio` applies to bytes (read cost) and to
 rows (a major decodes and encodes every L1 row). By bytes alone, 1,000-row upserts into a 500k-row
@@ -94,7 +94,14 @@ from dataclasses import dataclass, field
 
 from conch.files.manifest import Fragment, KeySpace, extent
 from conch.maintain.compaction.ranges import Ranges, ranges_of
-from conch.maintain.compaction.tiers import n_sorted_runs, newest_window, sorted_runs, tier_window
+from conch.maintain.compaction.tiers import (
+    filled_window,
+    fold_window,
+    n_sorted_runs,
+    newest_window,
+    sorted_runs,
+    tier_window,
+)
 from conch.maintain.compaction.timeorder import oldest_time, time_contiguous
 from conch.model.policy import Policy
 
@@ -547,7 +554,8 @@ def fold_tasks(
     consecutive ranges form a sequence. `tiered` (the commit-time trigger): one fold, the oldest
     sequence of `trigger` units whose rows stay within `max_l1_rows` (one output piece), less its
     ends while an end holds more rows than the rest (a row is rewritten about log(n) times, not
-    once per fold); once a sequence holds `trigger` units, also one of over half a piece (`_fold_window`). Not `tiered` (`compact()`, the settle): each sequence (in chunks of at most
+    once per fold), or if none, once it holds `trigger` units, its oldest filling a piece. Not
+    `tiered` (`compact()`, the settle): each sequence (in chunks of at most
     `auto_budget_bytes`) holding more runs than one write of its rows would make is rewritten as
     that write (`recut`: `max_l1_rows` pieces). The inputs overlap no other run, so their times
     stay exact whatever the window. With `partition_of` a sequence never crosses a partition
@@ -556,8 +564,11 @@ def fold_tasks(
     sequence not chunked (5M appends compacted to 7 runs where one write makes 5 read 1.1-1.2x)."""
     windows: list[list[Component]] = []
     for seq in _fold_sequences(comps, sizes, policy, partition_of, whole):
-        if tiered:
-            windows += [_fold_window(seq[: i + 1], policy, trigger, len(seq) >= trigger) for i in range(len(seq))]
+        if tiered:  # `trigger` units; else, once the sequence holds that many, a full piece
+            rows = [sum(k.rows for k in c.runs) for c in seq]
+            ends = [(i + 1, fold_window(rows[: i + 1], policy.max_l1_rows, trigger)) for i in range(len(seq))]
+            tier = [seq[end - n : end] for end, n in ends if n >= trigger]
+            windows += tier or ([seq[: filled_window(rows, policy.max_l1_rows)]] if len(seq) >= trigger else [])
         else:  # more runs than one write of their rows would make: rewritten as that write
             chunks = [seq] if whole else _budget_chunks(seq, sizes, policy)
             windows += [w for w in chunks if len(w) > -(-_rows(w) // policy.max_l1_rows) and len(w) >= trigger]
@@ -629,22 +640,3 @@ def _budget_chunks(seq: list[Component], sizes: Mapping[str, int], policy: Polic
 
 def _rows(units: list[Component]) -> int:
     return sum(k.rows for c in units for k in c.runs if k.level == "")
-
-
-def _fold_window(seq: list[Component], policy: Policy, tier: int, filling: bool) -> list[Component]:
-    """The tiered fold window ending at the last unit of `seq` (`fold_tasks`): `tier` units, or
-    with `filling` (`seq` holds `tier` units) over half `max_l1_rows` rows; else none. Without the
-    row cap a window of many small units grew past the commit budget and never ran (500 appends of
-    400 rows: 101 L1 runs); without `filling`, units of ~160k rows never made `tier` under the cap
-    (a 5M-key ingest of 10k-key commits: 43 L1 runs, one more per 160k keys, 1 % filter 4.2x)."""
-    window: list[Component] = []
-    total = 0
-    for c in reversed(seq):
-        rows = sum(k.rows for k in c.runs)
-        if total + rows > policy.max_l1_rows or (window and rows > total):
-            break  # one output piece; a unit larger than the rest of the window waits for its tier
-        window.append(c)
-        total += rows
-        if len(window) == tier:
-            break
-    return window[::-1] if len(window) == tier or (filling and 2 * total > policy.max_l1_rows) else []

@@ -1,4 +1,4 @@
-"""Size tiers of L0: sorted runs, the windows a merge takes, and the stop trigger (issue 30).
+"""Size tiers: L0 sorted runs, the windows a merge takes, the stop trigger; the windows a fold of L1 units takes.
 
 **Sorted runs and the stop trigger** (issue 30, third pass). L0 is counted in *sorted runs*
 (`sorted_runs`: the runs one commit added, as Paimon and RocksDB's universal compaction count a
@@ -84,3 +84,32 @@ def newest_window(groups: list[list[KeySpace]], sizes: Mapping[str, int], policy
         window.append(g)
         total += b
     return [k for g in window[::-1] for k in g] if len(window) >= 2 else []
+
+
+def fold_window(rows: list[int], cap: int, tier: int) -> int:
+    """How many of the last units (L1 runs of consecutive ranges, `rows` each, oldest first) a
+    tiered fold takes (`plan.fold_tasks`): at most `tier`, within `cap` rows (one output piece),
+    less those larger than the rest (a unit waits for its tier). Without the cap a commit-time
+    window of many equal small units grew by one unit a commit, past the commit budget, and never
+    ran: 500 appends of 400 rows left 101 L1 runs for every scan to open."""
+    total = n = 0
+    for r in reversed(rows):
+        if total + r > cap or (n and r > total):
+            break
+        total, n = total + r, n + 1
+        if n == tier:
+            break
+    return n
+
+
+def filled_window(rows: list[int], cap: int) -> int:
+    """How many of the oldest units fill one piece of `cap` rows (0: they do not; from the
+    oldest: a window ending elsewhere left its oldest unit alone for good). Units of ~160k rows
+    never made a tiered window of 16 under a 1M cap: a 5M-key ingest of 10k-key commits left 43
+    L1 runs, one more per 160k keys (1 % filter 4.2x a table written once)."""
+    total = 0
+    for i, r in enumerate(rows):
+        total += r
+        if total > cap:
+            return i
+    return 0
