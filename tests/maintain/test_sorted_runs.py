@@ -14,7 +14,8 @@ import pyarrow as pa
 import conch
 from conch.files.manifest import KeySpace
 from conch.log.wal import AddFragment, AddKeySpace
-from conch.maintain.compaction.plan import is_l1, plan, sorted_runs
+from conch.maintain.compaction.plan import REWRITE_BYTES_PER_ROW, is_l1, plan, sorted_runs
+from conch.maintain.compaction.tiers import merge_rows
 from conch.model.keys import encode_keys
 
 LARGE = conch.Policy(small_bytes=0, l0_trigger=4, l0_stop=8)  # no component is small
@@ -39,6 +40,20 @@ def test_a_large_component_waits_for_its_stop_trigger_then_merges_the_newer_runs
     (task,) = plan(runs, {}, LARGE).tasks
     assert task.kind == "merge" and set(task.inputs) == {f"k{i}" for i in range(2, 9)}  # not the 300-row run
     assert (task.min_time, task.max_time) == (12, 30)
+
+
+def test_an_automatic_merge_window_stays_within_a_quarter_of_the_memory_budget() -> None:
+    """Issue 30, tenth pass: the stop trigger's window grows with the commits' size (a 50M-key
+    ingest's 100k-key upserts: 3.1M rows at once, 1.2 GB peak beside full caches under a 1 GiB
+    budget); under the automatic trigger's memory budget it takes at most what a quarter of it
+    holds at `REWRITE_BYTES_PER_ROW` (`tiers.merge_rows`), the newest runs first."""
+    runs = _base() | {f"k{i}": ks(i, 10 + i, rows=1_000) for i in range(1, 9)}  # 8 sorted runs: the stop
+    unbounded = plan(runs, {}, LARGE).tasks
+    assert [t.kind for t in unbounded] == ["merge"] and len(unbounded[0].inputs) == 8
+    memory = 4 * REWRITE_BYTES_PER_ROW * 3_000  # a quarter holds 3 runs' rows
+    (task,) = plan(runs, {}, LARGE, memory=memory).tasks
+    assert task.kind == "merge" and set(task.inputs) == {"k6", "k7", "k8"}
+    assert merge_rows(memory, REWRITE_BYTES_PER_ROW) == 3_000 and merge_rows(None, REWRITE_BYTES_PER_ROW) is None
 
 
 def test_the_major_still_comes_at_l1_ratio_before_the_stop_trigger() -> None:

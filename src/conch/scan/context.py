@@ -62,8 +62,9 @@ class ScanContext:
         self, plan: ScanPlan, fmt: FragmentFormat, key_cache: KeyCache, options: ScanOptions, admit: bool = True
     ) -> None:
         self.plan = plan
-        # whether small runs read whole are kept decoded (`small`): not by a compaction's reads,
-        # whose inputs are about to be replaced
+        # whether small runs read whole are kept decoded (`small`) and keys and what is derived
+        # from them kept in the key cache: not by a compaction's reads, whose inputs are about to
+        # be replaced (kept, a 50M-key ingest's folds filled the cache with dead runs' keys)
         self.admit = admit
         self.format = fmt
         self.key_cache = key_cache
@@ -74,7 +75,7 @@ class ScanContext:
         self._seen: set[str] = set()  # fragments counted as considered
         self._fixed: dict[str, list[tuple[Column, str, int, str]]] = {}  # per group (`small`)
         # the key cache's admission (`KeyCache.fits`), decided once for the scan's key spaces
-        keep = key_cache.fits(plan.key_spaces, plan.key_fields)
+        keep = admit and key_cache.fits(plan.key_spaces, plan.key_fields)
         self._keys = CountedKeys(key_cache, fmt, self.metrics.add_key_bytes_read, keep)
 
     # ----- metrics --------------------------------------------------------------------------

@@ -97,6 +97,7 @@ from conch.maintain.compaction.ranges import Ranges, ranges_of
 from conch.maintain.compaction.tiers import (
     filled_window,
     fold_window,
+    merge_rows,
     n_sorted_runs,
     newest_window,
     sorted_runs,
@@ -310,13 +311,14 @@ def plan(
             # merged L0 run with the newest small one, every commit (57 MB rewritten for 7 MB)
             if len(groups) < (policy.l0_stop if tiered else trigger):
                 continue
-            window = tier_window(groups, sizes, policy, cap, 1.0 if tiered else None)
+            most = merge_rows(memory, REWRITE_BYTES_PER_ROW)
+            window = tier_window(groups, sizes, policy, cap, 1.0 if tiered else None, most)
             if tiered and n_sorted_runs(window) < policy.l0_stop // 2:  # long cycles: the size rule on rows
-                window = tier_window(groups, sizes, policy, cap, policy.size_ratio)
+                window = tier_window(groups, sizes, policy, cap, policy.size_ratio, most)
             window = time_contiguous(window, comp.runs)
             if n_sorted_runs(window) < 2 and len(groups) >= policy.l0_stop:
                 # the stop trigger: runs stay bounded even when no run joins the newest by size
-                window = time_contiguous(newest_window(groups, sizes, policy, cap), comp.runs)
+                window = time_contiguous(newest_window(groups, sizes, policy, cap, most), comp.runs)
             if n_sorted_runs(window) < 2:  # a window of one commit's runs would rewrite them as they are
                 if not (l1 and fits and len(groups) >= STOP_RUNS * policy.l0_trigger):
                     continue  # no merge window (time order): the settle or compact() folds it
@@ -380,10 +382,9 @@ def read_trigger(component_bytes: int, policy: Policy) -> int:
 
 
 # Peak memory of a rewrite per input row, beyond the caches the budget already bounds: the scan's
-# general path merges every input key and locates its fresh cell before streaming the output
-# (keys, positions, liveness; `conch.scan.execute`), and the displacement map holds the output's
-# encoded keys. Measured with `python -m bench.lsm_shapes`-shaped majors of 2M and 8M rows
-# (u64 key + 2 f64): 223 and 165 B per row above the process's baseline.
+# general path merges every input key and locates its fresh cell before streaming the output, and
+# the displacement map holds the output's encoded keys. Measured with `python -m bench.lsm_shapes`-
+# shaped majors of 2M and 8M rows (u64 key + 2 f64): 223 and 165 B per row above the baseline.
 REWRITE_BYTES_PER_ROW = 200
 
 

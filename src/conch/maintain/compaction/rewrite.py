@@ -53,7 +53,7 @@ from conch.maintain.compaction.displacement import MapKeys, StreamedMap, Written
 from conch.maintain.compaction.plan import REWRITE_BYTES_PER_ROW, CompactionTask, table_ranges
 from conch.maintain.compaction.ranges import change_points, prefix_key, prefix_keys
 from conch.model import sets
-from conch.model.budget import ScanOptions, WriteOptions, budget_split
+from conch.model.budget import ScanOptions, WriteOptions, budget_split, release_freed_memory
 from conch.model.keys import EncodedRange, encode_keys, numeric_key_type, range_mask, sorted_unique
 from conch.model.schema import Column, Schema
 from conch.scan.context import ScanContext
@@ -107,7 +107,9 @@ def execute(
     the inputs are read (the warehouse's, sized by `connect(memory_budget=)`). Big blob values
     are copied in parts, never read whole (`blobcopy`)."""
     with blobcopy.streamed_values(files.storage):
-        return _execute(files, key_cache, state, task, layout, within, opts, scan)
+        staged = _execute(files, key_cache, state, task, layout, within, opts, scan)
+    release_freed_memory()  # the inputs' and outputs' buffers are gone now
+    return staged
 
 
 def _execute(

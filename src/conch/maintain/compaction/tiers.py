@@ -39,7 +39,12 @@ def n_sorted_runs(runs: Iterable[KeySpace]) -> int:
 
 
 def tier_window(
-    groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int, rows_ratio: float | None = None
+    groups: list[list[KeySpace]],
+    sizes: Mapping[str, int],
+    policy: Policy,
+    cap: int,
+    rows_ratio: float | None = None,
+    max_rows: int | None = None,
 ) -> list[KeySpace]:
     """The newest sorted runs (`sorted_runs`) of similar size: walking from the newest, an older
     one joins while its bytes are at most `size_ratio` × the window's so far (universal
@@ -49,7 +54,7 @@ def tier_window(
     joined windows they should not). Ratio 1 rewrites a row ~1.5 times between majors ~50
     commits apart but degrades to many small windows in long cycles, where `plan` takes
     `size_ratio` (simulated, 2,000 commits at l0_stop 8: 6.4 rewrites a row against 66).
-    Empty when it would merge fewer than two."""
+    Within `max_rows` rows too (`merge_rows`). Empty when it would merge fewer than two."""
     window: list[list[KeySpace]] = []
     total = total_rows = 0
     for g in reversed(groups):
@@ -58,7 +63,7 @@ def tier_window(
         too_big = rows > rows_ratio * total_rows if rows_ratio is not None else b > policy.size_ratio * total
         # within the automatic budget too: otherwise a geometric series of runs would make every
         # window span them all, exceed the budget, and let L0 grow without bound
-        if window and (too_big or total + b > cap):
+        if window and (too_big or total + b > cap or _past(total_rows + rows, max_rows)):
             break
         window.append(g)
         total += b
@@ -68,22 +73,39 @@ def tier_window(
     return [k for g in window[::-1] for k in g]
 
 
-def newest_window(groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int) -> list[KeySpace]:
+def newest_window(
+    groups: list[list[KeySpace]], sizes: Mapping[str, int], policy: Policy, cap: int, max_rows: int | None = None
+) -> list[KeySpace]:
     """When no sorted run joins by size, universal compaction's fallback: the newest
-    `len(groups) - l0_trigger + 2` (at least two), within `cap` bytes. Bounded work that brings
+    `len(groups) - l0_trigger + 2` (at least two), within `cap` bytes and `max_rows` rows. Bounded work that brings
     the run count back under the trigger, instead of a major rewriting every L1 row of the
     component. `plan` takes it only at the stop trigger `l0_stop`: below it, merging the newest
     runs whatever their sizes merged a large L0 run with each new small one, every commit."""
     want = max(2, len(groups) - policy.l0_trigger + 2)
     window: list[list[KeySpace]] = []
-    total = 0
+    total = total_rows = 0
     for g in reversed(groups):
         b = sum(sizes[k.id] for k in g)
-        if len(window) >= want or (window and total + b > cap):
+        rows = sum(k.rows for k in g)
+        if len(window) >= want or (window and (total + b > cap or _past(total_rows + rows, max_rows))):
             break
         window.append(g)
         total += b
+        total_rows += rows
     return [k for g in window[::-1] for k in g] if len(window) >= 2 else []
+
+
+def merge_rows(memory: int | None, bytes_per_row: int) -> int | None:
+    """The most input rows an automatic merge of L0 takes under the warehouse's `memory` budget
+    (None: no limit): its working memory (`bytes_per_row` a row) within a scan's share of the
+    budget, a quarter, beside caches that may be full. A 50M-key ingest's upserts of 100k keys
+    merged 31 of them (3.1M rows) at the stop trigger, its caches full from the folds before:
+    1.2 GB peak with a 1 GiB budget. Majors keep the whole budget as their limit (`plan`)."""
+    return None if memory is None else max(1, memory // (4 * bytes_per_row))
+
+
+def _past(rows: int, max_rows: int | None) -> bool:
+    return max_rows is not None and rows > max_rows
 
 
 def fold_window(rows: list[int], cap: int, tier: int) -> int:
