@@ -63,7 +63,8 @@ reads are of the last): one ingest of unchanged code beside another moved by up 
 shared machine.
 
 `--bulk 50000000,100000000` measures only the one-write bulk load at those key counts, the write
-side (default beside auto off; no `once` side and no reads), in minutes rather than hours.
+side (default beside auto off; no `once` side and no reads), in minutes rather than hours;
+`--bulk-families ingest` the write side of other families at those counts (peak RSS, runs left).
 
 Not built: the Lance read shapes of the issue (`python -m bench.selective --parts shapes` has those
 reads).
@@ -478,11 +479,14 @@ def shape(
     return out
 
 
-def bulk_only(work: Path, n: int, before: Path | None) -> list[dict[str, Any]]:
-    """`--bulk N`: one write of a sorted `RecordBatchReader` of `n` keys (1M-row batches), the
-    default policy beside auto off (and `--before`): wall, CPU, bytes rewritten, peak RSS. No
-    `once` side and no reads: at 50M-100M keys a read back into one table would measure the
-    reader's memory, not the write's."""
+def bulk_only(
+    work: Path, n: int, before: Path | None, family: str = "bulk_reader", commits: int = 1
+) -> list[dict[str, Any]]:
+    """`--bulk N`: the write side of `family` at `n` keys (by default one write of a sorted
+    `RecordBatchReader`, 1M-row batches; `--bulk-families` for others), the default policy beside
+    auto off (and `--before`): wall, CPU, bytes rewritten, peak RSS, runs left. No `once` side and
+    no reads: at 50M-100M keys a read back into one table would measure the reader's memory, not
+    the write's."""
     out: list[dict[str, Any]] = []
     got: dict[str, dict[str, Any]] = {}
     sides = ["auto-off", "default"] + (["before"] if before else [])
@@ -490,10 +494,10 @@ def bulk_only(work: Path, n: int, before: Path | None) -> list[dict[str, Any]]:
         path = S.fresh(work / "bulk" / str(n) / side)
         env = _side_env(side, before)
         child_side = "default" if side == "before" else side
-        got[side] = S.child_json("bench.lsm_shapes", [child_side, "bulk_reader", str(path), str(n), "1", "-"], env)
+        got[side] = S.child_json("bench.lsm_shapes", [child_side, family, str(path), str(n), str(commits), "-"], env)
         shutil.rmtree(path, ignore_errors=True)
     for side in sides:
-        r = {"family": "bulk_reader", "keys": n, "side": side, **got[side]}
+        r = {"family": family, "keys": n, "side": side, **got[side]}
         r["wall_vs_off"] = round(r["wall_s"] / max(got["auto-off"]["wall_s"], 1e-9), 2)
         r["cpu_vs_off"] = round(r["cpu_s"] / max(got["auto-off"]["cpu_s"], 1e-9), 2)
         out.append(r)
@@ -543,6 +547,7 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated key counts (e.g. 50000000,100000000): only the one-write bulk load, "
         "write side only (not in the default run: minutes each)",
     )
+    ap.add_argument("--bulk-families", default="bulk_reader", help="the families `--bulk` writes (default bulk_reader)")
     ap.add_argument("--before", type=Path, default=None, help="another checkout: its default policy beside this one")
     ap.add_argument("--work", type=Path, default=Path("/tmp/conch-bench-lsm-shapes"))
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -564,8 +569,9 @@ def main(argv: list[str] | None = None) -> None:
     out: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     if args.bulk:
-        for n in (int(x) for x in args.bulk.split(",")):
-            out += bulk_only(args.work, n, args.before)
+        for family in args.bulk_families.split(","):
+            for n in (int(x) for x in args.bulk.split(",")):
+                out += bulk_only(args.work, n, args.before, family.strip(), args.commits or COMMITS["full"])
         scale = "bulk"
     for family in args.families.split(",") if not args.bulk else []:
         for n in sizes:

@@ -45,7 +45,8 @@ class Policy:
     move_bytes: int = 4 << 20
     move_rows: int = 1 << 18
     # adjacent small L1 runs (what moving small disjoint appends leaves) concatenated by the commit-time
-    # trigger once this many: a stop trigger, bounding a scan's runs; the settle and compact() fold 2
+    # trigger once this many (runs too large for this many in one `max_l1_rows` piece: the oldest that
+    # fill one): a stop trigger, bounding a scan's runs; the settle and compact() fold 2
     fold_trigger: int = 16
     # a large component's L0 sorted runs are merged only at this many (below it, only the major at
     # `l1_ratio`): a scan pays for L0 by its rows, not its runs (the overlay places every small run's

@@ -92,6 +92,11 @@ def input_view(state: TableState, task: CompactionTask) -> TableState:
     return TableState(state.schema, state.seq, state.time, kss, frs)
 
 
+# A rewrite this large hands its freed heap back (`release_freed_memory`); smaller ones, frequent,
+# leave it for the next to reuse (pages handed back fault in again when allocated anew)
+TRIM_BYTES = 64 << 20
+
+
 def execute(
     files: TableFiles,
     key_cache: KeyCache,
@@ -108,7 +113,8 @@ def execute(
     are copied in parts, never read whole (`blobcopy`)."""
     with blobcopy.streamed_values(files.storage):
         staged = _execute(files, key_cache, state, task, layout, within, opts, scan)
-    release_freed_memory()  # the inputs' and outputs' buffers are gone now
+    if task.memory_bytes >= TRIM_BYTES:  # the inputs' and outputs' buffers are gone now
+        release_freed_memory()
     return staged
 
 
