@@ -13,14 +13,6 @@ def output_schema(schema: Schema, level: str, cols: list[Column], with_keys: boo
     return pa.schema([*(schema.key_fields(level) if with_keys else []), *struct_of(nest(cols))])
 
 
-def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A column as one array: its chunk when it has one (`combine_chunks` copies even then: 10 MB
-    of blobs taken by a selective scan were copied once more)."""
-    if isinstance(col, pa.Array):
-        return col
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-
-
 def drop_keys(batch: pa.RecordBatch, out: pa.Schema) -> pa.RecordBatch:
     """`batch` (key columns first) narrowed to `out`, a key-less output schema."""
     return batch if batch.schema.equals(out) else batch.select(out.names)
@@ -32,7 +24,7 @@ def assemble(
     """One output batch from its keys and the values of `cols` (by column id), row-aligned
     (`rows`: the row count where `out` holds no key columns and `keys` is empty)."""
     by_path = {c.path: arrays[c.id] for c in cols}
-    # copied, not `one_array`: a batch's keys are often a slice of a run's whole key column, which
+    # copied, not `take.one_array`: a batch's keys are often a slice of a run's whole key column, which
     # a batch kept by its consumer would pin (a 6M-key major held ~1 GB where 340 MB: test_compaction_memory)
     data: list[pa.Array] = [keys.column(i).combine_chunks() for i in range(keys.num_columns)]
     n = keys.num_rows if rows is None else rows

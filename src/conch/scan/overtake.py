@@ -34,10 +34,9 @@ from conch.expr.tree import mask as filter_mask
 from conch.files.format import column_name
 from conch.model.schema import Column
 from conch.model.sets import member, sorted_union
-from conch.scan.assemble import one_array
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.overlay import OverlayColumn, interleave, laid_over
-from conch.scan.take import take_rows
+from conch.scan.take import one_array, take_rows
 
 
 class StreamLike(Protocol):

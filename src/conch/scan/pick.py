@@ -26,10 +26,11 @@ from conch.files.manifest import Fragment, TableState
 from conch.model.keys import KeySet
 from conch.model.lru import Lru
 from conch.model.schema import Column
-from conch.scan.assemble import assemble, one_array, output_schema
+from conch.scan.assemble import assemble, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keymask import KeyMask, covers
 from conch.scan.keyspace import numeric_key, selected_rows
+from conch.scan.take import one_array
 
 
 @dataclass(frozen=True)

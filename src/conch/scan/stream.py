@@ -41,7 +41,7 @@ from conch.files.manifest import Fragment
 from conch.model.keys import KeySet
 from conch.model.schema import Column
 from conch.model.sets import member, sorted_union
-from conch.scan.assemble import assemble, drop_keys, one_array, output_schema
+from conch.scan.assemble import assemble, drop_keys, output_schema
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.keyspace import numeric_key
 from conch.scan.overlay import (
@@ -57,7 +57,7 @@ from conch.scan.overtake import overlaid_take
 from conch.scan.pushdown import prune
 from conch.scan.rowmask import vortex_expr
 from conch.scan.segments import Segment, StreamUnit, deleted_keys, rows_out, segment, segments_of
-from conch.scan.take import take_rows
+from conch.scan.take import one_array, take_rows
 
 
 def streamed(ctx: ScanContext) -> Stream | None:

@@ -18,7 +18,6 @@ import pyarrow as pa
 from conch.files.format import column_name
 from conch.files.manifest import Fragment
 from conch.model.sets import distinct
-from conch.scan.assemble import one_array
 from conch.scan.context import ScanContext, file_schema
 from conch.scan.locate import ReadUnit
 
@@ -107,6 +106,14 @@ def gather(
         if (w[1:] < w[:-1]).any():  # pieces out of output order: put them back
             table = table.take(pa.array(np.argsort(w, kind="stable")))
     return {c.id: one_array(table.column(column_name(c.id))) for c in unit.columns}
+
+
+def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as one array: its chunk when it has one (`combine_chunks` copies even then: 10 MB
+    of blobs taken by a selective scan were copied once more)."""
+    if isinstance(col, pa.Array):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def batch_rows(ctx: ScanContext, units: list[ReadUnit]) -> int:
