@@ -103,6 +103,7 @@ class VortexFormat:
         self._local_store: Any = None
         self.hot = ColumnCache(segment_cache_bytes // 4)
         self._dict_cols: dict[tuple[str, str], bool] = {}  # (path, column): stored as a Vortex dict
+        self._once = threading.local()  # `read_once`: this thread's files opened for the block
 
     def clear_cache(self) -> None:
         """Forget open files and cached segments (benchmarks use it to measure cold reads)."""
@@ -222,10 +223,28 @@ class VortexFormat:
     def _file(self, ref: FileRef) -> Any:
         return self._opened(ref)[0]
 
+    @contextlib.contextmanager
+    def read_once(self) -> Iterator[None]:
+        """Within the block, this thread opens the files it reads without the shared segment cache
+        and keeps them open only until the block ends (files already open stay as they are): a
+        compaction's inputs, read once and replaced when it commits. Cached, a 50M-key ingest's
+        folds filled the segment cache with dead files before its merges (peak RSS 768 -> 580 MB)."""
+        if getattr(self._once, "files", None) is not None:
+            yield
+            return
+        self._once.files = {}
+        try:
+            yield
+        finally:
+            self._once.files = None
+
     def _opened(self, ref: FileRef) -> tuple[Any, VerifiedReader | None]:
         """The open Vortex file and its verifying reader (None: the file has no checksum)."""
         path = ref.path
         entry = self._open.get(path)
+        once: dict[str, tuple[Any, VerifiedReader | None]] | None = getattr(self._once, "files", None)
+        if entry is None and once is not None:
+            entry = once.get(path)
         if entry is None:
             verified = None
             try:
@@ -235,7 +254,10 @@ class VortexFormat:
                 reader: Any = _CountingReader(self.storage.open(path), path, self._count)
                 if ref.checksum:
                     reader = verified = VerifiedReader(reader, path, ref.checksum)
-                f = vx.open_readable(reader, segment_cache=self.segment_cache, cache_key=path)
+                if once is None:
+                    f = vx.open_readable(reader, segment_cache=self.segment_cache, cache_key=path)
+                else:
+                    f = vx.open_readable(reader, without_segment_cache=True)
             except FileNotFoundError as e:
                 raise CorruptFileError(f"{path} is missing: the table references it; restore it from a backup") from e
             except CorruptFileError:
@@ -243,7 +265,10 @@ class VortexFormat:
             except Exception as e:  # vortex raises plain exceptions for corrupt files
                 raise _damage(verified, f"cannot open {path}", e) from e
             entry = (f, verified)
-            self._open.put(path, entry)
+            if once is None:
+                self._open.put(path, entry)
+            else:
+                once[path] = entry
         return entry
 
     def has_column(self, ref: FileRef, name: str) -> bool:
@@ -564,7 +589,7 @@ class VortexFormat:
     def _damage(self, ref: FileRef, what: str, e: Exception) -> CorruptFileError:
         """The error for a failed Vortex read: the verifier's own finding when it made the read
         fail, else Vortex's message (an unsealed file that does not decode)."""
-        entry = self._open.get(ref.path)
+        entry = self._open.get(ref.path) or (getattr(self._once, "files", None) or {}).get(ref.path)
         return _damage(entry[1] if entry else None, what, e)
 
     def _blob_reader(self, path: str) -> RangeReader:

@@ -111,7 +111,7 @@ def execute(
     return them with their operations; removing the inputs is `run.commit`'s job. `scan`: how
     the inputs are read (the warehouse's, sized by `connect(memory_budget=)`). Big blob values
     are copied in parts, never read whole (`blobcopy`)."""
-    with blobcopy.streamed_values(files.storage):
+    with blobcopy.streamed_values(files.storage), files.format.read_once():
         staged = _execute(files, key_cache, state, task, layout, within, opts, scan)
     if task.memory_bytes >= TRIM_BYTES:  # the inputs' and outputs' buffers are gone now
         release_freed_memory()
