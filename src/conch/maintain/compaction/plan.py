@@ -256,6 +256,7 @@ def plan(
         ks_list = [k for k in ks_list if k.id not in waiting]
     ranges = table_ranges(ks_list)
     cap = policy.auto_budget_bytes if budget is None else min(budget, policy.auto_budget_bytes)
+    most = merge_rows(memory, REWRITE_BYTES_PER_ROW)  # the rows an automatic L0 merge may take
     comps = components(ks_list, ranges)
     for comp in comps:
         l0 = sorted((k for k in comp.runs if not is_l1(k)), key=lambda k: (k.time, k.seq, k.id))
@@ -311,7 +312,6 @@ def plan(
             # merged L0 run with the newest small one, every commit (57 MB rewritten for 7 MB)
             if len(groups) < (policy.l0_stop if tiered else trigger):
                 continue
-            most = merge_rows(memory, REWRITE_BYTES_PER_ROW)
             window = tier_window(groups, sizes, policy, cap, 1.0 if tiered else None, most)
             if tiered and n_sorted_runs(window) < policy.l0_stop // 2:  # long cycles: the size rule on rows
                 window = tier_window(groups, sizes, policy, cap, policy.size_ratio, most)
