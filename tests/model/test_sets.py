@@ -29,6 +29,8 @@ def test_union_and_membership(parts: list[np.ndarray], rows: np.ndarray) -> None
     assert np.array_equal(union, np.unique(np.concatenate(parts)) if parts else np.zeros(0))
     if len(union):
         assert np.array_equal(sets.member(rows, union), np.isin(rows, union))
+    distinct_parts = [sets.distinct(p) for p in parts]  # `outside` takes sorted, distinct sets
+    assert np.array_equal(sets.outside(rows, *distinct_parts), ~np.isin(rows, union))
 
 
 def test_void_rows_group_as_numpys_unique_rows() -> None:

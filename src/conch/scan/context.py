@@ -18,12 +18,15 @@ import pyarrow as pa
 from conch.expr.tree import Expr
 from conch.expr.tree import mask as filter_mask
 from conch.files.format import FileRef, FragmentFormat, column_name
+from conch.files.hotcache import HotKey
 from conch.files.keycache import KeyCache, KeyIndex
 from conch.files.manifest import Fragment, KeySpace
 from conch.model.budget import ScanOptions
+from conch.model.keys import KeyPredicate
 from conch.model.lru import Lru
 from conch.model.schema import Column, join_path
 from conch.scan.keymask import KeyMask, key_mask
+from conch.scan.keyspace import predicate_rows
 from conch.scan.metrics import GroupMetrics, ScanMetrics
 from conch.scan.plan import ScanPlan
 from conch.scan.pushdown import StatsCache
@@ -74,6 +77,9 @@ class ScanContext:
         self.decoded = DecodedCache(options.cache_bytes)
         self._seen: set[str] = set()  # fragments counted as considered
         self._fixed: dict[str, list[tuple[Column, str, int, str]]] = {}  # per group (`small`)
+        # (fragment file + mask, columns asked) → its small-run entry's key and held columns, or
+        # None: decided once per scan (a take over 30 runs asks ~60 times)
+        self._small: dict[tuple[str, tuple[str, ...]], tuple[HotKey, list[Column]] | None] = {}
         # the key cache's admission (`KeyCache.fits`), decided once for the scan's key spaces
         keep = admit and key_cache.fits(plan.key_spaces, plan.key_fields)
         self._keys = CountedKeys(key_cache, fmt, self.metrics.add_key_bytes_read, keep)
@@ -169,6 +175,23 @@ class ScanContext:
         threads, its set-up) would be most of what they cost, and the projections of one query
         (the filter's column, then the others at the passing rows) share one entry. With
         `only_cached`, None unless the entry is there (a scan reading a few rows of it)."""
+        asked = (fr.path + fr.mask, tuple(schema.names))
+        if asked not in self._small:
+            self._small[asked] = self._small_entry(group, fr, schema)
+        entry = self._small[asked]
+        if entry is None:
+            return None
+        key, held = entry
+        t = self.format.hot.get(key)
+        if t is None:
+            if only_cached or not self.admit:
+                return None
+            t = self.read(group, fr, file_schema(held)).combine_chunks()
+            self.format.hot.put(key, t)
+        return t if t.schema.names == schema.names else t.select(schema.names)
+
+    def _small_entry(self, group: str, fr: Fragment, schema: pa.Schema) -> tuple[HotKey, list[Column]] | None:
+        """(hot-cache key, columns held) of `fr`'s small-run entry, if it holds `schema` (`small`)."""
         if fr.blob_columns or self._refs(schema):
             return None
         cols = self._fixed.get(group)
@@ -181,17 +204,12 @@ class ScanContext:
             self._fixed[group] = cols
         ids = set(fr.column_ids)
         held = [h for h in cols if h[0].id in ids]
-        names = [h[1] for h in held]
-        if not set(schema.names) <= set(names) or fr.rows * sum(h[2] for h in held) > self.format.hot.entry_bytes:
+        if (
+            not set(schema.names) <= {h[1] for h in held}
+            or fr.rows * sum(h[2] for h in held) > self.format.hot.entry_bytes
+        ):
             return None
-        key = (fr.path + fr.mask, ("small", *(h[3] for h in held)))
-        t = self.format.hot.get(key)
-        if t is None:
-            if only_cached or not self.admit:
-                return None
-            t = self.read(group, fr, file_schema([h[0] for h in held])).combine_chunks()
-            self.format.hot.put(key, t)
-        return t if t.schema.names == schema.names else t.select(schema.names)
+        return (fr.path + fr.mask, ("small", *(h[3] for h in held))), [h[0] for h in held]
 
     def read_decoded(self, group: str, fr: Fragment, schema: pa.Schema) -> pa.Table:
         """Columns `schema` of all of `fr`'s rows, decoded once per scan (the scan's decoded
@@ -326,6 +344,18 @@ class CountedKeys:
 
     def __init__(self, cache: KeyCache, fmt: FragmentFormat, on_bytes: Any, keep: bool) -> None:
         self.cache, self.format, self.on_bytes, self.keep = cache, fmt, on_bytes, keep
+        # key space path → its rows of the scan's key predicate (one predicate per scan): the
+        # paths of a take ask again and again (50k keys over a 1M-key run: ~4 ms a search)
+        self._rows: dict[str, tuple[KeyPredicate, np.ndarray]] = {}
+
+    def rows(self, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
+        """Rows of key space `ks` that `pred` admits (`keyspace.predicate_rows`), found once."""
+        hit = self._rows.get(ks.path)
+        if hit is not None and hit[0] is pred:
+            return hit[1]
+        rows = predicate_rows(self, ks, fields, pred)
+        self._rows[ks.path] = (pred, rows)
+        return rows
 
     def keys(self, ks: FileRef, fields: list[pa.Field]) -> pa.Table:
         with self.format.counted(ks, self.on_bytes):

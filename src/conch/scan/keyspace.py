@@ -102,6 +102,13 @@ class KeyLookup(Protocol):
     def numeric(self, ks: FileRef, fields: list[pa.Field]) -> np.ndarray: ...
 
 
+class ScanKeys(KeyLookup, Protocol):
+    """What `selected_rows` needs: a scan's view of the key cache (`context.CountedKeys`), which
+    finds a key space's rows of the scan's key predicate once (`predicate_rows`, remembered)."""
+
+    def rows(self, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray: ...
+
+
 def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate) -> np.ndarray:
     """Rows of a sorted key space that the key predicate admits, by binary search."""
     if isinstance(pred, KeySet):
@@ -121,11 +128,11 @@ def predicate_rows(cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: 
 
 
 def selected_rows(
-    cache: KeyLookup, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate | None, within: EncodedRange | None
+    cache: ScanKeys, ks: FileRef, fields: list[pa.Field], pred: KeyPredicate | None, within: EncodedRange | None
 ) -> np.ndarray | None:
     """Rows of a sorted key space admitted by the key predicate and inside a split's range
     `within` (full-key encodings), by binary search; None when every row is."""
-    rows = predicate_rows(cache, ks, fields, pred) if pred is not None else None
+    rows = cache.rows(ks, fields, pred) if pred is not None else None
     if within is None:
         return rows
     if numeric_key(fields):

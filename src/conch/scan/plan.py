@@ -144,8 +144,16 @@ def narrow(plan: ScanPlan, r: EncodedRange) -> ScanPlan:
     if plan.within is not None:
         r = plan.within.intersect(r)
     kept = [ks for ks in plan.key_spaces if span_overlaps(r, bytes.fromhex(ks.min_key), bytes.fromhex(ks.max_key))]
+    return replace(without(plan, kept, plan.tombstones, "key_spaces_span"), within=r)
+
+
+def without(plan: ScanPlan, kept: list[KeySpace], tombstones: list[KeySpace], reason: str) -> ScanPlan:
+    """`plan` considering only the key spaces `kept` and the tombstone sets `tombstones` (the
+    others hold no key it reads: counted in `pruned[reason]`), and the fragments of those kept."""
+    if len(kept) == len(plan.key_spaces) and len(tombstones) == len(plan.tombstones):
+        return plan
     live = {ks.id for ks in kept}
     pruned = dict(plan.pruned)
-    pruned["key_spaces_span"] = pruned.get("key_spaces_span", 0) + len(plan.key_spaces) - len(kept)
+    pruned[reason] = pruned.get(reason, 0) + len(plan.key_spaces) - len(kept)
     frags = {g: [f for f in frs if f.key_space in live] for g, frs in plan.fragments.items()}
-    return replace(plan, key_spaces=kept, fragments=frags, within=r, pruned=pruned)
+    return replace(plan, key_spaces=kept, tombstones=tombstones, fragments=frags, pruned=pruned)

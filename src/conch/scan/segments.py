@@ -28,10 +28,11 @@ from conch.scan.overlay import OverlayCells, OverlayKeys, placed
 
 
 def segments_of(
-    ctx: ScanContext, groups: dict[tuple[str, str, int], list[int]]
+    ctx: ScanContext, groups: dict[tuple[str, str, int], list[int]], one_base: bool = False
 ) -> list[tuple[list[int], list[int], dict[int, tuple[int, int]]]] | None:
     """(base key spaces, small runs, small-run row ranges) per segment, in key order; None when
-    small runs exist but the keys are not numeric (the general merge).
+    small runs exist but the keys are not numeric, or with `one_base` when there are several
+    bases (the general merge: found before the small runs are cut among the bases).
 
     Bases are key sets whose spans do not overlap one another, chosen greedily, largest first,
     or L1 runs first (then largest), whichever choice holds more rows; every other key space is a
@@ -51,6 +52,8 @@ def segments_of(
     by_level = _disjoint(groups, sorted(groups, key=lambda g: (-level[g], -g[2], g[0])))
     bases, small = max(by_rows, by_level, key=lambda chosen: sum(g[2] for g in chosen[0]))
     bases = sorted(absorb(ctx, groups, bases, small))
+    if one_base and len(bases) > 1:
+        return None
     if not small:
         return [(groups[b], [], {}) for b in bases]
     fields = plan.key_fields
