@@ -20,8 +20,9 @@ from conch.model.lru import Lru
 class KeyCache:
     """Key spaces are immutable: cache their key tables (and encodings) by file path, LRU, within
     one byte budget over every form held (a numeric key column's numpy form, where it is a view of
-    the kept table's buffer, is kept inside the table's entry, `_KeyTable`, and not weighed twice). The budget, not the table's key count, bounds what scans keep:
-    a key space larger than it is read, used and dropped.
+    the kept table's buffer, is kept in the table's entry, `_KeyTable`, and not weighed twice).
+    The budget, not the table's key count, bounds what scans keep: a key space larger than it is
+    read, used and dropped.
 
     Admission has one rule, `fits`: a reader of key spaces whose keys would fill more than half
     the cache reads them with `keep=False` (a scan decides it once: `ScanContext.keys`), since
@@ -168,7 +169,7 @@ class _KeyTable:
     """A kept key table, and its numeric key column as a numpy view of the table's buffer once
     asked for (weighed with the table: the view holds no bytes of its own). Taken again on every
     call, the view cost ~5 µs, and a scan of a table being written asks once per small run and
-    per step: a third of a 50-key take's time over its own read."""
+    per step: 0.2 of the 0.8 ms that a 50-key take over ten small runs paid above one run."""
 
     table: pa.Table
     view: np.ndarray | None = None

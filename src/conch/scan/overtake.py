@@ -111,33 +111,37 @@ def overlaid_take(st: StreamLike, s: Any) -> Iterator[pa.RecordBatch]:
             yield st._emit(s, _keys_at(st, s, r, js), cols)
 
 
-def _coalesced(
-    parts: Iterator[tuple[np.ndarray, dict[int, pa.Array]]], step: int
+def coalesced(
+    parts: Iterator[tuple[np.ndarray, dict[int, pa.Array]]], rows: int = 1 << 16
 ) -> Iterator[tuple[np.ndarray, dict[int, pa.Array]]]:
-    """`parts` (base rows passing the filter, their own columns) joined up to `step` rows: a
-    selective filter passes a few rows per Vortex batch of the base, and each joined part is
-    laid among the small runs' keys (`_passing`) and takes the other units' cells in one read
-    (a Vortex read has a fixed cost), not once per base batch (a 1 % filter of 1M keys: 16
-    Vortex batches of ~60 passing rows each, each paying the overlay's binary searches)."""
+    """A filter's passing (rows, columns) joined until they hold `rows` rows: a selective filter
+    passes a few hundred rows of each 64k-row Vortex batch, and each part then paid the overlay
+    merge's fixed cost (a dozen Arrow calls and the overlay's binary searches: ~0.4 ms a batch,
+    ~60 % of a 1 % filter's scan over an overlay), and here a read of the other units' cells."""
     held: list[tuple[np.ndarray, dict[int, pa.Array]]] = []
     n = 0
-
-    def joined() -> tuple[np.ndarray, dict[int, pa.Array]]:
-        if len(held) == 1:
-            return held[0]
-        cols = {k: pa.concat_arrays([one_array(h[1][k]) for h in held]) for k in held[0][1]}
-        return np.concatenate([h[0] for h in held]), cols
-
     for part in parts:
-        if not len(part[0]):
-            continue
-        if n and n + len(part[0]) > step:
-            yield joined()
-            held, n = [], 0
         held.append(part)
         n += len(part[0])
+        if n >= rows:
+            yield _joined(held)
+            held, n = [], 0
     if held:
-        yield joined()
+        yield _joined(held)
+
+
+def _joined(parts: list[tuple[np.ndarray, dict[int, pa.Array]]]) -> tuple[np.ndarray, dict[int, pa.Array]]:
+    if len(parts) == 1:
+        return parts[0]
+    cols = {
+        k: pa.chunked_array([c for p in parts for c in _chunks(p[1][k])], parts[0][1][k].type).combine_chunks()
+        for k in parts[0][1]
+    }
+    return np.concatenate([p[0] for p in parts]), cols
+
+
+def _chunks(col: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return col.chunks if isinstance(col, pa.ChunkedArray) else [col]
 
 
 def _passing(
@@ -145,7 +149,7 @@ def _passing(
 ) -> Iterator[tuple[np.ndarray, np.ndarray, dict[int, pa.Array]]]:
     """Steps 1–3 of the module doc over the filter's unit `u`: (per output row its base row, -1
     for a key the base does not hold; its key of U, -1 for a row no small run touches; `own`
-    columns), in key order, in parts of about `step` base rows (`_coalesced`)."""
+    columns), in key order, in parts of at least `step` base rows (`coalesced`)."""
     ov = s.overlay
     filt = st.ctx.plan.filter
     assert ov is not None and filt is not None
@@ -166,7 +170,7 @@ def _passing(
         out = {k: pa.concat_arrays([one_array(col), fresh[k].take(taken)]).take(idx) for k, col in cols.items()}
         return base, touched, out
 
-    for rows, cols in _coalesced(st._passing(s, u, own), step):
+    for rows, cols in coalesced(st._passing(s, u, own), step):
         if dead:
             keep = outside(rows, *dead)
             rows, cols = rows[keep], {k: col.filter(pa.array(keep)) for k, col in cols.items()}

@@ -53,7 +53,7 @@ from conch.scan.overlay import (
     overlay_values,
     splice,
 )
-from conch.scan.overtake import overlaid_take
+from conch.scan.overtake import coalesced, overlaid_take
 from conch.scan.pushdown import prune
 from conch.scan.rowmask import vortex_expr
 from conch.scan.segments import Segment, StreamUnit, deleted_keys, rows_out, segment, segments_of
@@ -154,38 +154,6 @@ def _alive(s: Segment, win: Window | None, pos: int, n: int) -> pa.BooleanArray 
     keep = np.ones(n + len(inserted), dtype=bool)
     keep[rows + np.searchsorted(inserted, rows, "right")] = False
     return pa.array(keep)
-
-
-def _coalesced(
-    parts: Iterator[tuple[np.ndarray, dict[int, pa.Array]]], rows: int = 1 << 16
-) -> Iterator[tuple[np.ndarray, dict[int, pa.Array]]]:
-    """`_passing`'s (rows, columns) joined until they hold `rows` rows: a selective filter passes
-    a few hundred rows of each 64k-row batch, and each part then paid the overlay merge's fixed
-    cost (a dozen Arrow calls: ~0.4 ms a batch, ~60 % of a 1 % filter's scan over an overlay)."""
-    held: list[tuple[np.ndarray, dict[int, pa.Array]]] = []
-    n = 0
-    for part in parts:
-        held.append(part)
-        n += len(part[0])
-        if n >= rows:
-            yield _joined(held)
-            held, n = [], 0
-    if held:
-        yield _joined(held)
-
-
-def _joined(parts: list[tuple[np.ndarray, dict[int, pa.Array]]]) -> tuple[np.ndarray, dict[int, pa.Array]]:
-    if len(parts) == 1:
-        return parts[0]
-    cols = {
-        k: pa.chunked_array([c for p in parts for c in _chunks(p[1][k])], parts[0][1][k].type).combine_chunks()
-        for k in parts[0][1]
-    }
-    return np.concatenate([p[0] for p in parts]), cols
-
-
-def _chunks(col: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
-    return col.chunks if isinstance(col, pa.ChunkedArray) else [col]
 
 
 def _row_width(cols: list[Column]) -> int | None:
@@ -310,7 +278,7 @@ class Stream:
             return
         # `_passing`: a run small enough to stay decoded (an LSM tree's append, its own segment)
         # is filtered in Arrow over its cached columns, with no Vortex scan opened per scan
-        for rows, cols in _coalesced(self._passing(s, u, u.columns)):
+        for rows, cols in coalesced(self._passing(s, u, u.columns)):
             if self.left <= 0:
                 return
             if dead and len(rows):
