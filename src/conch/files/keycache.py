@@ -68,13 +68,11 @@ class KeyCache:
         kept = self._get("table", ks.path)
         if kept is not None and kept.view is not None:
             return kept.view
-        col = self.keys(ks, fields, keep).column(0)
+        col = (kept.table if kept is not None else self.keys(ks, fields, keep)).column(0)
         a = as_numpy(col)
-        if not keep:
-            return a
-        if not shares_buffer(a, col):
+        if keep and not shares_buffer(a, col):
             self._put("numeric", ks.path, a)
-        elif (kept := self._get("table", ks.path)) is not None:
+        elif keep and (kept := kept or self._get("table", ks.path)) is not None:
             kept.view = a  # a view of the kept table's keys weighs nothing more: kept with it
         return a
 
