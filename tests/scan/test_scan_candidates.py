@@ -136,3 +136,24 @@ def test_splits_are_sized_by_the_records_a_range_filter_may_return(tmp_path: Pat
     assert 90 <= estimated_rows(plan, plan.key_spaces) <= 110  # the tighter of the two terms
     assert estimated_rows(t.scan().plan, t.scan().plan.key_spaces) == 1000
     assert estimated_rows(t.scan(where=t["x"] > 2000).plan, plan.key_spaces) == 0
+
+
+def test_a_run_cut_in_fragments_plans_splits_by_its_matching_stretches(tmp_path: Path) -> None:
+    """One run cut into many fragments, a filter whose statistics rule some of them out: the
+    splits are cut at the matching fragments' end keys (`candidates._rows_spans`). Their pairs of
+    rows went to the distinct-values kernel as a 2-D array, and planning failed with a NumPy
+    `ValueError` (a Spark read of such a table too)."""
+    cat = conch.connect(
+        tmp_path,
+        write_options=conch.WriteOptions(chunk_rows=4000, fragment_bytes=1024),
+        maintenance=conch.Policy(auto=False),
+    )
+    t = cat.create_table("t", [("id", pa.int64())], VALUES)
+    t.write({"id": list(range(400)), "x": [float(i) for i in range(400)]})
+    assert len(t.state().key_spaces) == 1 and len(t.state().fragments) >= 4
+    scan = t.scan(where=(t["x"] < 30) | ((t["x"] >= 200) & (t["x"] < 230)))
+    want = scan.to_arrow().column("id").to_pylist()
+    assert want == [*range(30), *range(200, 230)]
+    for n in (1, 2, 4):
+        got = [i for s in scan.splits(n) for i in s.to_arrow().column("id").to_pylist()]
+        assert got == want, n

@@ -125,7 +125,7 @@ def estimated_rows(plan: ScanPlan, runs: list[KeySpace], stats: StatsCache | Non
 def _rows_spans(keys: KeyCache, ks: KeySpace, plan: ScanPlan, ends: list[tuple[int, int]]) -> list[Span]:
     """The key spans of rows `[first, last]` of the sorted run `ks`, for each pair of `ends`:
     their end keys, read in one go (not the run's whole key table)."""
-    at = distinct(np.array(ends, dtype=np.int64))
+    at = distinct(np.array(ends, dtype=np.int64).ravel())  # both ends of every pair: one 1-D set
     enc = encode_keys(keys.keys_at(ks, plan.key_fields, at).columns).to_pylist()
     key = dict(zip(at.tolist(), enc, strict=True))
     return [(key[a], key[b]) for a, b in ends]
